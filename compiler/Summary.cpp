@@ -1,0 +1,177 @@
+//===- Summary.cpp - What a compiled model contains -----------------------===//
+#include "compiler/Summary.h"
+
+#include "dialects/kiln/KilnDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/Support/Format.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace kiln {
+namespace {
+
+std::string typeStr(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  if (!rt)
+    return "?";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << rt.getElementType() << "[";
+  llvm::interleaveComma(rt.getShape(), os);
+  os << "]";
+  return s;
+}
+
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string initStr(DictionaryAttr d) {
+  if (!d)
+    return "";
+  auto kind = d.getAs<StringAttr>("kind");
+  if (!kind)
+    return "";
+  std::string s = kind.getValue().str();
+  auto f = [&](StringRef k) {
+    auto a = d.getAs<FloatAttr>(k);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", a ? a.getValueAsDouble() : 0.0);
+    return std::string(buf);
+  };
+  if (s == "normal")
+    s += "(" + f("mean") + ", " + f("std") + ")";
+  else if (s == "uniform")
+    s += "(" + f("low") + ", " + f("high") + ")";
+  return s;
+}
+
+std::string attrStr(Attribute a) {
+  if (auto s = dyn_cast<StringAttr>(a))
+    return s.getValue().str();
+  if (auto i = dyn_cast<IntegerAttr>(a)) {
+    if (i.getType().isInteger(1))
+      return i.getValue().isZero() ? "false" : "true";
+    return std::to_string(i.getInt());
+  }
+  if (auto f = dyn_cast<FloatAttr>(a)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", f.getValueAsDouble());
+    return buf;
+  }
+  if (auto b = dyn_cast<BoolAttr>(a))
+    return b.getValue() ? "true" : "false";
+  if (auto d = dyn_cast<DictionaryAttr>(a)) {
+    std::string name, rest;
+    for (NamedAttribute n : d) {
+      if (n.getName() == "name")
+        name = attrStr(n.getValue());
+      else
+        rest += (rest.empty() ? "" : ", ") + n.getName().str() + "=" +
+                attrStr(n.getValue());
+    }
+    return name + "(" + rest + ")";
+  }
+  return "?";
+}
+
+} // namespace
+
+ModelSummary summarize(ModuleOp module) {
+  ModelSummary s;
+  if (auto m = module->getAttrOfType<StringAttr>(KilnDialect::kModelAttr))
+    s.model = m.getValue().str();
+  if (auto src = module->getAttrOfType<StringAttr>(KilnDialect::kSourceAttr))
+    s.source = src.getValue().str();
+  if (auto t = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr)) {
+    for (NamedAttribute n : t)
+      s.train += (s.train.empty() ? "" : ", ") + n.getName().str() + " " +
+                 attrStr(n.getValue());
+  }
+  auto fn = module.lookupSymbol<func::FuncOp>("forward");
+  if (!fn)
+    return s;
+  fn.walk([&](Operation *op) {
+    if (op == fn.getOperation())
+      return;
+    ++s.numOps;
+    ++s.opCounts[op->getName().getStringRef().str()];
+  });
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+    ModelSummary::Tensor t;
+    Type type = fn.getArgument(i).getType();
+    t.type = typeStr(type);
+    if (auto rt = dyn_cast<RankedTensorType>(type))
+      t.count = rt.getNumElements();
+    if (auto p = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr)) {
+      t.name = p.getValue().str();
+      if (auto l = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kLayerAttr))
+        t.layer = l.getValue().str();
+      t.init = initStr(fn.getArgAttrOfType<DictionaryAttr>(i, KilnDialect::kInitAttr));
+      s.paramCount += t.count;
+      if (t.layer != "position_embedding")
+        s.paramCountNoPosition += t.count;
+      s.params.push_back(t);
+    } else if (auto in = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr)) {
+      t.name = in.getValue().str();
+      s.inputs.push_back(t);
+    }
+  }
+  for (unsigned i = 0; i < fn.getNumResults(); ++i) {
+    ModelSummary::Tensor t;
+    t.type = typeStr(fn.getResultTypes()[i]);
+    if (auto o = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr))
+      t.name = o.getValue().str();
+    s.outputs.push_back(t);
+  }
+  return s;
+}
+
+void print(const ModelSummary &s, llvm::raw_ostream &os) {
+  os << "model " << s.model << " (" << s.source << ")\n";
+  auto list = [&](const char *label, const std::vector<ModelSummary::Tensor> &ts) {
+    os << "  " << llvm::left_justify(label, 12);
+    for (size_t i = 0; i < ts.size(); ++i)
+      os << (i ? ", " : "") << ts[i].name << " " << ts[i].type;
+    os << "\n";
+  };
+  list("inputs:", s.inputs);
+  list("outputs:", s.outputs);
+  std::vector<std::pair<int64_t, std::string>> ops;
+  for (const auto &kv : s.opCounts)
+    ops.push_back({-kv.second, kv.first});
+  std::sort(ops.begin(), ops.end());
+  os << "  " << llvm::left_justify("ops:", 12) << s.numOps << " in @forward:";
+  for (size_t i = 0; i < ops.size(); ++i)
+    os << (i % 6 == 0 ? "\n      " : ", ") << ops[i].second << " " << -ops[i].first;
+  os << "\n";
+  char millions[32];
+  std::snprintf(millions, sizeof millions, "%.2fM", s.paramCountNoPosition / 1e6);
+  os << "  " << llvm::left_justify("parameters:", 12) << s.params.size() << " tensors, "
+     << grouped(s.paramCount) << " values; " << millions
+     << " excluding position embeddings (as nanoGPT counts)\n";
+  size_t w = 4;
+  for (const auto &p : s.params)
+    w = std::max(w, p.name.size());
+  os << "      " << llvm::left_justify("name", w) << "  "
+     << llvm::left_justify("shape", 18) << llvm::right_justify("count", 11)
+     << "  init\n";
+  for (const auto &p : s.params)
+    os << "      " << llvm::left_justify(p.name, w) << "  "
+       << llvm::left_justify(p.type, 18)
+       << llvm::right_justify(grouped(p.count), 11) << "  " << p.init << "\n";
+  if (!s.train.empty())
+    os << "  " << llvm::left_justify("train:", 12) << s.train << "\n";
+}
+
+} // namespace kiln

@@ -1,0 +1,44 @@
+//===- KilnDialect.td - The kiln graph dialect -------------*- tablegen -*-===//
+#ifndef KILN_DIALECT_TD
+#define KILN_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+
+def Kiln_Dialect : Dialect {
+  let name = "kiln";
+  let cppNamespace = "::kiln";
+  let summary = "Kiln's graph dialect: ranked, statically shaped tensor ops for training";
+  let description = [{
+    The kiln dialect holds a model's forward graph (and, after autodiff, its
+    train step) on ranked, statically shaped tensors of f64, f32, f16, bf16,
+    i64, i32 and i1. Broadcasting is explicit (`kiln.broadcast_in_dim`);
+    elementwise ops take operands of identical type.
+
+    Function arguments and results carry the model's interface:
+    `kiln.param` (parameter name), `kiln.layer` (the layer that created it),
+    `kiln.init` (initialiser), `kiln.input` (batch input name) and
+    `kiln.output` (result name, e.g. "loss"). The module carries `kiln.model`
+    and, when the model file has one, the `kiln.train` configuration.
+  }];
+  let hasConstantMaterializer = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    // Attribute names used on functions and modules.
+    static constexpr ::llvm::StringLiteral kParamAttr = "kiln.param";
+    static constexpr ::llvm::StringLiteral kLayerAttr = "kiln.layer";
+    static constexpr ::llvm::StringLiteral kInitAttr = "kiln.init";
+    static constexpr ::llvm::StringLiteral kInputAttr = "kiln.input";
+    static constexpr ::llvm::StringLiteral kOutputAttr = "kiln.output";
+    static constexpr ::llvm::StringLiteral kModelAttr = "kiln.model";
+    static constexpr ::llvm::StringLiteral kTrainAttr = "kiln.train";
+    static constexpr ::llvm::StringLiteral kSourceAttr = "kiln.source";
+    static constexpr ::llvm::StringLiteral kDimsAttr = "kiln.dims";
+  }];
+}
+
+class Kiln_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Kiln_Dialect, mnemonic, traits>;
+
+#endif // KILN_DIALECT_TD

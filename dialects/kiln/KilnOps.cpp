@@ -1,0 +1,553 @@
+//===- KilnOps.cpp - Operations of the kiln dialect -----------------------===//
+#include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/ShapeRules.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+
+using namespace mlir;
+using namespace kiln;
+
+#include "dialects/kiln/KilnEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/kiln/KilnOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+using Loc = std::optional<Location>;
+
+/// Operand types are only checked by the verifier, which runs after type
+/// inference when parsing: inference must therefore cope with any type.
+LogicalResult ranked(Loc loc, Value v, StringRef what, RankedTensorType &out) {
+  out = v ? dyn_cast<RankedTensorType>(v.getType()) : RankedTensorType();
+  if (!out || !out.hasStaticShape())
+    return emitOptionalError(loc, what, " must be a statically shaped tensor");
+  return success();
+}
+
+SplatElementsAttr splat(Attribute a) {
+  return dyn_cast_if_present<SplatElementsAttr>(a);
+}
+
+bool isSplatOf(Attribute a, double value) {
+  SplatElementsAttr s = splat(a);
+  if (!s)
+    return false;
+  Type et = s.getElementType();
+  if (isa<FloatType>(et))
+    return s.getSplatValue<APFloat>().isExactlyValue(value);
+  if (et.isInteger(1))
+    return false;
+  if (isa<IntegerType>(et))
+    return s.getSplatValue<APInt>().getSExtValue() == static_cast<int64_t>(value) &&
+           static_cast<double>(static_cast<int64_t>(value)) == value;
+  return false;
+}
+
+/// Folds `lhs op rhs` when both are splat constants.
+template <typename FloatFn, typename IntFn>
+Attribute foldSplats(Attribute lhs, Attribute rhs, ShapedType type,
+                     FloatFn floatFn, IntFn intFn) {
+  SplatElementsAttr l = splat(lhs), r = splat(rhs);
+  if (!l || !r || l.getType() != type || r.getType() != type)
+    return {};
+  Type et = type.getElementType();
+  if (isa<FloatType>(et)) {
+    APFloat v = floatFn(l.getSplatValue<APFloat>(), r.getSplatValue<APFloat>());
+    return SplatElementsAttr::get(type, FloatAttr::get(et, v));
+  }
+  if (isa<IntegerType>(et) && !et.isInteger(1)) {
+    std::optional<APInt> v =
+        intFn(l.getSplatValue<APInt>(), r.getSplatValue<APInt>());
+    if (!v)
+      return {};
+    return SplatElementsAttr::get(type, IntegerAttr::get(et, *v));
+  }
+  return {};
+}
+
+/// Splat constants change shape freely: reshape, broadcast, transpose.
+OpFoldResult reshapeSplat(Attribute operand, Type resultType) {
+  if (SplatElementsAttr s = splat(operand))
+    return SplatElementsAttr::get(cast<ShapedType>(resultType),
+                                  s.getSplatValue<Attribute>());
+  return {};
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Type inference for ops whose result has the type of their first operand
+//===----------------------------------------------------------------------===//
+
+#define KILN_RESULT_TYPE_OF(OP, GETTER)                                        \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,  \
+                                     SmallVectorImpl<Type> &types) {           \
+    if (!adaptor.GETTER())                                                     \
+      return emitOptionalError(loc, "missing operand");                        \
+    types.push_back(adaptor.GETTER().getType());                               \
+    return success();                                                          \
+  }
+
+KILN_RESULT_TYPE_OF(DropoutOp, getOperand)
+#undef KILN_RESULT_TYPE_OF
+
+//===----------------------------------------------------------------------===//
+// ConstantOp / IotaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  ElementsAttr value = adaptor.getValue();
+  if (!value)
+    return emitOptionalError(loc, "needs an elements attribute");
+  types.push_back(value.getType());
+  return success();
+}
+
+LogicalResult ConstantOp::verify() {
+  if (getValue().getType() != getType())
+    return emitOpError() << "value has type " << getValue().getType()
+                         << " but the result is " << getType();
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult IotaOp::verify() {
+  return shape::axis(getLoc(), getType().getRank(), getDim(), "dim");
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+// neg(neg(x)) => x
+OpFoldResult NegOp::fold(FoldAdaptor) {
+  if (auto inner = getOperand().getDefiningOp<NegOp>())
+    return inner.getOperand();
+  return {};
+}
+
+LogicalResult CastOp::verify() {
+  if (getOperand().getType().getShape() != getType().getShape())
+    return emitOpError() << "changes the shape from "
+                         << shape::str(getOperand().getType().getShape())
+                         << " to " << shape::str(getType().getShape())
+                         << "; a cast only changes the element type";
+  return success();
+}
+
+// cast(x : T -> T) => x
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return {};
+}
+
+// x + 0 => x, 0 + x => x, splat + splat => splat
+OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(adaptor.getRhs(), 0))
+    return getLhs();
+  if (isSplatOf(adaptor.getLhs(), 0))
+    return getRhs();
+  return foldSplats(
+      adaptor.getLhs(), adaptor.getRhs(), getType(),
+      [](APFloat a, const APFloat &b) { a.add(b, APFloat::rmNearestTiesToEven); return a; },
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> { return a + b; });
+}
+
+// x - 0 => x
+OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(adaptor.getRhs(), 0))
+    return getLhs();
+  return foldSplats(
+      adaptor.getLhs(), adaptor.getRhs(), getType(),
+      [](APFloat a, const APFloat &b) { a.subtract(b, APFloat::rmNearestTiesToEven); return a; },
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> { return a - b; });
+}
+
+// x * 1 => x, 1 * x => x
+OpFoldResult MulOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(adaptor.getRhs(), 1))
+    return getLhs();
+  if (isSplatOf(adaptor.getLhs(), 1))
+    return getRhs();
+  return foldSplats(
+      adaptor.getLhs(), adaptor.getRhs(), getType(),
+      [](APFloat a, const APFloat &b) { a.multiply(b, APFloat::rmNearestTiesToEven); return a; },
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> { return a * b; });
+}
+
+// x / 1 => x
+OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(adaptor.getRhs(), 1))
+    return getLhs();
+  return foldSplats(
+      adaptor.getLhs(), adaptor.getRhs(), getType(),
+      [](APFloat a, const APFloat &b) { a.divide(b, APFloat::rmNearestTiesToEven); return a; },
+      [](const APInt &a, const APInt &b) -> std::optional<APInt> {
+        if (b.isZero() || (a.isMinSignedValue() && b.isAllOnes()))
+          return std::nullopt;
+        return a.sdiv(b);
+      });
+}
+
+// x ^ 1 => x
+OpFoldResult PowOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(adaptor.getRhs(), 1))
+    return getLhs();
+  return {};
+}
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *ctx, Loc loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  RankedTensorType lhs;
+  if (failed(ranked(loc, adaptor.getLhs(), "lhs", lhs)))
+    return failure();
+  types.push_back(lhs.clone(IntegerType::get(ctx, 1)));
+  return success();
+}
+
+LogicalResult SelectOp::verify() {
+  if (getPred().getType().getShape() != getType().getShape())
+    return emitOpError() << "predicate has shape "
+                         << shape::str(getPred().getType().getShape())
+                         << " but the values have shape "
+                         << shape::str(getType().getShape())
+                         << "; broadcast the predicate first";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// BroadcastInDimOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult BroadcastInDimOp::verify() {
+  if (getOperand().getType().getElementType() != getType().getElementType())
+    return emitOpError() << "changes the element type from "
+                         << getOperand().getType().getElementType() << " to "
+                         << getType().getElementType();
+  return shape::broadcastInDim(getLoc(), getOperand().getType().getShape(),
+                               getDims(), getType().getShape());
+}
+
+// broadcast(splat) => splat; broadcast(x : T -> T) => x
+OpFoldResult BroadcastInDimOp::fold(FoldAdaptor adaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return reshapeSplat(adaptor.getOperand(), getType());
+}
+
+namespace {
+// broadcast(broadcast(x, d1), d2) => broadcast(x, d2[d1[i]])
+struct ComposeBroadcasts : OpRewritePattern<BroadcastInDimOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BroadcastInDimOp op,
+                                PatternRewriter &rewriter) const override {
+    auto inner = op.getOperand().getDefiningOp<BroadcastInDimOp>();
+    if (!inner)
+      return rewriter.notifyMatchFailure(op, "operand is not a broadcast");
+    SmallVector<int64_t> dims;
+    for (int64_t d : inner.getDims())
+      dims.push_back(op.getDims()[d]);
+    rewriter.replaceOpWithNewOp<BroadcastInDimOp>(op, op.getType(),
+                                                  inner.getOperand(), dims);
+    return success();
+  }
+};
+} // namespace
+
+void BroadcastInDimOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                   MLIRContext *ctx) {
+  results.add<ComposeBroadcasts>(ctx);
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+#define KILN_REDUCE_INFER(OP)                                                  \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,  \
+                                     SmallVectorImpl<Type> &types) {           \
+    RankedTensorType in;                                                       \
+    shape::Shape out;                                                          \
+    if (failed(ranked(loc, adaptor.getOperand(), "operand", in)) ||            \
+        failed(shape::reduce(loc, in.getShape(), adaptor.getAxes(),            \
+                             adaptor.getKeepdims(), out)))                     \
+      return failure();                                                        \
+    types.push_back(in.clone(out));                                            \
+    return success();                                                          \
+  }
+KILN_REDUCE_INFER(ReduceSumOp)
+KILN_REDUCE_INFER(ReduceMeanOp)
+KILN_REDUCE_INFER(ReduceMaxOp)
+#undef KILN_REDUCE_INFER
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  RankedTensorType lhs, rhs;
+  shape::Shape out;
+  if (failed(ranked(loc, adaptor.getLhs(), "lhs", lhs)) ||
+      failed(ranked(loc, adaptor.getRhs(), "rhs", rhs)))
+    return failure();
+  if (lhs.getElementType() != rhs.getElementType())
+    return emitOptionalError(loc, "operands have different element types (",
+                             lhs.getElementType(), " and ",
+                             rhs.getElementType(), "); cast one first");
+  if (failed(shape::matmul(loc, lhs.getShape(), rhs.getShape(),
+                           adaptor.getTransposeLhs(), adaptor.getTransposeRhs(),
+                           out)))
+    return failure();
+  types.push_back(lhs.clone(out));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ReshapeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  auto in = getOperand().getType();
+  if (in.getElementType() != getType().getElementType())
+    return emitOpError() << "changes the element type from "
+                         << in.getElementType() << " to "
+                         << getType().getElementType();
+  int64_t a = 0, b = 0;
+  if (!shape::numElements(in.getShape(), a) ||
+      !shape::numElements(getType().getShape(), b))
+    return emitOpError() << "has a shape whose element count overflows";
+  if (a != b)
+    return emitOpError() << "cannot reshape " << shape::str(in.getShape())
+                         << " (" << a << " elements) to "
+                         << shape::str(getType().getShape()) << " (" << b
+                         << " elements)";
+  return success();
+}
+
+// reshape(x : T -> T) => x; reshape(splat) => splat
+OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return reshapeSplat(adaptor.getOperand(), getType());
+}
+
+namespace {
+// reshape(reshape(x)) => reshape(x)
+struct ComposeReshapes : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto inner = op.getOperand().getDefiningOp<ReshapeOp>();
+    if (!inner)
+      return rewriter.notifyMatchFailure(op, "operand is not a reshape");
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(),
+                                           inner.getOperand());
+    return success();
+  }
+};
+} // namespace
+
+void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                            MLIRContext *ctx) {
+  results.add<ComposeReshapes>(ctx);
+}
+
+//===----------------------------------------------------------------------===//
+// TransposeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  RankedTensorType in;
+  shape::Shape out;
+  if (failed(ranked(loc, adaptor.getOperand(), "operand", in)) ||
+      failed(shape::transpose(loc, in.getShape(), adaptor.getPermutation(),
+                              out)))
+    return failure();
+  types.push_back(in.clone(out));
+  return success();
+}
+
+// transpose(x, identity) => x; transpose(splat) => splat
+OpFoldResult TransposeOp::fold(FoldAdaptor adaptor) {
+  bool identity = true;
+  for (auto [i, p] : llvm::enumerate(getPermutation()))
+    identity &= static_cast<int64_t>(i) == p;
+  if (identity)
+    return getOperand();
+  return reshapeSplat(adaptor.getOperand(), getType());
+}
+
+namespace {
+// transpose(transpose(x, p1), p2) => transpose(x, p1[p2[i]])
+struct ComposeTransposes : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto inner = op.getOperand().getDefiningOp<TransposeOp>();
+    if (!inner)
+      return rewriter.notifyMatchFailure(op, "operand is not a transpose");
+    SmallVector<int64_t> perm;
+    for (int64_t p : op.getPermutation())
+      perm.push_back(inner.getPermutation()[p]);
+    rewriter.replaceOpWithNewOp<TransposeOp>(op, inner.getOperand(), perm);
+    return success();
+  }
+};
+} // namespace
+
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *ctx) {
+  results.add<ComposeTransposes>(ctx);
+}
+
+//===----------------------------------------------------------------------===//
+// SliceOp / ConcatOp / GatherOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  RankedTensorType in;
+  shape::Shape out;
+  if (failed(ranked(loc, adaptor.getOperand(), "operand", in)) ||
+      failed(shape::slice(loc, in.getShape(), adaptor.getStart(),
+                          adaptor.getLimit(), adaptor.getStride(), out)))
+    return failure();
+  types.push_back(in.clone(out));
+  return success();
+}
+
+// slice(x) taking everything => x
+OpFoldResult SliceOp::fold(FoldAdaptor adaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return reshapeSplat(adaptor.getOperand(), getType());
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  SmallVector<SmallVector<int64_t>> shapes;
+  Type elementType;
+  for (Value v : adaptor.getInputs()) {
+    RankedTensorType t;
+    if (failed(ranked(loc, v, "input", t)))
+      return failure();
+    if (elementType && t.getElementType() != elementType)
+      return emitOptionalError(loc, "inputs have different element types (",
+                               elementType, " and ", t.getElementType(), ")");
+    elementType = t.getElementType();
+    shapes.emplace_back(t.getShape());
+  }
+  shape::Shape out;
+  if (failed(shape::concat(loc, shapes, adaptor.getDim(), out)))
+    return failure();
+  types.push_back(RankedTensorType::get(out, elementType));
+  return success();
+}
+
+// concat(x) => x
+OpFoldResult ConcatOp::fold(FoldAdaptor) {
+  if (getInputs().size() == 1)
+    return getInputs().front();
+  return {};
+}
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  RankedTensorType in, idx;
+  shape::Shape out;
+  if (failed(ranked(loc, adaptor.getOperand(), "operand", in)) ||
+      failed(ranked(loc, adaptor.getIndices(), "indices", idx)) ||
+      failed(shape::gather(loc, in.getShape(), idx.getShape(),
+                           adaptor.getAxis(), out)))
+    return failure();
+  types.push_back(in.clone(out));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Neural-network composites
+//===----------------------------------------------------------------------===//
+
+LogicalResult SoftmaxOp::verify() {
+  return shape::axis(getLoc(), getType().getRank(), getAxis(), "axis");
+}
+LogicalResult LogSoftmaxOp::verify() {
+  return shape::axis(getLoc(), getType().getRank(), getAxis(), "axis");
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  RankedTensorType in, scale, bias;
+  if (failed(ranked(loc, adaptor.getOperand(), "operand", in)))
+    return failure();
+  ArrayRef<int64_t> scaleShape, biasShape;
+  if (adaptor.getScale()) {
+    if (failed(ranked(loc, adaptor.getScale(), "scale", scale)))
+      return failure();
+    scaleShape = scale.getShape();
+  }
+  if (adaptor.getBias()) {
+    if (failed(ranked(loc, adaptor.getBias(), "bias", bias)))
+      return failure();
+    biasShape = bias.getShape();
+  }
+  for (RankedTensorType t : {scale, bias})
+    if (t && t.getElementType() != in.getElementType())
+      return emitOptionalError(loc, "scale and bias must have the operand's "
+                                    "element type ",
+                               in.getElementType(), ", got ",
+                               t.getElementType());
+  if (failed(shape::layerNorm(loc, in.getShape(),
+                              scale ? &scaleShape : nullptr,
+                              bias ? &biasShape : nullptr)))
+    return failure();
+  types.push_back(in);
+  return success();
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  RankedTensorType logits, targets;
+  shape::Shape out;
+  if (failed(ranked(loc, adaptor.getLogits(), "logits", logits)) ||
+      failed(ranked(loc, adaptor.getTargets(), "targets", targets)) ||
+      failed(shape::crossEntropy(
+          loc, logits.getShape(), targets.getShape(),
+          adaptor.getReduction() != LossReduction::none, out)))
+    return failure();
+  types.push_back(logits.clone(out));
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  double rate = getRate().convertToDouble();
+  if (!(rate >= 0.0 && rate < 1.0))
+    return emitOpError() << "rate " << rate << " must be in [0, 1)";
+  return success();
+}
+
+// dropout(x, rate = 0) => x
+OpFoldResult DropoutOp::fold(FoldAdaptor) {
+  if (getRate().isZero())
+    return getOperand();
+  return {};
+}

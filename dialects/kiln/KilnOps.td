@@ -1,0 +1,460 @@
+//===- KilnOps.td - Operations of the kiln dialect ---------*- tablegen -*-===//
+//
+// One def per op. Shape rules live in ShapeRules.cpp as free functions shared
+// by the verifiers and result-type inference.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_OPS_TD
+#define KILN_OPS_TD
+
+include "dialects/kiln/KilnDialect.td"
+include "dialects/kiln/KilnEnums.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def Kiln_Tensor : StaticShapeTensorOf<[F64, F32, F16, BF16, I64, I32, I1]>;
+def Kiln_FloatTensor : StaticShapeTensorOf<[F64, F32, F16, BF16]>;
+def Kiln_IntTensor : StaticShapeTensorOf<[I64, I32]>;
+def Kiln_NumTensor : StaticShapeTensorOf<[F64, F32, F16, BF16, I64, I32]>;
+def Kiln_BoolTensor : StaticShapeTensorOf<[I1]>;
+def Kiln_SeedTensor : 0DTensorOf<[I64]>;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Kiln_ConstantOp : Kiln_Op<"constant",
+    [ConstantLike, Pure, InferTypeOpAdaptor]> {
+  let summary = "tensor constant";
+  let description = [{
+    A constant tensor given by a dense or splat elements attribute.
+
+    ```mlir
+    %c = kiln.constant dense<1.0> : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+def Kiln_IotaOp : Kiln_Op<"iota", [Pure]> {
+  let summary = "index along one dimension";
+  let description = [{
+    Each element holds its index along `dim`.
+
+    ```mlir
+    // [[0, 0, 0], [1, 1, 1]]
+    %i = kiln.iota dim = 0 : tensor<2x3xi32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$dim);
+  let results = (outs Kiln_NumTensor:$result);
+  let assemblyFormat = "`dim` `=` $dim attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Unary elementwise
+//===----------------------------------------------------------------------===//
+
+class Kiln_UnaryOp<string mnemonic, Type type, string expr,
+                   list<Trait> traits = []>
+    : Kiln_Op<mnemonic, !listconcat(traits,
+        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface])> {
+  let summary = "elementwise " # expr;
+  let description = [{
+    Computes `}] # expr # [{` for every element; the result has the operand's
+    type.
+
+    ```mlir
+    %y = kiln.}] # mnemonic # [{ %x : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins type:$operand);
+  let results = (outs type:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+}
+
+def Kiln_NegOp : Kiln_UnaryOp<"neg", Kiln_NumTensor, "-x"> { let hasFolder = 1; }
+def Kiln_AbsOp : Kiln_UnaryOp<"abs", Kiln_NumTensor, "|x|">;
+def Kiln_ExpOp : Kiln_UnaryOp<"exp", Kiln_FloatTensor, "e^x">;
+def Kiln_LogOp : Kiln_UnaryOp<"log", Kiln_FloatTensor, "ln(x)">;
+def Kiln_SqrtOp : Kiln_UnaryOp<"sqrt", Kiln_FloatTensor, "sqrt(x)">;
+def Kiln_RsqrtOp : Kiln_UnaryOp<"rsqrt", Kiln_FloatTensor, "1/sqrt(x)">;
+def Kiln_TanhOp : Kiln_UnaryOp<"tanh", Kiln_FloatTensor, "tanh(x)">;
+def Kiln_SigmoidOp : Kiln_UnaryOp<"sigmoid", Kiln_FloatTensor, "1/(1+e^-x)">;
+def Kiln_ReluOp : Kiln_UnaryOp<"relu", Kiln_NumTensor, "max(x, 0)">;
+
+def Kiln_GeluOp : Kiln_Op<"gelu",
+    [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = "elementwise GELU, exact (erf) or tanh-approximated";
+  let description = [{
+    `erf`: x * 0.5 * (1 + erf(x / sqrt(2))).
+    `tanh`: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+
+    ```mlir
+    %y = kiln.gelu erf, %x : tensor<4x8xf32>
+    %z = kiln.gelu tanh, %x : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_GeluApproximationAttr:$approximation,
+                       Kiln_FloatTensor:$operand);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$approximation `,` $operand attr-dict `:` type($result)";
+}
+
+def Kiln_CastOp : Kiln_Op<"cast", [Pure]> {
+  let summary = "elementwise conversion to another element type";
+  let description = [{
+    Converts each element; the shape is unchanged. Float to integer rounds
+    toward zero; to i1 tests for non-zero.
+
+    ```mlir
+    %h = kiln.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Binary elementwise
+//===----------------------------------------------------------------------===//
+
+class Kiln_BinaryOp<string mnemonic, Type type, string expr,
+                    list<Trait> traits = []>
+    : Kiln_Op<mnemonic, !listconcat(traits,
+        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface])> {
+  let summary = "elementwise " # expr;
+  let description = [{
+    Computes `}] # expr # [{` elementwise. Operands and result have one type:
+    broadcast first with `kiln.broadcast_in_dim`.
+
+    ```mlir
+    %z = kiln.}] # mnemonic # [{ %x, %y : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins type:$lhs, type:$rhs);
+  let results = (outs type:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Kiln_AddOp : Kiln_BinaryOp<"add", Kiln_NumTensor, "lhs + rhs", [Commutative]> {
+  let hasFolder = 1;
+}
+def Kiln_SubOp : Kiln_BinaryOp<"sub", Kiln_NumTensor, "lhs - rhs"> {
+  let hasFolder = 1;
+}
+def Kiln_MulOp : Kiln_BinaryOp<"mul", Kiln_NumTensor, "lhs * rhs", [Commutative]> {
+  let hasFolder = 1;
+}
+def Kiln_DivOp : Kiln_BinaryOp<"div", Kiln_NumTensor, "lhs / rhs"> {
+  let hasFolder = 1;
+}
+def Kiln_PowOp : Kiln_BinaryOp<"pow", Kiln_FloatTensor, "lhs ^ rhs"> {
+  let hasFolder = 1;
+}
+def Kiln_MaxOp : Kiln_BinaryOp<"max", Kiln_NumTensor, "max(lhs, rhs)", [Commutative]>;
+def Kiln_MinOp : Kiln_BinaryOp<"min", Kiln_NumTensor, "min(lhs, rhs)", [Commutative]>;
+
+def Kiln_CompareOp : Kiln_Op<"compare",
+    [Pure, Elementwise, SameTypeOperands, InferTypeOpAdaptor]> {
+  let summary = "elementwise comparison producing i1";
+  let description = [{
+    ```mlir
+    %m = kiln.compare ge, %rows, %cols : tensor<64x64xi32>
+    ```
+  }];
+  let arguments = (ins Kiln_CompareDirectionAttr:$direction,
+                       Kiln_NumTensor:$lhs, Kiln_NumTensor:$rhs);
+  let results = (outs Kiln_BoolTensor:$result);
+  let assemblyFormat = "$direction `,` $lhs `,` $rhs attr-dict `:` type($lhs)";
+}
+
+def Kiln_SelectOp : Kiln_Op<"select",
+    [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>,
+     AllTypesMatch<["on_true", "on_false", "result"]>]> {
+  let summary = "elementwise choice: pred ? on_true : on_false";
+  let description = [{
+    `pred` has the shape of the result and element type i1.
+
+    ```mlir
+    %y = kiln.select %mask, %scores, %neg_inf : tensor<64x64xi1>, tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_BoolTensor:$pred, Kiln_Tensor:$on_true,
+                       Kiln_Tensor:$on_false);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat =
+      "$pred `,` $on_true `,` $on_false attr-dict `:` type($pred) `,` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Broadcasting and reductions
+//===----------------------------------------------------------------------===//
+
+def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure]> {
+  let summary = "explicit broadcast to a larger shape";
+  let description = [{
+    Operand dimension `i` becomes result dimension `dims[i]`; its size must be
+    1 (it is repeated) or equal to the result's. `dims` is strictly increasing.
+
+    ```mlir
+    // bias[384] added to every row of x[12x64x384]
+    %b = kiln.broadcast_in_dim %bias, dims = [2] : tensor<384xf32> -> tensor<12x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, DenseI64ArrayAttr:$dims);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat =
+      "$operand `,` `dims` `=` $dims attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+class Kiln_ReduceOp<string mnemonic, Type type, string what>
+    : Kiln_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+  let summary = what # " over axes";
+  let description = [{
+    Reduces `axes` (sorted, unique, in range) by }] # what # [{. Reduced
+    dimensions are removed, or kept with size 1 with `keepdims`. Float sums
+    accumulate in at least f32.
+
+    ```mlir
+    %s = kiln.}] # mnemonic # [{ %x axes = [1] : tensor<4x8xf32> -> tensor<4xf32>
+    %k = kiln.}] # mnemonic # [{ %x axes = [1] keepdims : tensor<4x8xf32> -> tensor<4x1xf32>
+    ```
+  }];
+  let arguments = (ins type:$operand, DenseI64ArrayAttr:$axes,
+                       UnitAttr:$keepdims);
+  let results = (outs type:$result);
+  let assemblyFormat =
+      "$operand `axes` `=` $axes (`keepdims` $keepdims^)? attr-dict `:` type($operand) `->` type($result)";
+}
+
+def Kiln_ReduceSumOp : Kiln_ReduceOp<"reduce_sum", Kiln_NumTensor, "sum">;
+def Kiln_ReduceMeanOp : Kiln_ReduceOp<"reduce_mean", Kiln_FloatTensor, "mean">;
+def Kiln_ReduceMaxOp : Kiln_ReduceOp<"reduce_max", Kiln_NumTensor, "maximum">;
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
+  let summary = "batched matrix product with optional transposes";
+  let description = [{
+    `lhs` is `[batch..., M, K]` (`[batch..., K, M]` with `transpose_lhs`),
+    `rhs` is `[batch..., K, N]` (`[batch..., N, K]` with `transpose_rhs`). The
+    batch dimensions of both are equal, or one side has none (a weight shared
+    across the batch). The result is `[batch..., M, N]`. Both operands have the
+    same element type.
+
+    ```mlir
+    // x[12x64x128] times W[512x128]^T, as a linear layer does
+    %y = kiln.matmul %x, %w transpose_rhs : tensor<12x64x128xf32>, tensor<512x128xf32> -> tensor<12x64x512xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_NumTensor:$lhs, Kiln_NumTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Kiln_NumTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`transpose_lhs` $transpose_lhs^)? (`transpose_rhs` $transpose_rhs^)?
+    attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure]> {
+  let summary = "same elements, new shape (row-major)";
+  let description = [{
+    ```mlir
+    %y = kiln.reshape %x : tensor<12x64x384xf32> -> tensor<12x64x6x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
+  let summary = "permute dimensions";
+  let description = [{
+    Result dimension `i` is operand dimension `permutation[i]`.
+
+    ```mlir
+    %y = kiln.transpose %x perm = [0, 2, 1, 3] : tensor<12x64x6x64xf32> -> tensor<12x6x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, DenseI64ArrayAttr:$permutation);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat =
+      "$operand `perm` `=` $permutation attr-dict `:` type($operand) `->` type($result)";
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Kiln_SliceOp : Kiln_Op<"slice", [Pure, InferTypeOpAdaptor]> {
+  let summary = "strided static slice";
+  let description = [{
+    For every dimension, takes indices `start, start+stride, ...` below
+    `limit`. `0 <= start <= limit <= size`, `stride >= 1`.
+
+    ```mlir
+    %q = kiln.slice %qkv start = [0, 0, 0] limit = [12, 64, 384] stride = [1, 1, 1] : tensor<12x64x1152xf32> -> tensor<12x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, DenseI64ArrayAttr:$start,
+                       DenseI64ArrayAttr:$limit, DenseI64ArrayAttr:$stride);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = [{
+    $operand `start` `=` $start `limit` `=` $limit `stride` `=` $stride
+    attr-dict `:` type($operand) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def Kiln_ConcatOp : Kiln_Op<"concat", [Pure, InferTypeOpAdaptor]> {
+  let summary = "join tensors along one dimension";
+  let description = [{
+    All inputs have the same element type and the same sizes except along
+    `dim`.
+
+    ```mlir
+    %y = kiln.concat %a, %b dim = 1 : tensor<4x3xf32>, tensor<4x5xf32> -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs, I64Attr:$dim);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat =
+      "$inputs `dim` `=` $dim attr-dict `:` type($inputs) `->` type($result)";
+  let hasFolder = 1;
+}
+
+def Kiln_GatherOp : Kiln_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+  let summary = "take slices along an axis by integer indices (embedding lookup)";
+  let description = [{
+    The result shape is `operand[:axis] + indices + operand[axis+1:]`, as
+    numpy's `take`. Indices outside `[0, size)` are clamped by backends.
+
+    ```mlir
+    %e = kiln.gather %wte[%tokens] axis = 0 : tensor<65x384xf32>, tensor<12x64xi32> -> tensor<12x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, Kiln_IntTensor:$indices,
+                       I64Attr:$axis);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = [{
+    $operand `[` $indices `]` `axis` `=` $axis attr-dict `:` type($operand) `,`
+    type($indices) `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Neural-network composites
+//===----------------------------------------------------------------------===//
+
+class Kiln_SoftmaxLikeOp<string mnemonic, string what>
+    : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = what # " along one axis";
+  let description = [{
+    Numerically stable }] # what # [{ (the maximum is subtracted first).
+
+    ```mlir
+    %p = kiln.}] # mnemonic # [{ %scores axis = 3 : tensor<12x4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$operand, I64Attr:$axis);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$operand `axis` `=` $axis attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_SoftmaxOp : Kiln_SoftmaxLikeOp<"softmax", "softmax">;
+def Kiln_LogSoftmaxOp : Kiln_SoftmaxLikeOp<"log_softmax", "log-softmax">;
+
+def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
+    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+  let summary = "layer normalisation over the last axis";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * scale + bias` over the last axis, with
+    the biased variance. `scale` and `bias` are optional and have the shape of
+    the last axis.
+
+    ```mlir
+    %y = kiln.layer_norm %x scale(%g : tensor<384xf32>) {epsilon = 1.0e-05 : f64} : tensor<12x64x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$operand,
+                       Optional<Kiln_FloatTensor>:$scale,
+                       Optional<Kiln_FloatTensor>:$bias,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $operand (`scale` `(` $scale^ `:` type($scale) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict `:` type($operand)
+  }];
+}
+
+def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor]> {
+  let summary = "softmax cross-entropy with integer class targets";
+  let description = [{
+    `logits` is `[..., C]`, `targets` is `[...]` with values in `[0, C)`.
+    The per-position loss `logsumexp(logits) - logits[target]` is averaged
+    (`mean`, a scalar), summed (`sum`, a scalar) or returned (`none`).
+
+    ```mlir
+    %loss = kiln.cross_entropy %logits, %targets reduction = mean : tensor<12x64x65xf32>, tensor<12x64xi32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$logits, Kiln_IntTensor:$targets,
+                       Kiln_LossReductionAttr:$reduction);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets `reduction` `=` $reduction attr-dict `:` type($logits)
+    `,` type($targets) `->` type($result)
+  }];
+}
+
+def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure, InferTypeOpAdaptor]> {
+  let summary = "inverted dropout driven by an explicit seed";
+  let description = [{
+    Zeroes each element with probability `rate` and scales the others by
+    `1 / (1 - rate)`. The mask is a pure function of `seed`, `salt` (one per
+    dropout site) and the element index, so a step can be replayed exactly.
+    `rate = 0` folds away.
+
+    ```mlir
+    %y = kiln.dropout %x, %seed rate = 1.0e-01 salt = 3 : tensor<12x64x384xf32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$operand, Kiln_SeedTensor:$seed,
+                       F64Attr:$rate, I64Attr:$salt);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $operand `,` $seed `rate` `=` $rate `salt` `=` $salt attr-dict `:`
+    type($operand) `,` type($seed)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+#endif // KILN_OPS_TD

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every Debian and Python package Kiln's build and tests need, then
+# configures build/ (CMake + Ninja + ccache). Idempotent: a second run checks
+# and does nothing. Works as root or with sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  cmake ninja-build ccache g++ git python3 python3-pip
+  llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
+  libfmt-dev libgtest-dev libopenblas-dev
+)
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python packages for the test suite (lit itself ships with llvm-19-tools).
+PYTHON=${PYTHON:-python3}
+PY_PACKAGES=(numpy)
+for p in "${PY_PACKAGES[@]}"; do
+  "$PYTHON" -c "import $p" 2>/dev/null || "$PYTHON" -m pip install -q "$p"
+done
+
+BUILD_DIR=${KILN_BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+fi

@@ -1,0 +1,17 @@
+# lit configuration for Kiln. Tests live beside this file by area.
+import os
+import lit.formats
+
+config.name = "Kiln"
+config.test_format = lit.formats.ShTest(not lit_config.isWindows)
+config.suffixes = [".mlir", ".kiln", ".test"]
+config.excludes = ["Inputs", "unit", "CMakeLists.txt", "lit.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+config.environment["PATH"] = os.pathsep.join(
+    [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+config.substitutions.append(("%kiln_src", config.kiln_src_root))
+config.substitutions.append(("%examples", os.path.join(config.kiln_src_root, "examples")))
+config.substitutions.append(("%python", config.python_executable))
