@@ -80,13 +80,14 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
   llvm::StringRef name = attr.getName().getValue();
-  if (name == kParamAttr || name == kInputAttr || name == kLayerAttr)
+  if (name == kParamAttr || name == kInputAttr || name == kLayerAttr ||
+      name == kStateAttr)
     return verifyNonEmptyString(op, attr);
   if (name == kInitAttr)
     return verifyInit(op, attr.getValue());
   return op->emitError() << "unknown kiln argument attribute '" << name
-                         << "' (expected kiln.param, kiln.layer, kiln.init "
-                            "or kiln.input)";
+                         << "' (expected kiln.param, kiln.layer, kiln.init, "
+                            "kiln.input or kiln.state)";
 }
 
 LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,

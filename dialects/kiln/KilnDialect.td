@@ -30,6 +30,7 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kLayerAttr = "kiln.layer";
     static constexpr ::llvm::StringLiteral kInitAttr = "kiln.init";
     static constexpr ::llvm::StringLiteral kInputAttr = "kiln.input";
+    static constexpr ::llvm::StringLiteral kStateAttr = "kiln.state";
     static constexpr ::llvm::StringLiteral kOutputAttr = "kiln.output";
     static constexpr ::llvm::StringLiteral kModelAttr = "kiln.model";
     static constexpr ::llvm::StringLiteral kTrainAttr = "kiln.train";

@@ -33,4 +33,11 @@ def Kiln_LossReductionAttr : I32EnumAttr<"LossReduction",
   let cppNamespace = "::kiln";
 }
 
+def Kiln_RandomUniform : I32EnumAttrCase<"uniform", 0>;
+def Kiln_RandomNormal : I32EnumAttrCase<"normal", 1>;
+def Kiln_RandomDistributionAttr : I32EnumAttr<"RandomDistribution",
+    "distribution of kiln.random", [Kiln_RandomUniform, Kiln_RandomNormal]> {
+  let cppNamespace = "::kiln";
+}
+
 #endif // KILN_ENUMS_TD

@@ -10,6 +10,7 @@ using namespace mlir;
 using namespace kiln;
 
 #include "dialects/kiln/KilnEnums.cpp.inc"
+#include "dialects/kiln/KilnInterfaces.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/kiln/KilnOps.cpp.inc"
@@ -550,4 +551,50 @@ OpFoldResult DropoutOp::fold(FoldAdaptor) {
   if (getRate().isZero())
     return getOperand();
   return {};
+}
+
+//===----------------------------------------------------------------------===//
+// PadOp / ScatterAddOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PadOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  RankedTensorType in;
+  if (failed(ranked(loc, adaptor.getOperand(), "operand", in)))
+    return failure();
+  ArrayRef<int64_t> low = adaptor.getLow(), high = adaptor.getHigh(),
+                    interior = adaptor.getInterior();
+  size_t rank = in.getRank();
+  if (low.size() != rank || high.size() != rank || interior.size() != rank)
+    return emitOptionalError(loc, "low, high and interior need ", rank,
+                             " entries each (the operand's rank)");
+  SmallVector<int64_t> out;
+  for (size_t d = 0; d < rank; ++d) {
+    if (low[d] < 0 || high[d] < 0 || interior[d] < 0)
+      return emitOptionalError(loc, "padding amounts must be >= 0 (dim ", d,
+                               ")");
+    int64_t n = in.getDimSize(d);
+    out.push_back(low[d] + n + (n - 1) * interior[d] + high[d]);
+  }
+  types.push_back(in.clone(out));
+  return success();
+}
+
+LogicalResult ScatterAddOp::verify() {
+  auto upd = getUpdates().getType();
+  auto idx = getIndices().getType();
+  auto res = getType();
+  if (upd.getElementType() != res.getElementType())
+    return emitOpError() << "updates and result element types differ";
+  shape::Shape expected;
+  if (failed(shape::gather(getLoc(), res.getShape(), idx.getShape(),
+                           getAxis(), expected)))
+    return failure();
+  if (ArrayRef<int64_t>(expected) != upd.getShape())
+    return emitOpError() << "updates have shape " << shape::str(upd.getShape())
+                         << " but gathering " << shape::str(idx.getShape())
+                         << " indices from " << shape::str(res.getShape())
+                         << " along axis " << getAxis() << " gives "
+                         << shape::str(expected);
+  return success();
 }

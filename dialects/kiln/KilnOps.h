@@ -12,6 +12,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/kiln/KilnEnums.h.inc"
+#include "dialects/kiln/KilnInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/kiln/KilnOps.h.inc"

@@ -9,6 +9,7 @@
 
 include "dialects/kiln/KilnDialect.td"
 include "dialects/kiln/KilnEnums.td"
+include "dialects/kiln/KilnInterfaces.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -68,7 +69,7 @@ def Kiln_IotaOp : Kiln_Op<"iota", [Pure]> {
 class Kiln_UnaryOp<string mnemonic, Type type, string expr,
                    list<Trait> traits = []>
     : Kiln_Op<mnemonic, !listconcat(traits,
-        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface])> {
+        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>])> {
   let summary = "elementwise " # expr;
   let description = [{
     Computes `}] # expr # [{` for every element; the result has the operand's
@@ -92,9 +93,13 @@ def Kiln_RsqrtOp : Kiln_UnaryOp<"rsqrt", Kiln_FloatTensor, "1/sqrt(x)">;
 def Kiln_TanhOp : Kiln_UnaryOp<"tanh", Kiln_FloatTensor, "tanh(x)">;
 def Kiln_SigmoidOp : Kiln_UnaryOp<"sigmoid", Kiln_FloatTensor, "1/(1+e^-x)">;
 def Kiln_ReluOp : Kiln_UnaryOp<"relu", Kiln_NumTensor, "max(x, 0)">;
+def Kiln_ErfOp : Kiln_UnaryOp<"erf", Kiln_FloatTensor, "erf(x)">;
+def Kiln_CosOp : Kiln_UnaryOp<"cos", Kiln_FloatTensor, "cos(x)">;
+def Kiln_SinOp : Kiln_UnaryOp<"sin", Kiln_FloatTensor, "sin(x)">;
 
 def Kiln_GeluOp : Kiln_Op<"gelu",
-    [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface]> {
+    [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface,
+     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "elementwise GELU, exact (erf) or tanh-approximated";
   let description = [{
     `erf`: x * 0.5 * (1 + erf(x / sqrt(2))).
@@ -111,7 +116,7 @@ def Kiln_GeluOp : Kiln_Op<"gelu",
   let assemblyFormat = "$approximation `,` $operand attr-dict `:` type($result)";
 }
 
-def Kiln_CastOp : Kiln_Op<"cast", [Pure]> {
+def Kiln_CastOp : Kiln_Op<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "elementwise conversion to another element type";
   let description = [{
     Converts each element; the shape is unchanged. Float to integer rounds
@@ -135,7 +140,7 @@ def Kiln_CastOp : Kiln_Op<"cast", [Pure]> {
 class Kiln_BinaryOp<string mnemonic, Type type, string expr,
                     list<Trait> traits = []>
     : Kiln_Op<mnemonic, !listconcat(traits,
-        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface])> {
+        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>])> {
   let summary = "elementwise " # expr;
   let description = [{
     Computes `}] # expr # [{` elementwise. Operands and result have one type:
@@ -183,7 +188,7 @@ def Kiln_CompareOp : Kiln_Op<"compare",
 }
 
 def Kiln_SelectOp : Kiln_Op<"select",
-    [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>,
+    [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
      AllTypesMatch<["on_true", "on_false", "result"]>]> {
   let summary = "elementwise choice: pred ? on_true : on_false";
   let description = [{
@@ -205,7 +210,7 @@ def Kiln_SelectOp : Kiln_Op<"select",
 // Broadcasting and reductions
 //===----------------------------------------------------------------------===//
 
-def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure]> {
+def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "explicit broadcast to a larger shape";
   let description = [{
     Operand dimension `i` becomes result dimension `dims[i]`; its size must be
@@ -226,7 +231,7 @@ def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure]> {
 }
 
 class Kiln_ReduceOp<string mnemonic, Type type, string what>
-    : Kiln_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+    : Kiln_Op<mnemonic, [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = what # " over axes";
   let description = [{
     Reduces `axes` (sorted, unique, in range) by }] # what # [{. Reduced
@@ -253,7 +258,7 @@ def Kiln_ReduceMaxOp : Kiln_ReduceOp<"reduce_max", Kiln_NumTensor, "maximum">;
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
+def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "batched matrix product with optional transposes";
   let description = [{
     `lhs` is `[batch..., M, K]` (`[batch..., K, M]` with `transpose_lhs`),
@@ -280,7 +285,7 @@ def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
 // Shape manipulation
 //===----------------------------------------------------------------------===//
 
-def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure]> {
+def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "same elements, new shape (row-major)";
   let description = [{
     ```mlir
@@ -295,7 +300,7 @@ def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure]> {
   let hasCanonicalizer = 1;
 }
 
-def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
+def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "permute dimensions";
   let description = [{
     Result dimension `i` is operand dimension `permutation[i]`.
@@ -312,7 +317,7 @@ def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
   let hasCanonicalizer = 1;
 }
 
-def Kiln_SliceOp : Kiln_Op<"slice", [Pure, InferTypeOpAdaptor]> {
+def Kiln_SliceOp : Kiln_Op<"slice", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "strided static slice";
   let description = [{
     For every dimension, takes indices `start, start+stride, ...` below
@@ -332,7 +337,7 @@ def Kiln_SliceOp : Kiln_Op<"slice", [Pure, InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
-def Kiln_ConcatOp : Kiln_Op<"concat", [Pure, InferTypeOpAdaptor]> {
+def Kiln_ConcatOp : Kiln_Op<"concat", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "join tensors along one dimension";
   let description = [{
     All inputs have the same element type and the same sizes except along
@@ -349,7 +354,7 @@ def Kiln_ConcatOp : Kiln_Op<"concat", [Pure, InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
-def Kiln_GatherOp : Kiln_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+def Kiln_GatherOp : Kiln_Op<"gather", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "take slices along an axis by integer indices (embedding lookup)";
   let description = [{
     The result shape is `operand[:axis] + indices + operand[axis+1:]`, as
@@ -368,12 +373,77 @@ def Kiln_GatherOp : Kiln_Op<"gather", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
+def Kiln_PadOp : Kiln_Op<"pad", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "pad with a constant: low, high and interior padding";
+  let description = [{
+    Result dimension d has size `low[d] + size[d] + (size[d] - 1) * interior[d]
+    + high[d]`; operand element i lands at `low[d] + i * (interior[d] + 1)`,
+    every other element is `value`. All amounts are >= 0. It is the gradient
+    of `kiln.slice`.
+
+    ```mlir
+    %p = kiln.pad %x low = [0, 2] high = [0, 1] interior = [0, 0] value = 0.0 : tensor<4x8xf32> -> tensor<4x11xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, DenseI64ArrayAttr:$low,
+                       DenseI64ArrayAttr:$high, DenseI64ArrayAttr:$interior,
+                       F64Attr:$value);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = [{
+    $operand `low` `=` $low `high` `=` $high `interior` `=` $interior `value`
+    `=` $value attr-dict `:` type($operand) `->` type($result)
+  }];
+}
+
+def Kiln_ScatterAddOp : Kiln_Op<"scatter_add", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "sum slices into a zero tensor by integer indices (the gradient of gather)";
+  let description = [{
+    The inverse of `kiln.gather` with the same `axis`: the result has
+    `result_type`'s shape `operand[:axis] + [N] + operand[axis+1:]` and starts
+    at zero; for every index position j, `updates[..., j, ...]` is added to
+    `result[..., indices[j], ...]`. Out-of-range indices are clamped.
+
+    ```mlir
+    %g = kiln.scatter_add %dy[%tokens] axis = 0 : tensor<12x64x384xf32>, tensor<12x64xi32> -> tensor<65x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_NumTensor:$updates, Kiln_IntTensor:$indices,
+                       I64Attr:$axis);
+  let results = (outs Kiln_NumTensor:$result);
+  let assemblyFormat = [{
+    $updates `[` $indices `]` `axis` `=` $axis attr-dict `:` type($updates) `,`
+    type($indices) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_RandomOp : Kiln_Op<"random", [Pure]> {
+  let summary = "counter-based pseudo-random tensor";
+  let description = [{
+    A pure function of `seed`, `salt` and each element's linear index, so
+    every backend and the interpreter produce the same bits (the hash is
+    specified in docs/design.md). `uniform` is in [0, 1); `normal` has mean 0
+    and standard deviation 1 (Box-Muller).
+
+    ```mlir
+    %w = kiln.random normal, %seed salt = 7 : tensor<i64> -> tensor<384x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_RandomDistributionAttr:$distribution,
+                       Kiln_SeedTensor:$seed, I64Attr:$salt);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $distribution `,` $seed `salt` `=` $salt attr-dict `:` type($seed) `->` type($result)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Neural-network composites
 //===----------------------------------------------------------------------===//
 
 class Kiln_SoftmaxLikeOp<string mnemonic, string what>
-    : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+    : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface,
+                         DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = what # " along one axis";
   let description = [{
     Numerically stable }] # what # [{ (the maximum is subtracted first).
@@ -392,7 +462,7 @@ def Kiln_SoftmaxOp : Kiln_SoftmaxLikeOp<"softmax", "softmax">;
 def Kiln_LogSoftmaxOp : Kiln_SoftmaxLikeOp<"log_softmax", "log-softmax">;
 
 def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
-    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "layer normalisation over the last axis";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias` over the last axis, with
@@ -414,7 +484,8 @@ def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
   }];
 }
 
-def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor]> {
+def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "softmax cross-entropy with integer class targets";
   let description = [{
     `logits` is `[..., C]`, `targets` is `[...]` with values in `[0, C)`.
@@ -434,7 +505,7 @@ def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
-def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure, InferTypeOpAdaptor]> {
+def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "inverted dropout driven by an explicit seed";
   let description = [{
     Zeroes each element with probability `rate` and scales the others by

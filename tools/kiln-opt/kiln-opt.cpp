@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/kiln/KilnDialect.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
   mlir::registerInlinerPass();
   mlir::registerSymbolDCEPass();
+  kiln::registerKilnPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "Kiln optimizer driver\n", registry));
 }

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Summary.h"
+#include "compiler/Training.h"
 #include "frontend/Frontend.h"
 #include "runtime/core/Log.h"
 
@@ -17,6 +18,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -34,14 +37,41 @@ cl::OptionCategory kilncCategory("kilnc options");
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.kiln>"),
                                cl::Required, cl::cat(kilncCategory));
 
-enum class Emit { Summary, Mlir };
+enum class Emit { Summary, Mlir, Train };
 cl::opt<Emit> emit(
     "emit", cl::desc("What to print"), cl::init(Emit::Summary),
     cl::values(clEnumValN(Emit::Summary, "summary",
                           "ops, parameters, parameter count (default)"),
                clEnumValN(Emit::Mlir, "mlir",
-                          "the verified kiln-dialect module (@forward)")),
+                          "the verified kiln-dialect module (@forward)"),
+               clEnumValN(Emit::Train, "train",
+                          "the training program: @init, @grad, @train_step, "
+                          "@eval_step, @predict")),
     cl::cat(kilncCategory));
+
+cl::opt<bool> gradcheck(
+    "gradcheck",
+    cl::desc("Check every parameter gradient against float64 finite "
+             "differences on the reference interpreter (batch 2 unless "
+             "--batch is given); exit 1 above the tolerance"),
+    cl::init(false), cl::cat(kilncCategory));
+cl::opt<double> gradcheckTolerance("gradcheck-tolerance",
+                                   cl::desc("Worst relative error allowed (default 1e-5)"),
+                                   cl::init(1e-5), cl::cat(kilncCategory));
+cl::opt<int> gradcheckSamples("gradcheck-samples",
+                              cl::desc("Coordinates checked per large tensor (default 3)"),
+                              cl::init(3), cl::cat(kilncCategory));
+cl::opt<uint64_t> seedOpt("seed", cl::desc("Seed for --gradcheck and --export-reference"),
+                          cl::init(1), cl::cat(kilncCategory));
+cl::opt<std::string> exportReference(
+    "export-reference",
+    cl::desc("Run the interpreter (float32) and write initial parameters, a "
+             "batch, the loss, gradients and the parameters after "
+             "--reference-steps train steps as .npy files into <dir>"),
+    cl::value_desc("dir"), cl::init(""), cl::cat(kilncCategory));
+cl::opt<int> referenceSteps("reference-steps",
+                            cl::desc("Train steps for --export-reference (default 3)"),
+                            cl::init(3), cl::cat(kilncCategory));
 
 cl::opt<std::string> outputFile("o", cl::desc("Write output to <file>"),
                                 cl::value_desc("file"), cl::init("-"),
@@ -121,6 +151,8 @@ int main(int argc, char **argv) {
       return userError("--param expects NAME=VALUE, got '" + p + "'");
     opts.params[name] = value;
   }
+  if (gradcheck && !batch.getNumOccurrences())
+    opts.batch = 2; // finite differences on a small batch keep it fast
   if (batch.getNumOccurrences()) {
     if (batch < 1 || batch > kiln::frontend::kMaxDimSize)
       return userError("--batch must be a positive integer");
@@ -146,8 +178,22 @@ int main(int argc, char **argv) {
     return mlir::success();
   });
 
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      kiln::frontend::buildModule(context, source, opts, diags);
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  if (StringRef(inputFile).ends_with(".mlir")) {
+    // A kiln-dialect module with func @forward (as --emit=mlir prints it).
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(
+        MemoryBuffer::getMemBufferCopy(source.text(), inputFile), SMLoc());
+    mlir::SourceMgrDiagnosticHandler srcHandler(sourceMgr, &context, llvm::errs());
+    module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+    if (!module || !module->lookupSymbol("forward")) {
+      std::fprintf(stderr, "kilnc: error: '%s' is not a kiln module with func.func @forward\n",
+                   inputFile.c_str());
+      return 1;
+    }
+  } else {
+    module = kiln::frontend::buildModule(context, source, opts, diags);
+  }
   if (!module) {
     std::fputs(diags.render().c_str(), stderr);
     if (!diags.hasErrors()) {
@@ -165,11 +211,41 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
+  if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module))) {
+    std::fprintf(stderr, "%s", mlirDiags.c_str());
+    std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
+                 inputFile.c_str());
+    return 1;
+  }
+  if (gradcheck) {
+    kiln::GradCheckOptions g;
+    g.tolerance = gradcheckTolerance;
+    g.samples = gradcheckSamples;
+    g.seed = seedOpt;
+    std::string err;
+    double worst = kiln::gradCheck(*module, g, llvm::outs(), err);
+    if (worst < 0) {
+      std::fprintf(stderr, "kilnc: internal error: gradcheck: %s\n", err.c_str());
+      return 2;
+    }
+    return worst <= g.tolerance ? 0 : 1;
+  }
+  if (!exportReference.empty()) {
+    std::string err;
+    if (!kiln::exportReference(*module, exportReference, referenceSteps, seedOpt,
+                               llvm::outs(), err)) {
+      std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
+      return 1;
+    }
+    return 0;
+  }
+
   std::string error;
   auto output = mlir::openOutputFile(outputFile, &error);
   if (!output)
     return userError(error);
-  if (emit == Emit::Mlir) {
+  if (emit == Emit::Mlir || emit == Emit::Train) {
     mlir::OpPrintingFlags flags;
     if (debugInfo)
       flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);

@@ -1,0 +1,700 @@
+//===- Interpreter.cpp - Reference interpreter for the kiln dialect -------===//
+#include "compiler/Interpreter.h"
+
+#include "dialects/kiln/KilnOps.h"
+#include "runtime/core/Random.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+
+namespace kiln::interp {
+
+bool isFloat(Elem e) {
+  return e == Elem::F64 || e == Elem::F32 || e == Elem::F16 || e == Elem::BF16;
+}
+
+const char *name(Elem e) {
+  switch (e) {
+  case Elem::F64: return "f64";
+  case Elem::F32: return "f32";
+  case Elem::F16: return "f16";
+  case Elem::BF16: return "bf16";
+  case Elem::I64: return "i64";
+  case Elem::I32: return "i32";
+  case Elem::I1: return "i1";
+  }
+  return "?";
+}
+
+namespace {
+double toBF16(double x) {
+  float f = static_cast<float>(x);
+  if (std::isnan(f))
+    return x;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1); // round to nearest even
+  u &= 0xFFFF0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+} // namespace
+
+double roundTo(Elem e, double x) {
+  switch (e) {
+  case Elem::F64: return x;
+  case Elem::F32: return static_cast<float>(x);
+  case Elem::F16: return static_cast<double>(static_cast<_Float16>(static_cast<float>(x)));
+  case Elem::BF16: return toBF16(x);
+  default: return x;
+  }
+}
+
+Tensor Tensor::zeros(Elem elem, std::vector<int64_t> shape) {
+  Tensor t;
+  t.elem = elem;
+  t.shape = std::move(shape);
+  int64_t n = t.numel();
+  if (isFloat(elem))
+    t.f.assign(n, 0.0);
+  else
+    t.i.assign(n, 0);
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+bool elemOf(Type t, Elem &out) {
+  if (auto rt = dyn_cast<RankedTensorType>(t))
+    t = rt.getElementType();
+  if (t.isF64()) out = Elem::F64;
+  else if (t.isF32()) out = Elem::F32;
+  else if (t.isF16()) out = Elem::F16;
+  else if (t.isBF16()) out = Elem::BF16;
+  else if (t.isInteger(64)) out = Elem::I64;
+  else if (t.isInteger(32)) out = Elem::I32;
+  else if (t.isInteger(1)) out = Elem::I1;
+  else return false;
+  return true;
+}
+
+Tensor fromType(Type t) {
+  auto rt = cast<RankedTensorType>(t);
+  Elem e = Elem::F32;
+  elemOf(rt, e);
+  return Tensor::zeros(e, std::vector<int64_t>(rt.getShape().begin(), rt.getShape().end()));
+}
+
+namespace {
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    s[d] = s[d + 1] * shape[d + 1];
+  return s;
+}
+
+/// Iterates over all multi-indices of `shape`, calling fn(index, linear).
+template <typename Fn>
+void forEachIndex(const std::vector<int64_t> &shape, Fn fn) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    fn(idx, k);
+    for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+class Interpreter {
+public:
+  explicit Interpreter(const Options &o) : opts_(o) {}
+
+  bool run(func::FuncOp fn, const std::vector<Tensor> &args,
+           std::vector<Tensor> &results, std::string &error) {
+    Block &body = fn.getBody().front();
+    if (args.size() != body.getNumArguments()) {
+      error = "@" + fn.getSymName().str() + " takes " +
+              std::to_string(body.getNumArguments()) + " arguments, got " +
+              std::to_string(args.size());
+      return false;
+    }
+    for (auto [i, a] : llvm::enumerate(body.getArguments())) {
+      Tensor want = fromType(a.getType());
+      if (want.shape != args[i].shape || want.elem != args[i].elem) {
+        error = "argument " + std::to_string(i) + " of @" +
+                fn.getSymName().str() + " has the wrong type or shape";
+        return false;
+      }
+      vals_[a] = args[i];
+    }
+    for (Operation &op : body) {
+      if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        for (Value v : ret.getOperands())
+          results.push_back(vals_[v]);
+        return true;
+      }
+      if (!eval(&op)) {
+        std::string loc;
+        llvm::raw_string_ostream os(loc);
+        os << op.getLoc();
+        error = "interpreter: unsupported op '" +
+                op.getName().getStringRef().str() + "' at " + loc;
+        return false;
+      }
+    }
+    error = "@" + fn.getSymName().str() + " has no return";
+    return false;
+  }
+
+private:
+  Options opts_;
+  llvm::DenseMap<Value, Tensor> vals_;
+
+  const Tensor &in(Value v) { return vals_[v]; }
+  double rnd(Elem e, double x) const { return opts_.exactF64 ? x : roundTo(e, x); }
+  void set(Value v, Tensor t) {
+    if (isFloat(t.elem))
+      for (double &x : t.f)
+        x = rnd(t.elem, x);
+    vals_[v] = std::move(t);
+  }
+  static Tensor like(Value v) { return fromType(v.getType()); }
+
+  /// Stores a computed double into element k of t (ints truncated/wrapped).
+  static void store(Tensor &t, int64_t k, double x) {
+    if (isFloat(t.elem)) {
+      t.f[k] = x;
+    } else if (t.elem == Elem::I1) {
+      t.i[k] = x != 0;
+    } else if (t.elem == Elem::I32) {
+      t.i[k] = int64_t(int32_t(int64_t(x)));
+    } else {
+      t.i[k] = int64_t(x);
+    }
+  }
+
+  template <typename Fn> bool unary(Operation *op, Fn fn) {
+    const Tensor &x = in(op->getOperand(0));
+    Tensor y = like(op->getResult(0));
+    for (int64_t k = 0; k < y.numel(); ++k)
+      store(y, k, fn(x.at(k)));
+    set(op->getResult(0), std::move(y));
+    return true;
+  }
+
+  template <typename Fn> bool binary(Operation *op, Fn fn) {
+    const Tensor &a = in(op->getOperand(0));
+    const Tensor &b = in(op->getOperand(1));
+    Tensor y = like(op->getResult(0));
+    bool ints = !isFloat(a.elem);
+    for (int64_t k = 0; k < y.numel(); ++k) {
+      if (ints)
+        y.i[k] = fn.ints(a.i[k], b.i[k]);
+      else
+        y.f[k] = fn.floats(a.f[k], b.f[k]);
+    }
+    if (ints && y.elem == Elem::I32)
+      for (int64_t &v : y.i)
+        v = int64_t(int32_t(v));
+    set(op->getResult(0), std::move(y));
+    return true;
+  }
+
+  bool eval(Operation *op);
+  bool constant(ConstantOp op);
+  bool broadcast(BroadcastInDimOp op);
+  bool reduce(Operation *op, ArrayRef<int64_t> axes, int kind);
+  bool matmul(MatmulOp op);
+  bool transpose(TransposeOp op);
+  bool slice(SliceOp op);
+  bool pad(PadOp op);
+  bool concat(ConcatOp op);
+  bool gather(GatherOp op);
+  bool scatterAdd(ScatterAddOp op);
+  bool softmax(Operation *op, int64_t axis, bool log);
+  bool layerNorm(LayerNormOp op);
+  bool crossEntropy(CrossEntropyOp op);
+};
+
+struct AddF { double floats(double a, double b) const { return a + b; } int64_t ints(int64_t a, int64_t b) const { return int64_t(uint64_t(a) + uint64_t(b)); } };
+struct SubF { double floats(double a, double b) const { return a - b; } int64_t ints(int64_t a, int64_t b) const { return int64_t(uint64_t(a) - uint64_t(b)); } };
+struct MulF { double floats(double a, double b) const { return a * b; } int64_t ints(int64_t a, int64_t b) const { return int64_t(uint64_t(a) * uint64_t(b)); } };
+struct DivF { double floats(double a, double b) const { return a / b; } int64_t ints(int64_t a, int64_t b) const { return b == 0 ? 0 : (a == INT64_MIN && b == -1) ? a : a / b; } };
+struct PowF { double floats(double a, double b) const { return std::pow(a, b); } int64_t ints(int64_t, int64_t) const { return 0; } };
+struct MaxF { double floats(double a, double b) const { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); } int64_t ints(int64_t a, int64_t b) const { return std::max(a, b); } };
+struct MinF { double floats(double a, double b) const { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); } int64_t ints(int64_t a, int64_t b) const { return std::min(a, b); } };
+
+double gelu(double x, bool tanhForm) {
+  if (!tanhForm)
+    return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+bool Interpreter::eval(Operation *op) {
+  return llvm::TypeSwitch<Operation *, bool>(op)
+      .Case([&](ConstantOp o) { return constant(o); })
+      .Case([&](IotaOp o) {
+        Tensor y = like(o.getResult());
+        int64_t dim = o.getDim();
+        forEachIndex(y.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+          store(y, k, double(idx[dim]));
+        });
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Case([&](NegOp o) { return unary(o, [](double x) { return -x; }); })
+      .Case([&](AbsOp o) { return unary(o, [](double x) { return std::fabs(x); }); })
+      .Case([&](ExpOp o) { return unary(o, [](double x) { return std::exp(x); }); })
+      .Case([&](LogOp o) { return unary(o, [](double x) { return std::log(x); }); })
+      .Case([&](SqrtOp o) { return unary(o, [](double x) { return std::sqrt(x); }); })
+      .Case([&](RsqrtOp o) { return unary(o, [](double x) { return 1.0 / std::sqrt(x); }); })
+      .Case([&](TanhOp o) { return unary(o, [](double x) { return std::tanh(x); }); })
+      .Case([&](SigmoidOp o) { return unary(o, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }); })
+      .Case([&](ReluOp o) { return unary(o, [](double x) { return x > 0 ? x : 0.0; }); })
+      .Case([&](ErfOp o) { return unary(o, [](double x) { return std::erf(x); }); })
+      .Case([&](CosOp o) { return unary(o, [](double x) { return std::cos(x); }); })
+      .Case([&](SinOp o) { return unary(o, [](double x) { return std::sin(x); }); })
+      .Case([&](GeluOp o) {
+        bool t = o.getApproximation() == GeluApproximation::tanh;
+        return unary(o, [t](double x) { return gelu(x, t); });
+      })
+      .Case([&](CastOp o) {
+        const Tensor &x = in(o.getOperand());
+        Tensor y = like(o.getResult());
+        for (int64_t k = 0; k < y.numel(); ++k) {
+          double v = x.at(k);
+          if (!isFloat(y.elem) && y.elem != Elem::I1)
+            v = std::isfinite(v) ? std::trunc(v) : 0.0;
+          store(y, k, v);
+        }
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Case([&](AddOp o) { return binary(o, AddF()); })
+      .Case([&](SubOp o) { return binary(o, SubF()); })
+      .Case([&](MulOp o) { return binary(o, MulF()); })
+      .Case([&](DivOp o) { return binary(o, DivF()); })
+      .Case([&](PowOp o) { return binary(o, PowF()); })
+      .Case([&](MaxOp o) { return binary(o, MaxF()); })
+      .Case([&](MinOp o) { return binary(o, MinF()); })
+      .Case([&](CompareOp o) {
+        const Tensor &a = in(o.getLhs()), &b = in(o.getRhs());
+        Tensor y = like(o.getResult());
+        CompareDirection d = o.getDirection();
+        for (int64_t k = 0; k < y.numel(); ++k) {
+          double x = a.at(k), z = b.at(k);
+          if (!isFloat(a.elem)) { // exact integer comparison
+            int64_t p = a.i[k], q = b.i[k];
+            x = p < q ? -1 : p > q ? 1 : 0;
+            z = 0;
+          }
+          bool r = false;
+          switch (d) {
+          case CompareDirection::eq: r = x == z; break;
+          case CompareDirection::ne: r = x != z; break;
+          case CompareDirection::lt: r = x < z; break;
+          case CompareDirection::le: r = x <= z; break;
+          case CompareDirection::gt: r = x > z; break;
+          case CompareDirection::ge: r = x >= z; break;
+          }
+          y.i[k] = r;
+        }
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Case([&](SelectOp o) {
+        const Tensor &p = in(o.getPred()), &a = in(o.getOnTrue()), &b = in(o.getOnFalse());
+        Tensor y = like(o.getResult());
+        for (int64_t k = 0; k < y.numel(); ++k) {
+          if (isFloat(y.elem))
+            y.f[k] = p.i[k] ? a.f[k] : b.f[k];
+          else
+            y.i[k] = p.i[k] ? a.i[k] : b.i[k];
+        }
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Case([&](BroadcastInDimOp o) { return broadcast(o); })
+      .Case([&](ReduceSumOp o) { return reduce(o, o.getAxes(), 0); })
+      .Case([&](ReduceMeanOp o) { return reduce(o, o.getAxes(), 1); })
+      .Case([&](ReduceMaxOp o) { return reduce(o, o.getAxes(), 2); })
+      .Case([&](MatmulOp o) { return matmul(o); })
+      .Case([&](ReshapeOp o) {
+        Tensor y = in(o.getOperand());
+        y.shape = like(o.getResult()).shape;
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Case([&](TransposeOp o) { return transpose(o); })
+      .Case([&](SliceOp o) { return slice(o); })
+      .Case([&](PadOp o) { return pad(o); })
+      .Case([&](ConcatOp o) { return concat(o); })
+      .Case([&](GatherOp o) { return gather(o); })
+      .Case([&](ScatterAddOp o) { return scatterAdd(o); })
+      .Case([&](SoftmaxOp o) { return softmax(o, o.getAxis(), false); })
+      .Case([&](LogSoftmaxOp o) { return softmax(o, o.getAxis(), true); })
+      .Case([&](LayerNormOp o) { return layerNorm(o); })
+      .Case([&](CrossEntropyOp o) { return crossEntropy(o); })
+      .Case([&](DropoutOp o) {
+        const Tensor &x = in(o.getOperand());
+        uint64_t seed = uint64_t(in(o.getSeed()).i[0]);
+        uint64_t salt = uint64_t(o.getSalt());
+        double rate = o.getRate().convertToDouble();
+        double scale = 1.0 / (1.0 - rate);
+        Tensor y = like(o.getResult());
+        for (int64_t k = 0; k < y.numel(); ++k)
+          y.f[k] = random::uniform(seed, salt, k) >= rate ? x.f[k] * scale : 0.0;
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Case([&](RandomOp o) {
+        uint64_t seed = uint64_t(in(o.getSeed()).i[0]);
+        uint64_t salt = uint64_t(o.getSalt());
+        bool normal = o.getDistribution() == RandomDistribution::normal;
+        Tensor y = like(o.getResult());
+        for (int64_t k = 0; k < y.numel(); ++k)
+          y.f[k] = normal ? random::normal(seed, salt, k) : random::uniform(seed, salt, k);
+        set(o.getResult(), std::move(y));
+        return true;
+      })
+      .Default([](Operation *) { return false; });
+}
+
+bool Interpreter::constant(ConstantOp op) {
+  Tensor y = like(op.getResult());
+  auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
+  if (!dense)
+    return false;
+  if (isFloat(y.elem)) {
+    int64_t k = 0;
+    if (dense.isSplat()) {
+      std::fill(y.f.begin(), y.f.end(), dense.getSplatValue<APFloat>().convertToDouble());
+    } else {
+      for (APFloat v : dense.getValues<APFloat>())
+        y.f[k++] = v.convertToDouble();
+    }
+  } else {
+    bool isBool = y.elem == Elem::I1;
+    auto get = [&](const APInt &v) { return isBool ? int64_t(v.getBoolValue()) : v.getSExtValue(); };
+    if (dense.isSplat()) {
+      std::fill(y.i.begin(), y.i.end(), get(dense.getSplatValue<APInt>()));
+    } else {
+      int64_t k = 0;
+      for (APInt v : dense.getValues<APInt>())
+        y.i[k++] = get(v);
+    }
+  }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::broadcast(BroadcastInDimOp op) {
+  const Tensor &x = in(op.getOperand());
+  Tensor y = like(op.getResult());
+  std::vector<int64_t> xs = stridesOf(x.shape);
+  ArrayRef<int64_t> dims = op.getDims();
+  forEachIndex(y.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+    int64_t src = 0;
+    for (size_t i = 0; i < dims.size(); ++i)
+      src += (x.shape[i] == 1 ? 0 : idx[dims[i]]) * xs[i];
+    if (isFloat(y.elem))
+      y.f[k] = x.f[src];
+    else
+      y.i[k] = x.i[src];
+  });
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+// kind: 0 sum, 1 mean, 2 max. Accumulates in double.
+bool Interpreter::reduce(Operation *op, ArrayRef<int64_t> axes, int kind) {
+  const Tensor &x = in(op->getOperand(0));
+  Tensor y = like(op->getResult(0));
+  int64_t outN = y.numel();
+  std::vector<double> acc(outN, kind == 2 ? -std::numeric_limits<double>::infinity() : 0.0);
+  std::vector<int64_t> ints(outN, kind == 2 ? INT64_MIN : 0);
+  // Strides of the kept dims in the output (reduced dims contribute 0).
+  std::vector<int64_t> keptShape;
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    if (!llvm::is_contained(axes, int64_t(d)))
+      keptShape.push_back(x.shape[d]);
+  std::vector<int64_t> ks = stridesOf(keptShape), os(x.shape.size(), 0);
+  for (size_t d = 0, j = 0; d < x.shape.size(); ++d)
+    if (!llvm::is_contained(axes, int64_t(d)))
+      os[d] = ks[j++];
+  bool isF = isFloat(x.elem);
+  forEachIndex(x.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+    int64_t o = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      o += idx[d] * os[d];
+    if (isF) {
+      double v = x.f[k];
+      if (kind == 2)
+        acc[o] = (std::isnan(v) || std::isnan(acc[o])) ? NAN : std::max(acc[o], v);
+      else
+        acc[o] += v;
+    } else {
+      ints[o] = kind == 2 ? std::max(ints[o], x.i[k]) : int64_t(uint64_t(ints[o]) + uint64_t(x.i[k]));
+    }
+  });
+  int64_t count = x.numel() / std::max<int64_t>(1, outN);
+  for (int64_t k = 0; k < outN; ++k) {
+    if (isF)
+      y.f[k] = kind == 1 ? acc[k] / double(count) : acc[k];
+    else
+      store(y, k, double(ints[k]));
+  }
+  if (!isF && y.elem == Elem::I64)
+    y.i = ints;
+  set(op->getResult(0), std::move(y));
+  return true;
+}
+
+bool Interpreter::matmul(MatmulOp op) {
+  const Tensor &a = in(op.getLhs()), &b = in(op.getRhs());
+  Tensor y = like(op.getResult());
+  bool ta = op.getTransposeLhs(), tb = op.getTransposeRhs();
+  size_t ar = a.shape.size(), br = b.shape.size(), yr = y.shape.size();
+  int64_t M = y.shape[yr - 2], N = y.shape[yr - 1];
+  int64_t K = ta ? a.shape[ar - 2] : a.shape[ar - 1];
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < yr; ++d)
+    batch *= y.shape[d];
+  bool aBatched = ar > 2, bBatched = br > 2;
+  if (isFloat(a.elem)) {
+    for (int64_t p = 0; p < batch; ++p) {
+      const double *A = a.f.data() + (aBatched ? p * M * K : 0);
+      const double *B = b.f.data() + (bBatched ? p * K * N : 0);
+      double *C = y.f.data() + p * M * N;
+      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                  tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), 1.0,
+                  A, ta ? int(M) : int(K), B, tb ? int(K) : int(N), 0.0, C,
+                  int(N));
+    }
+  } else {
+    for (int64_t p = 0; p < batch; ++p)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          int64_t s = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            int64_t av = a.i[(aBatched ? p * M * K : 0) + (ta ? k * M + m : m * K + k)];
+            int64_t bv = b.i[(bBatched ? p * K * N : 0) + (tb ? n * K + k : k * N + n)];
+            s += av * bv;
+          }
+          store(y, p * M * N + m * N + n, double(s));
+        }
+  }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::transpose(TransposeOp op) {
+  const Tensor &x = in(op.getOperand());
+  Tensor y = like(op.getResult());
+  std::vector<int64_t> xs = stridesOf(x.shape);
+  ArrayRef<int64_t> perm = op.getPermutation();
+  forEachIndex(y.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+    int64_t src = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      src += idx[d] * xs[perm[d]];
+    if (isFloat(y.elem)) y.f[k] = x.f[src]; else y.i[k] = x.i[src];
+  });
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::slice(SliceOp op) {
+  const Tensor &x = in(op.getOperand());
+  Tensor y = like(op.getResult());
+  std::vector<int64_t> xs = stridesOf(x.shape);
+  forEachIndex(y.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+    int64_t src = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      src += (op.getStart()[d] + idx[d] * op.getStride()[d]) * xs[d];
+    if (isFloat(y.elem)) y.f[k] = x.f[src]; else y.i[k] = x.i[src];
+  });
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::pad(PadOp op) {
+  const Tensor &x = in(op.getOperand());
+  Tensor y = like(op.getResult());
+  double v = op.getValue().convertToDouble();
+  for (int64_t k = 0; k < y.numel(); ++k)
+    store(y, k, v);
+  std::vector<int64_t> ys = stridesOf(y.shape);
+  forEachIndex(x.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+    int64_t dst = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      dst += (op.getLow()[d] + idx[d] * (op.getInterior()[d] + 1)) * ys[d];
+    if (isFloat(y.elem)) y.f[dst] = x.f[k]; else y.i[dst] = x.i[k];
+  });
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::concat(ConcatOp op) {
+  Tensor y = like(op.getResult());
+  int64_t dim = op.getDim();
+  std::vector<int64_t> ys = stridesOf(y.shape);
+  int64_t offset = 0;
+  for (Value v : op.getInputs()) {
+    const Tensor &x = in(v);
+    forEachIndex(x.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+      int64_t dst = 0;
+      for (size_t d = 0; d < idx.size(); ++d)
+        dst += (idx[d] + (int64_t(d) == dim ? offset : 0)) * ys[d];
+      if (isFloat(y.elem)) y.f[dst] = x.f[k]; else y.i[dst] = x.i[k];
+    });
+    offset += x.shape[dim];
+  }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::gather(GatherOp op) {
+  const Tensor &x = in(op.getOperand()), &ix = in(op.getIndices());
+  Tensor y = like(op.getResult());
+  int64_t axis = op.getAxis();
+  int64_t outer = 1, inner = 1, n = x.shape[axis];
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (size_t d = axis + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  int64_t m = ix.numel();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t r = std::clamp<int64_t>(ix.i[j], 0, n - 1);
+      for (int64_t q = 0; q < inner; ++q) {
+        int64_t dst = (o * m + j) * inner + q, src = (o * n + r) * inner + q;
+        if (isFloat(y.elem)) y.f[dst] = x.f[src]; else y.i[dst] = x.i[src];
+      }
+    }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::scatterAdd(ScatterAddOp op) {
+  const Tensor &u = in(op.getUpdates()), &ix = in(op.getIndices());
+  Tensor y = like(op.getResult());
+  int64_t axis = op.getAxis();
+  int64_t outer = 1, inner = 1, n = y.shape[axis];
+  for (int64_t d = 0; d < axis; ++d) outer *= y.shape[d];
+  for (size_t d = axis + 1; d < y.shape.size(); ++d) inner *= y.shape[d];
+  int64_t m = ix.numel();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t r = std::clamp<int64_t>(ix.i[j], 0, n - 1);
+      for (int64_t q = 0; q < inner; ++q) {
+        int64_t src = (o * m + j) * inner + q, dst = (o * n + r) * inner + q;
+        if (isFloat(y.elem)) y.f[dst] += u.f[src]; else y.i[dst] += u.i[src];
+      }
+    }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::softmax(Operation *op, int64_t axis, bool log) {
+  const Tensor &x = in(op->getOperand(0));
+  Tensor y = like(op->getResult(0));
+  int64_t n = x.shape[axis], outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (size_t d = axis + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t q = 0; q < inner; ++q) {
+      auto at = [&](int64_t j) { return (o * n + j) * inner + q; };
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < n; ++j)
+        mx = std::max(mx, x.f[at(j)]);
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j)
+        s += std::exp(x.f[at(j)] - mx);
+      for (int64_t j = 0; j < n; ++j)
+        y.f[at(j)] = log ? x.f[at(j)] - mx - std::log(s) : std::exp(x.f[at(j)] - mx) / s;
+    }
+  set(op->getResult(0), std::move(y));
+  return true;
+}
+
+bool Interpreter::layerNorm(LayerNormOp op) {
+  const Tensor &x = in(op.getOperand());
+  const Tensor *g = op.getScale() ? &in(op.getScale()) : nullptr;
+  const Tensor *b = op.getBias() ? &in(op.getBias()) : nullptr;
+  Tensor y = like(op.getResult());
+  int64_t n = x.shape.back(), rows = x.numel() / n;
+  double eps = op.getEpsilon().convertToDouble();
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *row = x.f.data() + r * n;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) mean += row[j];
+    mean /= double(n);
+    for (int64_t j = 0; j < n; ++j) var += (row[j] - mean) * (row[j] - mean);
+    var /= double(n);
+    double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < n; ++j) {
+      double v = (row[j] - mean) * rstd;
+      if (g) v *= g->f[j];
+      if (b) v += b->f[j];
+      y.f[r * n + j] = v;
+    }
+  }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+bool Interpreter::crossEntropy(CrossEntropyOp op) {
+  const Tensor &z = in(op.getLogits()), &t = in(op.getTargets());
+  Tensor y = like(op.getResult());
+  int64_t c = z.shape.back(), rows = z.numel() / c;
+  double total = 0;
+  std::vector<double> per(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *row = z.f.data() + r * c;
+    double mx = -std::numeric_limits<double>::infinity(), s = 0;
+    for (int64_t j = 0; j < c; ++j) mx = std::max(mx, row[j]);
+    for (int64_t j = 0; j < c; ++j) s += std::exp(row[j] - mx);
+    int64_t target = std::clamp<int64_t>(t.i[r], 0, c - 1);
+    per[r] = mx + std::log(s) - row[target];
+    total += per[r];
+  }
+  switch (op.getReduction()) {
+  case LossReduction::mean: y.f[0] = total / double(rows); break;
+  case LossReduction::sum: y.f[0] = total; break;
+  case LossReduction::none: y.f = per; break;
+  }
+  set(op.getResult(), std::move(y));
+  return true;
+}
+
+} // namespace
+
+bool run(func::FuncOp fn, const std::vector<Tensor> &args,
+         std::vector<Tensor> &results, std::string &error,
+         const Options &options) {
+  Interpreter interp(options);
+  return interp.run(fn, args, results, error);
+}
+
+} // namespace kiln::interp

@@ -1,0 +1,58 @@
+//===- Interpreter.h - Reference interpreter for the kiln dialect -*- C++ -*-===//
+//
+// The oracle every later transformation is checked against: plain loops over
+// every element, float64 accumulation for sums, matmuls (BLAS dgemm, double),
+// softmax, layer_norm and cross_entropy, and results rounded to the declared
+// element type after each op (f32, bf16 round-to-nearest-even, f16). With
+// `exactF64` it never rounds: the program is evaluated in float64, which is
+// what gradient checking needs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_INTERPRETER_H
+#define KILN_COMPILER_INTERPRETER_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::interp {
+
+enum class Elem { F64, F32, F16, BF16, I64, I32, I1 };
+
+bool isFloat(Elem e);
+const char *name(Elem e);
+/// Rounds `x` to what element type `e` can hold.
+double roundTo(Elem e, double x);
+
+/// A host tensor. Floats live in `f`, integers and booleans in `i`.
+struct Tensor {
+  Elem elem = Elem::F32;
+  std::vector<int64_t> shape;
+  std::vector<double> f;
+  std::vector<int64_t> i;
+
+  static Tensor zeros(Elem elem, std::vector<int64_t> shape);
+  int64_t numel() const;
+  /// Element k as a double (ints converted).
+  double at(int64_t k) const { return isFloat(elem) ? f[k] : double(i[k]); }
+};
+
+/// The tensor type of an MLIR value (fails on non-tensors).
+bool elemOf(mlir::Type t, Elem &out);
+Tensor fromType(mlir::Type t);
+
+struct Options {
+  bool exactF64 = false;
+};
+
+/// Runs `fn` (kiln and func ops) on `args`. Returns false and sets `error`
+/// on an unsupported op or mismatched arguments.
+bool run(mlir::func::FuncOp fn, const std::vector<Tensor> &args,
+         std::vector<Tensor> &results, std::string &error,
+         const Options &options = {});
+
+} // namespace kiln::interp
+
+#endif // KILN_COMPILER_INTERPRETER_H

@@ -1,0 +1,344 @@
+//===- Training.cpp - Train-program pipeline and numeric checks -----------===//
+#include "compiler/Training.h"
+
+#include "dialects/kiln/KilnOps.h"
+#include "passes/Passes.h"
+#include "runtime/core/Random.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+using namespace mlir;
+
+namespace kiln {
+
+LogicalResult buildTrainProgram(ModuleOp module) {
+  PassManager pm(module.getContext());
+  pm.addPass(createKilnTrainStepPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  return pm.run(module);
+}
+
+namespace {
+
+using interp::Elem;
+using interp::Tensor;
+
+bool isParam(func::FuncOp fn, unsigned i) {
+  return bool(fn.getArgAttr(i, KilnDialect::kParamAttr));
+}
+
+/// Largest valid value + 1 for an integer input, from its users.
+int64_t indexBound(Value v) {
+  int64_t bound = INT64_MAX;
+  for (Operation *user : v.getUsers()) {
+    if (auto g = dyn_cast<GatherOp>(user))
+      bound = std::min(bound, g.getOperand().getType().getDimSize(g.getAxis()));
+    else if (auto ce = dyn_cast<CrossEntropyOp>(user))
+      bound = std::min(bound, ce.getLogits().getType().getShape().back());
+    else if (isa<ReshapeOp, SliceOp, TransposeOp, BroadcastInDimOp>(user))
+      bound = std::min(bound, indexBound(user->getResult(0)));
+  }
+  return bound == INT64_MAX ? 2 : bound;
+}
+
+bool runFn(ModuleOp m, StringRef name, const std::vector<Tensor> &args,
+           std::vector<Tensor> &out, std::string &error, bool exact) {
+  auto fn = m.lookupSymbol<func::FuncOp>(name);
+  if (!fn) {
+    error = "no @" + name.str() + " in the module";
+    return false;
+  }
+  out.clear();
+  interp::Options o;
+  o.exactF64 = exact;
+  return interp::run(fn, args, out, error, o);
+}
+
+} // namespace
+
+std::vector<Tensor> randomInputs(func::FuncOp fn, uint64_t seed,
+                                 bool skipParams) {
+  std::vector<Tensor> out;
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+    if (skipParams && isParam(fn, i))
+      continue;
+    Tensor t = interp::fromType(fn.getArgument(i).getType());
+    auto name = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
+    if (name && name.getValue() == "dropout_seed") {
+      t.i[0] = 12345;
+    } else if (interp::isFloat(t.elem)) {
+      for (int64_t k = 0; k < t.numel(); ++k)
+        t.f[k] = interp::roundTo(t.elem, random::normal(seed, 1000 + i, k));
+    } else {
+      int64_t bound = t.elem == Elem::I1 ? 2 : indexBound(fn.getArgument(i));
+      for (int64_t k = 0; k < t.numel(); ++k)
+        t.i[k] = int64_t(random::bits(seed, 1000 + i, k) % uint64_t(bound));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+double gradCheck(ModuleOp module, const GradCheckOptions &opts,
+                 llvm::raw_ostream &report, std::string &error) {
+  auto fwd = module.lookupSymbol<func::FuncOp>("forward");
+  if (!fwd) {
+    error = "no @forward";
+    return -1;
+  }
+  // Parameters: the model's own initialisers (float64), with noise on
+  // constant-initialised ones (biases, norm weights) so nothing sits at a
+  // special point.
+  Tensor seedT = Tensor::zeros(Elem::I64, {});
+  seedT.i[0] = int64_t(opts.seed);
+  std::vector<Tensor> init;
+  if (!runFn(module, "init", {seedT}, init, error, true))
+    return -1;
+  std::vector<Tensor> args;
+  std::vector<std::string> names;
+  std::vector<Tensor> data = randomInputs(fwd, opts.seed, /*skipParams=*/true);
+  size_t p = 0, d = 0;
+  for (unsigned i = 0; i < fwd.getNumArguments(); ++i) {
+    if (isParam(fwd, i)) {
+      Tensor t = init[p];
+      auto attr = fwd.getArgAttrOfType<DictionaryAttr>(i, KilnDialect::kInitAttr);
+      StringRef kind = attr ? attr.getAs<StringAttr>("kind").getValue() : "zeros";
+      if (kind == "zeros" || kind == "ones")
+        for (int64_t k = 0; k < t.numel(); ++k)
+          t.f[k] += 0.1 * random::normal(opts.seed, 5000 + p, k);
+      names.push_back(fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr).getValue().str());
+      args.push_back(std::move(t));
+      ++p;
+    } else {
+      args.push_back(data[d++]);
+    }
+  }
+  std::vector<Tensor> gradOut;
+  if (!runFn(module, "grad", args, gradOut, error, true))
+    return -1;
+  auto loss = [&](const std::vector<Tensor> &a) {
+    std::vector<Tensor> out;
+    std::string err;
+    if (!runFn(module, "forward", a, out, err, true))
+      return std::nan("");
+    return out[0].f[0];
+  };
+  // 5-point central difference: error O(h^4) + O(eps_f64 |f| / h).
+  const double h = 1e-4;
+  auto fd = [&](std::vector<Tensor> &a, size_t arg, const std::vector<double> &dir) {
+    Tensor base = a[arg];
+    auto at = [&](double s) {
+      for (int64_t k = 0; k < base.numel(); ++k)
+        a[arg].f[k] = base.f[k] + s * dir[k];
+      return loss(a);
+    };
+    double v = (at(-2 * h) - 8 * at(-h) + 8 * at(h) - at(2 * h)) / (12 * h);
+    a[arg] = base;
+    return v;
+  };
+  auto rel = [](double a, double n) {
+    return std::fabs(a - n) / std::max({std::fabs(a), std::fabs(n), 1e-5});
+  };
+  report << llvm::format("gradcheck: loss %.6f (float64), 5-point finite differences, h = 1e-4\n",
+                         gradOut[0].f[0]);
+  report << llvm::format("  %-34s %10s %8s %14s\n", (const char *)"parameter",
+                         (const char *)"elements", (const char *)"checks",
+                         (const char *)"worst rel err");
+  double worst = 0;
+  std::string worstName;
+  size_t argIdx = 0;
+  p = 0;
+  for (unsigned i = 0; i < fwd.getNumArguments(); ++i, ++argIdx) {
+    if (!isParam(fwd, i))
+      continue;
+    const Tensor &g = gradOut[1 + p];
+    int64_t n = g.numel();
+    std::vector<int64_t> coords;
+    if (n <= 16) {
+      for (int64_t k = 0; k < n; ++k)
+        coords.push_back(k);
+    } else {
+      int64_t best = 0;
+      for (int64_t k = 1; k < n; ++k)
+        if (std::fabs(g.f[k]) > std::fabs(g.f[best]))
+          best = k;
+      coords.push_back(best);
+      for (int s = 1; s < opts.samples; ++s)
+        coords.push_back(int64_t(random::bits(opts.seed, 9000 + p, s) % uint64_t(n)));
+    }
+    double w = 0;
+    int checks = 0;
+    std::vector<double> dir(n, 0.0);
+    for (int64_t k : coords) {
+      dir[k] = 1.0;
+      w = std::max(w, rel(g.f[k], fd(args, argIdx, dir)));
+      dir[k] = 0.0;
+      ++checks;
+    }
+    if (n > 16) { // one random direction through every coordinate
+      double norm = 0, analytic = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        dir[k] = random::normal(opts.seed, 7000 + p, k);
+        norm += dir[k] * dir[k];
+      }
+      norm = std::sqrt(norm);
+      for (int64_t k = 0; k < n; ++k) {
+        dir[k] /= norm;
+        analytic += g.f[k] * dir[k];
+      }
+      w = std::max(w, rel(analytic, fd(args, argIdx, dir)));
+      ++checks;
+    }
+    if (std::isnan(w))
+      w = INFINITY;
+    report << llvm::format("  %-34s %10lld %8d %14.3e%s\n", names[p].c_str(),
+                           (long long)n, checks, w,
+                           w > opts.tolerance ? (const char *)"  FAIL" : (const char *)"");
+    if (w > worst || std::isinf(w)) {
+      worst = w;
+      worstName = names[p];
+    }
+    ++p;
+  }
+  report << llvm::format("gradcheck: worst relative error %.3e (%s), tolerance %.0e: %s\n",
+                         worst, worstName.c_str(), opts.tolerance,
+                         worst <= opts.tolerance ? (const char *)"PASS" : (const char *)"FAIL");
+  return worst;
+}
+
+namespace {
+bool writeNpy(const std::string &path, const Tensor &t, std::string &error) {
+  std::string descr = interp::isFloat(t.elem) ? (t.elem == Elem::F64 ? "<f8" : "<f4")
+                                              : (t.elem == Elem::I64 ? "<i8" : "<i4");
+  std::string shape = "(";
+  for (int64_t d : t.shape)
+    shape += std::to_string(d) + ",";
+  if (t.shape.size() > 1)
+    shape.pop_back();
+  shape += ")";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0)
+    header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out) {
+    error = "cannot write " + path;
+    return false;
+  }
+  out.write("\x93NUMPY\x01\x00", 8);
+  uint16_t len = uint16_t(header.size());
+  out.write(reinterpret_cast<const char *>(&len), 2);
+  out << header;
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    if (descr == "<f8") { double v = t.f[k]; out.write(reinterpret_cast<char *>(&v), 8); }
+    else if (descr == "<f4") { float v = float(t.f[k]); out.write(reinterpret_cast<char *>(&v), 4); }
+    else if (descr == "<i8") { int64_t v = t.i[k]; out.write(reinterpret_cast<char *>(&v), 8); }
+    else { int32_t v = int32_t(t.i[k]); out.write(reinterpret_cast<char *>(&v), 4); }
+  }
+  return bool(out);
+}
+} // namespace
+
+bool exportReference(ModuleOp module, const std::string &dir, int steps,
+                     uint64_t seed, llvm::raw_ostream &log, std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+    error = "cannot create " + dir + ": " + ec.message();
+    return false;
+  }
+  auto fwd = module.lookupSymbol<func::FuncOp>("forward");
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!fwd || !step) {
+    error = "the module needs @forward and @train_step";
+    return false;
+  }
+  Tensor seedT = Tensor::zeros(Elem::I64, {});
+  seedT.i[0] = int64_t(seed);
+  std::vector<Tensor> init;
+  if (!runFn(module, "init", {seedT}, init, error, false))
+    return false;
+  std::vector<Tensor> data = randomInputs(fwd, seed, /*skipParams=*/true);
+  std::string manifest = "{\n  \"params\": [";
+  std::vector<Tensor> gradArgs;
+  size_t p = 0, d = 0;
+  std::vector<std::string> paramNames, inputNames;
+  for (unsigned i = 0; i < fwd.getNumArguments(); ++i) {
+    if (isParam(fwd, i)) {
+      paramNames.push_back(fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr).getValue().str());
+      gradArgs.push_back(init[p++]);
+    } else {
+      inputNames.push_back(fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr).getValue().str());
+      gradArgs.push_back(data[d++]);
+    }
+  }
+  auto file = [&](const std::string &kind, const std::string &name) {
+    return kind + "." + name + ".npy";
+  };
+  auto save = [&](const std::string &f, const Tensor &t) {
+    return writeNpy(dir + "/" + f, t, error);
+  };
+  for (size_t k = 0; k < paramNames.size(); ++k) {
+    manifest += (k ? ", " : "") + std::string("\"") + paramNames[k] + "\"";
+    if (!save(file("init", paramNames[k]), init[k]))
+      return false;
+  }
+  manifest += "],\n  \"inputs\": [";
+  for (size_t k = 0; k < inputNames.size(); ++k) {
+    manifest += (k ? ", " : "") + std::string("\"") + inputNames[k] + "\"";
+    if (!save(file("input", inputNames[k]), data[k]))
+      return false;
+  }
+  std::vector<Tensor> gradOut;
+  if (!runFn(module, "grad", gradArgs, gradOut, error, false))
+    return false;
+  if (!save("loss.npy", gradOut[0]))
+    return false;
+  for (size_t k = 0; k < paramNames.size(); ++k)
+    if (!save(file("grad", paramNames[k]), gradOut[1 + k]))
+      return false;
+  // Train steps: (params, state, inputs minus dropout_seed, step).
+  std::vector<Tensor> params(init.begin(), init.begin() + paramNames.size());
+  std::vector<Tensor> state(init.begin() + paramNames.size(), init.end());
+  std::vector<Tensor> stepInputs;
+  for (size_t k = 0; k < inputNames.size(); ++k)
+    if (inputNames[k] != "dropout_seed")
+      stepInputs.push_back(data[k]);
+  manifest += "],\n  \"steps\": [";
+  for (int s = 0; s < steps; ++s) {
+    std::vector<Tensor> args = params;
+    args.insert(args.end(), state.begin(), state.end());
+    args.insert(args.end(), stepInputs.begin(), stepInputs.end());
+    Tensor st = Tensor::zeros(Elem::I64, {});
+    st.i[0] = s;
+    args.push_back(st);
+    std::vector<Tensor> out;
+    if (!runFn(module, "train_step", args, out, error, false))
+      return false;
+    params.assign(out.begin(), out.begin() + params.size());
+    state.assign(out.begin() + params.size(), out.begin() + params.size() + state.size());
+    size_t base = params.size() + state.size();
+    double l = out[base].f[0], gn = out[base + 1].f[0], lr = out[base + 2].f[0];
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s{\"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g}",
+                  s ? ", " : "", l, gn, lr);
+    manifest += buf;
+    log << llvm::format("step %d: loss %.6f grad_norm %.6f lr %.3e\n", s, l, gn, lr);
+  }
+  for (size_t k = 0; k < paramNames.size(); ++k)
+    if (!save(file("final", paramNames[k]), params[k]))
+      return false;
+  manifest += "]\n}\n";
+  std::ofstream(dir + "/manifest.json") << manifest;
+  return true;
+}
+
+} // namespace kiln

@@ -1,0 +1,51 @@
+//===- Training.h - Train-program pipeline and numeric checks ---*- C++ -*-===//
+//
+// buildTrainProgram() runs kiln-train-step (+ canonicalize, cse) on a module
+// from the frontend. gradCheck() compares @grad against float64 finite
+// differences of @forward on the reference interpreter. exportReference()
+// writes initial parameters, a batch, the loss, every gradient and the
+// parameters after N train steps as .npy files for cross-checks against
+// another framework (test/jax/).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_TRAINING_H
+#define KILN_COMPILER_TRAINING_H
+
+#include "compiler/Interpreter.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// Adds @init, @grad, @train_step, @eval_step, @predict; simplifies.
+mlir::LogicalResult buildTrainProgram(mlir::ModuleOp module);
+
+struct GradCheckOptions {
+  /// Coordinates sampled per large tensor (the largest-gradient one plus
+  /// random ones); tensors of <= 16 elements are checked everywhere.
+  int samples = 3;
+  double tolerance = 1e-5;
+  uint64_t seed = 1;
+};
+
+/// Returns the worst relative error (or a negative number with `error` set).
+double gradCheck(mlir::ModuleOp module, const GradCheckOptions &options,
+                 llvm::raw_ostream &report, std::string &error);
+
+/// Random inputs for @forward's data arguments: floats ~ N(0, 1), integer
+/// inputs uniform over the range their users accept (table rows for gather,
+/// classes for cross_entropy), dropout seeds fixed.
+std::vector<interp::Tensor> randomInputs(mlir::func::FuncOp fn,
+                                         uint64_t seed, bool skipParams);
+
+bool exportReference(mlir::ModuleOp module, const std::string &dir, int steps,
+                     uint64_t seed, llvm::raw_ostream &log,
+                     std::string &error);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_TRAINING_H

@@ -1,0 +1,33 @@
+//===- Passes.h - Kiln passes ------------------------------------*- C++ -*-===//
+#ifndef KILN_PASSES_PASSES_H
+#define KILN_PASSES_PASSES_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+#include <memory>
+
+namespace kiln {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// The reverse sweep shared by kiln-autodiff and kiln-train-step. The ops
+/// that compute `loss` must already be in the builder's block; gradients are
+/// appended at the builder's insertion point. Returns one gradient per `wrt`
+/// value (a zero constant where the loss does not depend on it), or failure
+/// after emitting an error on an op without a gradient rule.
+mlir::FailureOr<llvm::SmallVector<mlir::Value>>
+buildReverseSweep(mlir::OpBuilder &builder, mlir::Value loss,
+                  llvm::ArrayRef<mlir::Value> wrt, int64_t *numOps = nullptr);
+
+/// Erases pure ops whose results are unused, in `block`, to a fixpoint.
+void eraseDeadOps(mlir::Block &block);
+
+} // namespace kiln
+
+#endif // KILN_PASSES_PASSES_H

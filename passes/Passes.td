@@ -1,0 +1,87 @@
+//===- Passes.td - Kiln passes -------------------------------*- tablegen -*-===//
+#ifndef KILN_PASSES_TD
+#define KILN_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def KilnAutodiffPass : Pass<"kiln-autodiff", "mlir::ModuleOp"> {
+  let summary = "Differentiate @forward: add @grad returning the loss and every parameter gradient";
+  let description = [{
+    Reverse-mode automatic differentiation. `@forward` (from the frontend)
+    takes parameters (`kiln.param`) and inputs (`kiln.input`) and returns the
+    loss first. This pass adds
+
+    ```mlir
+    func.func @grad(params..., inputs...) -> (loss, dloss/dparam...)
+    ```
+
+    by cloning the forward ops and sweeping them once in reverse, calling
+    each op's GradientOpInterface rule and summing contributions, so shared
+    subexpressions are differentiated once. Only values on a path from a
+    parameter to the loss get gradients, and gradients nobody uses are erased.
+    Integer operands (indices, targets) and ops without a rule that sit off
+    that path (iota, compare, constants) are not differentiated; an op on the
+    path without a rule is an error.
+
+    Before:
+    ```mlir
+    func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}, %x: tensor<4xf32> {kiln.input = "x"})
+        -> (tensor<f32> {kiln.output = "loss"}) {
+      %0 = kiln.mul %w, %x : tensor<4xf32>
+      %1 = kiln.reduce_sum %0 axes = [0] : tensor<4xf32> -> tensor<f32>
+      return %1 : tensor<f32>
+    }
+    ```
+    After (added):
+    ```mlir
+    func.func @grad(%w: tensor<4xf32>, %x: tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>) {
+      %0 = kiln.mul %w, %x : tensor<4xf32>
+      %1 = kiln.reduce_sum %0 axes = [0] : tensor<4xf32> -> tensor<f32>
+      %2 = kiln.constant dense<1.0> : tensor<f32>
+      %3 = kiln.broadcast_in_dim %2, dims = [] : tensor<f32> -> tensor<4xf32>
+      %4 = kiln.mul %3, %x : tensor<4xf32>
+      return %1, %4 : tensor<f32>, tensor<4xf32>
+    }
+    ```
+  }];
+  let statistics = [
+    Statistic<"numGradientOps", "gradient-ops", "Ops added by the reverse sweep">,
+  ];
+}
+
+def KilnTrainStepPass : Pass<"kiln-train-step", "mlir::ModuleOp"> {
+  let summary = "Build @init, @grad, @train_step, @eval_step and @predict from @forward and kiln.train";
+  let description = [{
+    Turns the forward model into a pure training program, reading the
+    module's `kiln.train` dictionary (optimizer, schedule, grad_clip,
+    grad_accum, seed):
+
+    ```mlir
+    func.func @init(%seed: tensor<i64>) -> (params..., optimizer_state...)
+    func.func @grad(params..., inputs...) -> (loss, grads...)
+    func.func @train_step(params..., optimizer_state..., inputs..., %step: tensor<i64>)
+        -> (params'..., optimizer_state'..., loss, grad_norm, lr)
+    func.func @eval_step(params..., inputs...) -> loss            // dropout off
+    func.func @predict(params..., inputs...) -> logits            // last position
+    ```
+
+    The train step computes the learning rate from `step` (constant, linear
+    warmup, or nanoGPT's cosine schedule), the gradients (averaged over
+    `grad_accum` micro-batches taken from a batch `grad_accum` times larger),
+    the global gradient norm, optional clipping, and the optimizer update
+    (SGD with momentum/Nesterov, Adam, AdamW with decoupled weight decay).
+    Weight decay applies to linear-layer weights only; biases, norm weights
+    and embeddings form the no-decay group. Dropout seeds are derived from
+    `kiln.train.seed`, the step and the micro-batch, so a step replays
+    exactly. See docs/training.md for every formula.
+  }];
+  let options = [
+    Option<"emitGrad", "emit-grad", "bool", /*default=*/"true",
+           "Also keep @grad (used by --gradcheck and the JAX cross-check)">,
+  ];
+  let statistics = [
+    Statistic<"numTrainStepOps", "train-step-ops", "Ops in @train_step">,
+  ];
+}
+
+#endif // KILN_PASSES_TD

@@ -1,0 +1,549 @@
+//===- TrainStep.cpp - The whole training program from @forward -----------===//
+//
+// Builds @init, @grad, @train_step, @eval_step and @predict. Every formula
+// (schedules, clipping, optimizers, the no-decay rule, dropout seeds) is
+// written down in docs/training.md; keep the two in step.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "dialects/kiln/KilnOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNTRAINSTEPPASS
+#include "passes/Passes.h.inc"
+
+namespace {
+
+struct Param {
+  unsigned arg;
+  std::string name, layer;
+  RankedTensorType type;
+  DictionaryAttr init;
+  bool decay;
+};
+
+struct Input {
+  unsigned arg;
+  std::string name;
+  RankedTensorType type;
+};
+
+struct Config {
+  std::string optimizer = "adamw";
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.0;
+  double momentum = 0.0;
+  bool nesterov = false;
+  std::string schedule = "constant";
+  int64_t warmup = 0, decaySteps = -1, steps = 1, gradAccum = 1, seed = 0;
+  double minLr = 0.0, gradClip = 0.0;
+};
+
+double getF(DictionaryAttr d, StringRef k, double def) {
+  if (!d)
+    return def;
+  if (auto f = d.getAs<FloatAttr>(k))
+    return f.getValueAsDouble();
+  if (auto i = d.getAs<IntegerAttr>(k))
+    return double(i.getInt());
+  return def;
+}
+int64_t getI(DictionaryAttr d, StringRef k, int64_t def) {
+  if (!d)
+    return def;
+  if (auto i = d.getAs<IntegerAttr>(k))
+    return i.getInt();
+  return def;
+}
+
+Config readConfig(ModuleOp m) {
+  Config c;
+  auto t = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+  if (!t)
+    return c;
+  if (auto o = t.getAs<DictionaryAttr>("optimizer")) {
+    if (auto n = o.getAs<StringAttr>("name"))
+      c.optimizer = n.getValue().str();
+    c.lr = getF(o, "lr", c.lr);
+    c.beta1 = getF(o, "beta1", c.beta1);
+    c.beta2 = getF(o, "beta2", c.beta2);
+    c.eps = getF(o, "eps", c.eps);
+    c.weightDecay = getF(o, "weight_decay", c.weightDecay);
+    c.momentum = getF(o, "momentum", c.momentum);
+    if (auto n = o.getAs<BoolAttr>("nesterov"))
+      c.nesterov = n.getValue();
+  }
+  if (auto s = t.getAs<DictionaryAttr>("schedule")) {
+    if (auto n = s.getAs<StringAttr>("name"))
+      c.schedule = n.getValue().str();
+    c.warmup = getI(s, "warmup", 0);
+    c.minLr = getF(s, "min_lr", 0.0);
+    c.decaySteps = getI(s, "decay_steps", -1);
+  }
+  c.steps = getI(t, "steps", 1);
+  c.gradAccum = getI(t, "grad_accum", 1);
+  c.seed = getI(t, "seed", 0);
+  c.gradClip = getF(t, "grad_clip", 0.0);
+  if (c.decaySteps < 0)
+    c.decaySteps = c.steps;
+  return c;
+}
+
+/// Scalar (rank-0 f32) and broadcasting helpers.
+struct S {
+  OpBuilder &b;
+  Location loc;
+  RankedTensorType f32() { return RankedTensorType::get({}, b.getF32Type()); }
+  Value cst(double v, RankedTensorType t = {}) {
+    if (!t)
+      t = f32();
+    Attribute a = isa<FloatType>(t.getElementType())
+                      ? Attribute(FloatAttr::get(t.getElementType(), v))
+                      : Attribute(IntegerAttr::get(t.getElementType(), int64_t(v)));
+    return b.create<ConstantOp>(loc, DenseElementsAttr::get(t, a));
+  }
+  Value add(Value x, Value y) { return b.create<AddOp>(loc, x, y); }
+  Value sub(Value x, Value y) { return b.create<SubOp>(loc, x, y); }
+  Value mul(Value x, Value y) { return b.create<MulOp>(loc, x, y); }
+  Value div(Value x, Value y) { return b.create<DivOp>(loc, x, y); }
+  Value sqrt(Value x) { return b.create<SqrtOp>(loc, x); }
+  Value min(Value x, Value y) { return b.create<MinOp>(loc, x, y); }
+  Value pow(Value x, Value y) { return b.create<PowOp>(loc, x, y); }
+  Value select(Value p, Value x, Value y) { return b.create<SelectOp>(loc, p, x, y); }
+  Value lt(Value x, Value y) { return b.create<CompareOp>(loc, CompareDirection::lt, x, y); }
+  Value gt(Value x, Value y) { return b.create<CompareOp>(loc, CompareDirection::gt, x, y); }
+  /// Broadcasts a rank-0 value to `t`.
+  Value splat(Value scalar, RankedTensorType t) {
+    if (t.getRank() == 0)
+      return scalar;
+    return b.create<BroadcastInDimOp>(loc, t, scalar, ArrayRef<int64_t>{});
+  }
+  Value sumAll(Value x) {
+    auto t = cast<RankedTensorType>(x.getType());
+    if (t.getRank() == 0)
+      return x;
+    SmallVector<int64_t> axes;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      axes.push_back(d);
+    return b.create<ReduceSumOp>(loc, t.clone(ArrayRef<int64_t>{}), x,
+                                 b.getDenseI64ArrayAttr(axes), UnitAttr());
+  }
+};
+
+class Builder {
+public:
+  Builder(ModuleOp m, func::FuncOp fwd) : m_(m), fwd_(fwd), b_(m.getContext()) {
+    for (auto [i, arg] : llvm::enumerate(fwd.getArguments())) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (auto p = fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr)) {
+        Param info{unsigned(i), p.getValue().str(), "", type,
+                   fwd.getArgAttrOfType<DictionaryAttr>(i, KilnDialect::kInitAttr),
+                   false};
+        if (auto l = fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kLayerAttr))
+          info.layer = l.getValue().str();
+        // The no-decay rule: only linear-layer weight matrices decay.
+        info.decay = info.layer == "linear" && type.getRank() >= 2;
+        params_.push_back(info);
+      } else if (auto in = fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr)) {
+        if (in.getValue() == "dropout_seed")
+          dropoutSeedArg_ = int(i);
+        else
+          inputs_.push_back({unsigned(i), in.getValue().str(), type});
+      }
+    }
+    cfg_ = readConfig(m);
+    auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
+    hasLogits_ = ret.getNumOperands() > 1;
+  }
+
+  LogicalResult buildInit();
+  LogicalResult buildGrad();
+  LogicalResult buildTrainStep(int64_t &numOps);
+  LogicalResult buildEvalStep();
+  LogicalResult buildPredict();
+
+private:
+  ModuleOp m_;
+  func::FuncOp fwd_;
+  OpBuilder b_;
+  std::vector<Param> params_;
+  std::vector<Input> inputs_;
+  int dropoutSeedArg_ = -1;
+  Config cfg_;
+  bool hasLogits_ = false;
+
+  Location loc() { return fwd_.getLoc(); }
+
+  /// Optimizer state slots per parameter.
+  std::vector<std::string> slots() const {
+    if (cfg_.optimizer == "adam" || cfg_.optimizer == "adamw")
+      return {"m", "v"};
+    if (cfg_.optimizer == "sgd" && cfg_.momentum != 0.0)
+      return {"momentum"};
+    return {};
+  }
+
+  func::FuncOp newFunc(StringRef name) {
+    b_.setInsertionPointToEnd(m_.getBody());
+    auto f = b_.create<func::FuncOp>(loc(), name, b_.getFunctionType({}, {}));
+    b_.setInsertionPointToEnd(f.addEntryBlock());
+    return f;
+  }
+
+  /// Argument attributes waiting for finish() (the function type is only
+  /// final once every argument exists).
+  std::vector<NamedAttrList> pendingArgAttrs_;
+
+  BlockArgument addArg(func::FuncOp f, Type t, Location l, StringRef attr,
+                       StringRef value) {
+    BlockArgument a = f.getBody().front().addArgument(t, l);
+    pendingArgAttrs_.resize(a.getArgNumber() + 1);
+    pendingArgAttrs_[a.getArgNumber()].set(attr, b_.getStringAttr(value));
+    return a;
+  }
+
+  void finish(func::FuncOp f, ArrayRef<Value> results,
+              ArrayRef<std::string> names) {
+    b_.create<func::ReturnOp>(loc(), results);
+    SmallVector<Type> types;
+    for (Value v : results)
+      types.push_back(v.getType());
+    f.setFunctionType(b_.getFunctionType(f.getBody().front().getArgumentTypes(), types));
+    pendingArgAttrs_.resize(f.getNumArguments());
+    for (unsigned i = 0; i < f.getNumArguments(); ++i)
+      if (!pendingArgAttrs_[i].empty())
+        f.setArgAttrs(i, pendingArgAttrs_[i].getDictionary(f.getContext()));
+    pendingArgAttrs_.clear();
+    for (auto [i, n] : llvm::enumerate(names))
+      f.setResultAttr(i, KilnDialect::kOutputAttr, b_.getStringAttr(n));
+    eraseDeadOps(f.getBody().front());
+  }
+
+  /// Clones @forward's ops at the insertion point with `map` giving the
+  /// arguments; with `noDropout`, dropout ops become the identity. Returns
+  /// the mapped results (loss first).
+  SmallVector<Value> cloneForward(IRMapping &map, bool noDropout) {
+    for (Operation &op : fwd_.getBody().front()) {
+      if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        SmallVector<Value> out;
+        for (Value v : ret.getOperands())
+          out.push_back(map.lookup(v));
+        return out;
+      }
+      if (noDropout)
+        if (auto d = dyn_cast<DropoutOp>(op)) {
+          map.map(d.getResult(), map.lookup(d.getOperand()));
+          continue;
+        }
+      b_.clone(op, map);
+    }
+    return {};
+  }
+
+  /// Adds params (and, if asked, data inputs) as arguments of f.
+  void addParamArgs(func::FuncOp f, SmallVectorImpl<Value> &out) {
+    for (const Param &p : params_)
+      out.push_back(addArg(f, p.type, loc(), KilnDialect::kParamAttr, p.name));
+  }
+};
+
+LogicalResult Builder::buildInit() {
+  func::FuncOp f = newFunc("init");
+  S s{b_, loc()};
+  auto seedType = RankedTensorType::get({}, b_.getI64Type());
+  Value seed = addArg(f, seedType, loc(), KilnDialect::kInputAttr, "seed");
+  SmallVector<Value> results;
+  std::vector<std::string> names;
+  for (auto [i, p] : llvm::enumerate(params_)) {
+    StringRef kind = p.init ? p.init.getAs<StringAttr>("kind").getValue() : "zeros";
+    Value v;
+    if (kind == "normal" || kind == "uniform") {
+      bool normal = kind == "normal";
+      Value r = b_.create<RandomOp>(loc(), p.type,
+                                    normal ? RandomDistribution::normal
+                                           : RandomDistribution::uniform,
+                                    seed, int64_t(i));
+      double a = normal ? getF(p.init, "std", 0.02)
+                        : getF(p.init, "high", 0) - getF(p.init, "low", 0);
+      double c = normal ? getF(p.init, "mean", 0) : getF(p.init, "low", 0);
+      v = s.add(s.mul(r, s.splat(s.cst(a), p.type)), s.splat(s.cst(c), p.type));
+    } else {
+      v = s.cst(kind == "ones" ? 1.0 : 0.0, p.type);
+    }
+    results.push_back(v);
+    names.push_back(p.name);
+  }
+  for (const std::string &slot : slots())
+    for (const Param &p : params_) {
+      results.push_back(s.cst(0.0, p.type));
+      names.push_back(slot + ":" + p.name);
+    }
+  finish(f, results, names);
+  return success();
+}
+
+LogicalResult Builder::buildGrad() {
+  func::FuncOp f = newFunc("grad");
+  IRMapping map;
+  SmallVector<Value> ps;
+  for (auto [i, arg] : llvm::enumerate(fwd_.getArguments())) {
+    BlockArgument a = f.getBody().front().addArgument(arg.getType(), arg.getLoc());
+    map.map(arg, a);
+    if (fwd_.getArgAttr(i, KilnDialect::kParamAttr))
+      ps.push_back(a);
+  }
+  pendingArgAttrs_.clear();
+  for (unsigned i = 0; i < fwd_.getNumArguments(); ++i)
+    pendingArgAttrs_.emplace_back(fwd_.getArgAttrDict(i));
+  SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
+  FailureOr<SmallVector<Value>> grads = buildReverseSweep(b_, outs[0], ps);
+  if (failed(grads))
+    return failure();
+  SmallVector<Value> results{outs[0]};
+  std::vector<std::string> names{"loss"};
+  results.append(grads->begin(), grads->end());
+  for (const Param &p : params_)
+    names.push_back("grad:" + p.name);
+  finish(f, results, names);
+  return success();
+}
+
+LogicalResult Builder::buildTrainStep(int64_t &numOps) {
+  func::FuncOp f = newFunc("train_step");
+  S s{b_, loc()};
+  SmallVector<Value> ps;
+  addParamArgs(f, ps);
+  std::vector<std::string> slotNames = slots();
+  std::vector<SmallVector<Value>> state(slotNames.size());
+  for (auto [k, slot] : llvm::enumerate(slotNames))
+    for (const Param &p : params_)
+      state[k].push_back(addArg(f, p.type, loc(), KilnDialect::kStateAttr, slot + ":" + p.name));
+  int64_t K = cfg_.gradAccum;
+  SmallVector<Value> ins;
+  for (const Input &in : inputs_) {
+    RankedTensorType t = in.type;
+    if (K > 1) {
+      SmallVector<int64_t> shape(t.getShape());
+      if (shape.empty())
+        return fwd_.emitError() << "grad_accum needs batched inputs; '"
+                                << in.name << "' is a scalar";
+      shape[0] *= K;
+      t = t.clone(shape);
+    }
+    ins.push_back(addArg(f, t, loc(), KilnDialect::kInputAttr, in.name));
+  }
+  auto i64 = RankedTensorType::get({}, b_.getI64Type());
+  Value step = addArg(f, i64, loc(), KilnDialect::kInputAttr, "step");
+
+  // Forward and backward per micro-batch.
+  Value lossSum;
+  SmallVector<Value> gradSum(params_.size());
+  for (int64_t k = 0; k < K; ++k) {
+    IRMapping map;
+    for (auto [p, v] : llvm::zip(params_, ps))
+      map.map(fwd_.getArgument(p.arg), v);
+    for (auto [in, v] : llvm::zip(inputs_, ins)) {
+      Value x = v;
+      if (K > 1) {
+        RankedTensorType full = cast<RankedTensorType>(v.getType());
+        SmallVector<int64_t> start(full.getRank(), 0), limit(full.getShape()),
+            stride(full.getRank(), 1);
+        int64_t rows = in.type.getDimSize(0);
+        start[0] = k * rows;
+        limit[0] = (k + 1) * rows;
+        x = b_.create<SliceOp>(loc(), v, start, limit, stride);
+      }
+      map.map(fwd_.getArgument(in.arg), x);
+    }
+    if (dropoutSeedArg_ >= 0) {
+      // seed = train.seed * 1000003 + step * grad_accum + k
+      Value base = s.cst(double(cfg_.seed * 1000003 + k), i64);
+      Value seed = s.add(s.mul(step, s.cst(double(K), i64)), base);
+      map.map(fwd_.getArgument(dropoutSeedArg_), seed);
+    }
+    SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
+    FailureOr<SmallVector<Value>> grads = buildReverseSweep(b_, outs[0], ps);
+    if (failed(grads))
+      return failure();
+    lossSum = lossSum ? s.add(lossSum, outs[0]) : outs[0];
+    for (size_t i = 0; i < params_.size(); ++i)
+      gradSum[i] = gradSum[i] ? s.add(gradSum[i], (*grads)[i]) : (*grads)[i];
+  }
+  Value loss = lossSum;
+  SmallVector<Value> grads = gradSum;
+  if (K > 1) {
+    loss = s.mul(loss, s.cst(1.0 / double(K)));
+    for (auto [g, p] : llvm::zip(grads, params_))
+      g = s.mul(g, s.splat(s.cst(1.0 / double(K)), p.type));
+  }
+
+  // Global gradient norm and clipping (PyTorch's clip_grad_norm_).
+  Value sq;
+  for (Value g : grads) {
+    Value t = s.sumAll(s.mul(g, g));
+    sq = sq ? s.add(sq, t) : t;
+  }
+  Value norm = s.sqrt(sq ? sq : s.cst(0.0));
+  if (cfg_.gradClip > 0) {
+    Value factor = s.min(s.cst(1.0), s.div(s.cst(cfg_.gradClip),
+                                           s.add(norm, s.cst(1e-6))));
+    for (auto [g, p] : llvm::zip(grads, params_))
+      g = s.mul(g, s.splat(factor, p.type));
+  }
+
+  // Learning rate at this step.
+  Value it = b_.create<CastOp>(loc(), s.f32(), step);
+  Value lr = s.cst(cfg_.lr);
+  if (cfg_.schedule == "linear_warmup" && cfg_.warmup > 0) {
+    lr = s.mul(lr, s.min(s.cst(1.0), s.div(s.add(it, s.cst(1.0)),
+                                           s.cst(double(cfg_.warmup)))));
+  } else if (cfg_.schedule == "cosine") {
+    double w = double(cfg_.warmup), d = double(cfg_.decaySteps);
+    Value warm = s.mul(s.cst(cfg_.lr), s.div(s.add(it, s.cst(1.0)), s.cst(w + 1.0)));
+    Value ratio = s.div(s.sub(it, s.cst(w)), s.cst(std::max(1.0, d - w)));
+    Value coeff = s.mul(s.cst(0.5), s.add(s.cst(1.0),
+                                          b_.create<CosOp>(loc(), s.mul(s.cst(M_PI), ratio))));
+    Value decay = s.add(s.cst(cfg_.minLr), s.mul(coeff, s.cst(cfg_.lr - cfg_.minLr)));
+    Value after = s.select(s.gt(it, s.cst(d)), s.cst(cfg_.minLr), decay);
+    lr = s.select(s.lt(it, s.cst(w)), warm, after);
+  }
+
+  // Optimizer.
+  SmallVector<Value> newParams;
+  std::vector<SmallVector<Value>> newState(slotNames.size());
+  Value t1 = s.add(it, s.cst(1.0));
+  Value bc1 = s.sub(s.cst(1.0), s.pow(s.cst(cfg_.beta1), t1));
+  Value bc2 = s.sub(s.cst(1.0), s.pow(s.cst(cfg_.beta2), t1));
+  for (auto [i, p] : llvm::enumerate(params_)) {
+    RankedTensorType t = p.type;
+    Value w = ps[i], g = grads[i];
+    auto c = [&](double v) { return s.splat(s.cst(v), t); };
+    Value lrT = s.splat(lr, t);
+    double wd = p.decay ? cfg_.weightDecay : 0.0;
+    if (cfg_.optimizer == "sgd") {
+      if (wd != 0)
+        g = s.add(g, s.mul(c(wd), w));
+      Value update = g;
+      if (cfg_.momentum != 0) {
+        Value buf = s.add(s.mul(c(cfg_.momentum), state[0][i]), g);
+        newState[0].push_back(buf);
+        update = cfg_.nesterov ? s.add(g, s.mul(c(cfg_.momentum), buf)) : buf;
+      }
+      newParams.push_back(s.sub(w, s.mul(lrT, update)));
+      continue;
+    }
+    bool adamw = cfg_.optimizer == "adamw";
+    if (!adamw && wd != 0)
+      g = s.add(g, s.mul(c(wd), w)); // Adam: L2 added to the gradient
+    Value m = s.add(s.mul(c(cfg_.beta1), state[0][i]), s.mul(c(1 - cfg_.beta1), g));
+    Value v = s.add(s.mul(c(cfg_.beta2), state[1][i]),
+                    s.mul(c(1 - cfg_.beta2), s.mul(g, g)));
+    Value mhat = s.div(m, s.splat(bc1, t));
+    Value vhat = s.div(v, s.splat(bc2, t));
+    Value update = s.div(mhat, s.add(s.sqrt(vhat), c(cfg_.eps)));
+    if (adamw && wd != 0)
+      update = s.add(update, s.mul(c(wd), w)); // decoupled weight decay
+    newParams.push_back(s.sub(w, s.mul(lrT, update)));
+    newState[0].push_back(m);
+    newState[1].push_back(v);
+  }
+
+  SmallVector<Value> results(newParams.begin(), newParams.end());
+  std::vector<std::string> names;
+  for (const Param &p : params_)
+    names.push_back(p.name);
+  for (auto [k, slot] : llvm::enumerate(slotNames))
+    for (auto [i, p] : llvm::enumerate(params_)) {
+      results.push_back(newState[k][i]);
+      names.push_back(slot + ":" + p.name);
+    }
+  results.append({loss, norm, lr});
+  names.insert(names.end(), {"loss", "grad_norm", "lr"});
+  finish(f, results, names);
+  numOps = 0;
+  f.walk([&](Operation *) { ++numOps; });
+  numOps -= 1; // the function itself
+  return success();
+}
+
+LogicalResult Builder::buildEvalStep() {
+  func::FuncOp f = newFunc("eval_step");
+  SmallVector<Value> ps;
+  addParamArgs(f, ps);
+  IRMapping map;
+  for (auto [p, v] : llvm::zip(params_, ps))
+    map.map(fwd_.getArgument(p.arg), v);
+  for (const Input &in : inputs_)
+    map.map(fwd_.getArgument(in.arg),
+            addArg(f, in.type, loc(), KilnDialect::kInputAttr, in.name));
+  SmallVector<Value> outs = cloneForward(map, /*noDropout=*/true);
+  finish(f, {outs[0]}, {"loss"});
+  return success();
+}
+
+LogicalResult Builder::buildPredict() {
+  if (!hasLogits_)
+    return success();
+  func::FuncOp f = newFunc("predict");
+  SmallVector<Value> ps;
+  addParamArgs(f, ps);
+  IRMapping map;
+  for (auto [p, v] : llvm::zip(params_, ps))
+    map.map(fwd_.getArgument(p.arg), v);
+  for (const Input &in : inputs_)
+    map.map(fwd_.getArgument(in.arg),
+            addArg(f, in.type, loc(), KilnDialect::kInputAttr, in.name));
+  SmallVector<Value> outs = cloneForward(map, /*noDropout=*/true);
+  Value logits = outs[1];
+  auto t = cast<RankedTensorType>(logits.getType());
+  if (t.getRank() == 3) { // [B, T, V] -> the last position, [B, V]
+    SmallVector<int64_t> start{0, t.getDimSize(1) - 1, 0};
+    SmallVector<int64_t> limit(t.getShape()), stride{1, 1, 1};
+    Value last = b_.create<SliceOp>(loc(), logits, start, limit, stride);
+    logits = b_.create<ReshapeOp>(
+        loc(), t.clone({t.getDimSize(0), t.getDimSize(2)}), last);
+  }
+  finish(f, {logits}, {"logits"});
+  // Drop inputs that prediction does not read (the targets).
+  Block &body = f.getBody().front();
+  llvm::BitVector unused(body.getNumArguments());
+  for (unsigned i = params_.size(); i < body.getNumArguments(); ++i)
+    if (body.getArgument(i).use_empty())
+      unused.set(i);
+  (void)f.eraseArguments(unused);
+  return success();
+}
+
+struct KilnTrainStepPass : impl::KilnTrainStepPassBase<KilnTrainStepPass> {
+  using KilnTrainStepPassBase::KilnTrainStepPassBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fwd = module.lookupSymbol<func::FuncOp>("forward");
+    if (!fwd) {
+      module.emitError() << "kiln-train-step needs a func.func @forward";
+      return signalPassFailure();
+    }
+    for (StringRef name : {"init", "grad", "train_step", "eval_step", "predict"})
+      if (module.lookupSymbol(name)) {
+        module.emitError() << "@" << name << " already exists";
+        return signalPassFailure();
+      }
+    Builder b(module, fwd);
+    int64_t n = 0;
+    if (failed(b.buildInit()) || (emitGrad && failed(b.buildGrad())) ||
+        failed(b.buildTrainStep(n)) || failed(b.buildEvalStep()) ||
+        failed(b.buildPredict()))
+      return signalPassFailure();
+    numTrainStepOps = n;
+  }
+};
+
+} // namespace
+} // namespace kiln
