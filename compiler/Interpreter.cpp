@@ -349,6 +349,10 @@ bool Interpreter::eval(Operation *op) {
         return true;
       })
       .Case([&](TransposeOp o) { return transpose(o); })
+      .Case([&](OptimizationBarrierOp o) {
+        set(o.getResult(), in(o.getOperand()));
+        return true;
+      })
       .Case([&](SliceOp o) { return slice(o); })
       .Case([&](PadOp o) { return pad(o); })
       .Case([&](ConcatOp o) { return concat(o); })

@@ -137,6 +137,14 @@ ModelSummary summarize(ModuleOp module) {
   return s;
 }
 
+void addProgram(ModelSummary &s, ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    int64_t n = 0;
+    fn.walk([&](Operation *op) { n += op != fn.getOperation(); });
+    s.program.push_back({fn.getSymName().str(), n});
+  }
+}
+
 void print(const ModelSummary &s, llvm::raw_ostream &os) {
   os << "model " << s.model << " (" << s.source << ")\n";
   auto list = [&](const char *label, const std::vector<ModelSummary::Tensor> &ts) {
@@ -172,6 +180,13 @@ void print(const ModelSummary &s, llvm::raw_ostream &os) {
        << llvm::right_justify(grouped(p.count), 11) << "  " << p.init << "\n";
   if (!s.train.empty())
     os << "  " << llvm::left_justify("train:", 12) << s.train << "\n";
+  if (!s.program.empty()) {
+    os << "  " << llvm::left_justify("program:", 12);
+    for (size_t i = 0; i < s.program.size(); ++i)
+      os << (i ? ", " : "") << "@" << s.program[i].first << " "
+         << s.program[i].second << " ops";
+    os << "\n";
+  }
 }
 
 } // namespace kiln

@@ -30,7 +30,12 @@ struct ModelSummary {
   /// Parameters not created by position_embedding (nanoGPT's count).
   int64_t paramCountNoPosition = 0;
   std::string train;
+  /// Ops per function of the training program, when it was built.
+  std::vector<std::pair<std::string, int64_t>> program;
 };
+
+/// Adds the op count of every function in `module` to `summary.program`.
+void addProgram(ModelSummary &summary, mlir::ModuleOp module);
 
 /// Reads the summary off a module built by the frontend (func @forward).
 ModelSummary summarize(mlir::ModuleOp module);

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 #include <unordered_map>
 
 using namespace mlir;
@@ -158,6 +159,17 @@ struct Args {
   bool has(size_t i) const { return vals[i].has_value(); }
 };
 
+/// Tags every op built inside a repeat iteration with `kiln.block`.
+struct BlockTagger : OpBuilder::Listener {
+  std::string tag;
+  void notifyOperationInserted(Operation *op,
+                               OpBuilder::InsertPoint) override {
+    if (!tag.empty())
+      op->setAttr(KilnDialect::kBlockAttr,
+                  StringAttr::get(op->getContext(), tag));
+  }
+};
+
 class Elaborator {
 public:
   Elaborator(MLIRContext &ctx, const SourceFile &file, const FileAST &ast,
@@ -166,6 +178,7 @@ public:
         b_(&ctx) {
     for (const DefDecl &d : ast.defs)
       defs_[d.name] = &d;
+    b_.setListener(&tagger_);
   }
 
   OwningOpRef<ModuleOp> run();
@@ -177,6 +190,7 @@ private:
   const FrontendOptions &opts_;
   DiagEngine &diags_;
   OpBuilder b_;
+  BlockTagger tagger_;
   OwningOpRef<ModuleOp> module_;
   func::FuncOp func_;
   mlir::Block *entry_ = nullptr;
@@ -197,11 +211,15 @@ private:
   std::vector<Location> callStack_;
   int callDepth_ = 0;
   int64_t opCount_ = 0;
+  int64_t steps_ = 0;
+  std::set<std::string> paramNames_;
+  std::set<std::string> usedDims_;
   int64_t dropoutSalt_ = 0;
   std::optional<Val> dropoutSeed_;
   // Batch binding.
   std::optional<int64_t> trainBatch_;
   std::string batchDimName_;
+  bool leadingDim_ = false;
   NamedAttrList dimBindings_;
   NamedAttrList trainAttrs_;
 
@@ -295,6 +313,7 @@ private:
   }
 
   Val splat(const Shape &s, DType t, double v, SourceLoc l) {
+    checkFits(v, t, l);
     RankedTensorType type = tensorType(s, t, l);
     Attribute a;
     if (isFloat(t))
@@ -339,6 +358,20 @@ private:
                   t.dtype, l);
   }
 
+  /// A number used as a constant of type t must be representable in t.
+  void checkFits(double v, DType t, SourceLoc l) {
+    if (std::isinf(v) || std::isnan(v))
+      return; // explicit infinities (e.g. masks) are intended
+    double limit = t == DType::F64 ? 1.79e308
+                   : t == DType::F16 ? 65504.0
+                   : t == DType::I32 ? 2147483647.0
+                   : t == DType::I64 ? 9.2e18 : 3.4028234e38;
+    bool isIntType = t == DType::I32 || t == DType::I64;
+    if (std::fabs(v) > limit || (t == DType::I32 && v < -2147483648.0))
+      fail(l, "the number " + fmtDouble(v) + " does not fit in " +
+                  dtypeName(t) + (isIntType ? "" : " (it would become infinity)"));
+  }
+
   Val toTensorLike(const Val &scalar, const Val &like, SourceLoc l) {
     if (scalar.kind == Val::Kind::Bool)
       fail(scalar.loc, "a boolean cannot be used in tensor arithmetic");
@@ -355,6 +388,14 @@ private:
     if (!v.isTensor())
       fail(v.loc, what + " must be a tensor, got " + describe(v));
     return v;
+  }
+
+  /// Layers keep f32 parameters, so their inputs must be f32 too.
+  void expectF32(const Val &v, const std::string &layer) {
+    expectTensor(v, "the input of " + layer);
+    if (v.dtype != DType::F32)
+      fail(v.loc, layer + " computes in f32 (its parameters are f32) but its "
+                  "input is " + describe(v) + "; use cast(x, f32)");
   }
 
   Val expectFloatTensor(const Val &v, const std::string &what) {
@@ -425,6 +466,10 @@ private:
 
   Val newParam(const std::string &name, const std::string &layerKind,
                const Shape &shape, const Val &init, SourceLoc l) {
+    countOp(l);
+    if (!paramNames_.insert(name).second)
+      fail(l, "a parameter named '" + name + "' already exists; give this "
+              "layer another name = \"...\"");
     RankedTensorType type = tensorType(shape, DType::F32, l);
     BlockArgument arg = entry_->insertArgument(numParams_++, type, loc(l));
     NamedAttrList attrs;
@@ -577,7 +622,9 @@ private:
 
 std::string Elaborator::suggest(const std::string &name, const Env *env) {
   std::string best;
-  unsigned bestDist = std::max<unsigned>(1, name.size() / 3) + 1;
+  if (name.size() < 3)
+    return "";
+  unsigned bestDist = std::max<unsigned>(2, name.size() / 3) + 1;
   auto consider = [&](const std::string &cand) {
     unsigned d = llvm::StringRef(name).edit_distance(cand, true, bestDist);
     if (d < bestDist) {
@@ -667,8 +714,15 @@ Val Elaborator::eval(const Expr &e, Env &env) {
     Val v;
     v.kind = Val::Kind::List;
     v.loc = e.loc;
-    for (const ExprPtr &x : e.args)
+    int64_t leaves = 0;
+    for (const ExprPtr &x : e.args) {
       v.items.push_back(eval(*x, env));
+      leaves += v.items.back().kind == Val::Kind::List ? v.items.back().i : 1;
+      if (leaves > kMaxListElements)
+        fail(e.loc, "list grows past " + std::to_string(kMaxListElements) +
+                        " elements");
+    }
+    v.i = leaves; // for lists: the number of non-list elements inside
     return v;
   }
   }
@@ -701,15 +755,25 @@ Val Elaborator::scalarArith(const std::string &op, const Val &a, const Val &c,
       if ((a.i % c.i != 0) && ((a.i < 0) != (c.i < 0)))
         --r; // floor, as Python
     } else if (op == "**" && c.i >= 0) {
+      // Exponentiation by squaring: O(log exponent), overflow-checked.
       r = 1;
-      for (int64_t k = 0; k < c.i && !overflow; ++k)
-        overflow = __builtin_mul_overflow(r, a.i, &r);
+      int64_t base = a.i, e = c.i;
+      while (e > 0 && !overflow) {
+        if (e & 1)
+          overflow = __builtin_mul_overflow(r, base, &r);
+        e >>= 1;
+        if (e > 0 && !overflow)
+          overflow = __builtin_mul_overflow(base, base, &base);
+      }
     } else if (op == "/") {
       if (c.i == 0)
         fail(l, "division by zero");
       return scalarFloat(double(a.i) / double(c.i), l);
     } else if (op == "**") {
-      return scalarFloat(std::pow(double(a.i), double(c.i)), l);
+      double v = std::pow(double(a.i), double(c.i));
+      if (!std::isfinite(v))
+        fail(l, "'**' gives a non-finite number");
+      return scalarFloat(v, l);
     } else {
       fail(l, "operator '" + op + "' needs tensors");
     }
@@ -732,6 +796,7 @@ Val Elaborator::scalarArith(const std::string &op, const Val &a, const Val &c,
     fail(l, "'" + op + "' gives a non-finite number");
   return scalarFloat(r, l);
 }
+
 
 Val Elaborator::arith(const std::string &op, const Val &a0, const Val &c0,
                       SourceLoc l) {
@@ -758,6 +823,9 @@ Val Elaborator::arith(const std::string &op, const Val &a0, const Val &c0,
     fail(l, "'**' needs floating-point tensors; cast first");
   if (op == "//" && isFloat(a.dtype))
     fail(l, "'//' is integer division; use '/' for floating-point tensors");
+  if ((op == "/" || op == "//") && !isFloat(a.dtype))
+    fail(l, "division of integer tensors is not supported; cast them to a "
+            "float type first");
   Shape s = broadcastShapes(a.shape, c.shape, l,
                             op == "+" ? "add" : op == "-" ? "subtract"
                             : op == "*" ? "multiply" : op == "**" ? "raise"
@@ -801,9 +869,11 @@ Args Elaborator::bindArgs(const Expr &e, Env &env,
     if (e.argNames[k].empty()) {
       idx = positional++;
       if (idx >= a.names.size())
-        fail(e.args[k]->loc, e.text + "() takes at most " +
-                                 std::to_string(a.names.size()) +
-                                 " argument(s): " + signature());
+        fail(e.args[k]->loc, a.names.empty()
+                                 ? e.text + "() takes no arguments"
+                                 : e.text + "() takes at most " +
+                                       std::to_string(a.names.size()) +
+                                       " argument(s): " + signature());
     } else {
       auto it = std::find(a.names.begin(), a.names.end(), e.argNames[k]);
       if (it == a.names.end()) {
@@ -818,6 +888,8 @@ Args Elaborator::bindArgs(const Expr &e, Env &env,
                                    "' of " + e.text + "() is given twice");
     }
     a.vals[idx] = eval(*e.args[k], env);
+    if (a.vals[idx]->isTensor())
+      a.vals[idx]->loc = e.args[k]->loc; // report problems at the call
   }
   for (size_t i = 0; i < required; ++i)
     if (!a.vals[i])
@@ -904,12 +976,20 @@ Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
 
 int64_t Elaborator::dimSize(const Expr &e, Env &env, std::string &name) {
   if (e.kind == Expr::Kind::Name && !env.lookup(e.text)) {
-    // A free dimension: bound by --dim, or the batch.
+    // A free dimension: bound by --dim, or the batch (leading dims only).
     name = e.text;
+    usedDims_.insert(e.text);
     auto it = opts_.dims.find(e.text);
     if (it != opts_.dims.end())
       return it->second;
-    if (batchDimName_.empty() || batchDimName_ == e.text) {
+    std::string hint = suggest(e.text, &paramEnv_);
+    if (!hint.empty()) {
+      SourceLoc l = e.loc;
+      l.length = e.text.size();
+      fail(l, "dimension '" + e.text + "' is not a model parameter" + hint +
+                  " (a free dimension needs --dim " + e.text + "=<size>)");
+    }
+    if ((batchDimName_.empty() && leadingDim_) || batchDimName_ == e.text) {
       batchDimName_ = e.text;
       if (opts_.batch)
         return *opts_.batch;
@@ -920,10 +1000,12 @@ int64_t Elaborator::dimSize(const Expr &e, Env &env, std::string &name) {
     l.length = e.text.size();
     fail(l, "dimension '" + e.text + "' has no size: " +
                 (batchDimName_ == e.text
-                     ? "set batch in the train section, or pass --batch N or "
-                       "--dim " + e.text + "=N"
-                     : "pass --dim " + e.text + "=N (only the first free "
-                       "dimension, '" + batchDimName_ + "', is the batch)"));
+                     ? "set batch in the train section, or pass --batch <size> "
+                       "or --dim " + e.text + "=<size>"
+                     : "pass --dim " + e.text + "=<size> (only the leading "
+                       "dimension of an input can be the batch" +
+                       (batchDimName_.empty() ? std::string(")")
+                                              : ", and it is '" + batchDimName_ + "')")));
   }
   Val v = eval(e, env);
   if (v.kind != Val::Kind::Int)
@@ -944,6 +1026,7 @@ void Elaborator::declareInput(const Stmt &s, Env &env) {
   Shape shape;
   for (const ExprPtr &d : s.dims) {
     Dim dim;
+    leadingDim_ = shape.empty();
     dim.size = dimSize(*d, env, dim.name);
     if (dim.size < 1 || dim.size > kMaxDimSize)
       fail(d->loc, "dimension size " + std::to_string(dim.size) +
@@ -956,6 +1039,12 @@ void Elaborator::declareInput(const Stmt &s, Env &env) {
   }
   if (env.vars.count(s.name))
     fail(s.nameLoc, "'" + s.name + "' is already defined");
+  if (paramEnv_.vars.count(s.name))
+    fail(s.nameLoc, "'" + s.name + "' is a model parameter; name the input "
+                    "differently");
+  if (s.name == "dropout_seed" || s.name == "step" || s.name == "seed")
+    fail(s.nameLoc, "'" + s.name + "' is reserved for the training program; "
+                    "name the input differently");
   env.vars[s.name] = newInput(s.name, shape, *t, s.nameLoc);
 }
 
@@ -964,6 +1053,9 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
   for (const Stmt &s : block) {
     if (ret)
       return;
+    if (++steps_ > kMaxSteps)
+      fail(s.loc, "the model takes more than " + std::to_string(kMaxSteps) +
+                      " statements to evaluate; reduce repeat counts");
     switch (s.kind) {
     case Stmt::Kind::Input:
       if (inDef || !topLevel)
@@ -991,11 +1083,17 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
                                (n.kind == Val::Kind::Int ? std::to_string(n.i)
                                                          : describe(n)));
       std::string scope = s.name.empty() ? "layers" : s.name;
+      std::string outerTag = tagger_.tag;
       for (int64_t i = 0; i < n.i && !ret; ++i) {
+        if (++steps_ > kMaxSteps)
+          fail(s.loc, "the model takes more than " + std::to_string(kMaxSteps) +
+                          " statements to evaluate; reduce repeat counts");
         prefix_.push_back(scope + "." + std::to_string(i));
+        tagger_.tag = joinPrefix();
         execBlock(s.body, env, inDef, /*topLevel=*/false, ret);
         prefix_.pop_back();
       }
+      tagger_.tag = outerTag;
       break;
     }
     case Stmt::Kind::Return:
@@ -1133,7 +1231,9 @@ Val Elaborator::sliceAxis(const Val &x, int64_t axis, int64_t start,
     start += size;
   if (end < 0)
     end += size;
-  if (step < 1 || start < 0 || start > end || end > size)
+  if (step < 1)
+    fail(l, "slice step must be >= 1, got " + std::to_string(step));
+  if (start < 0 || start > end || end > size)
     fail(l, "slice [" + std::to_string(start) + ":" + std::to_string(end) +
                 ":" + std::to_string(step) + "] is out of range for axis " +
                 std::to_string(axis) + " of size " + std::to_string(size));
@@ -1146,7 +1246,7 @@ Val Elaborator::sliceAxis(const Val &x, int64_t axis, int64_t start,
   limits[axis] = end;
   steps[axis] = step;
   Shape out = x.shape;
-  out[axis] = Dim{(end - start + step - 1) / step, ""};
+  out[axis] = Dim{(end - start - 1) / step + 1, ""};
   return tensor(create<SliceOp>(l, x.value, starts, limits, steps), out,
                 x.dtype, l);
 }
@@ -1227,7 +1327,7 @@ Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
 
 Val Elaborator::linear(const Val &x, int64_t out, bool bias, const Val *tied,
                        const Val &init, const std::string &name, SourceLoc l) {
-  expectFloatTensor(x, "the input of " + std::string("linear()"));
+  expectF32(x, "linear()");
   if (x.shape.size() < 2)
     fail(x.loc, "linear() needs an input of rank >= 2 ([..., features]), "
                 "got " + describe(x));
@@ -1262,7 +1362,7 @@ Val Elaborator::linear(const Val &x, int64_t out, bool bias, const Val *tied,
 
 Val Elaborator::layerNorm(const Val &x, double eps, bool bias,
                           const std::string &name, SourceLoc l) {
-  expectFloatTensor(x, "the input of layer_norm()");
+  expectF32(x, "layer_norm()");
   if (x.shape.empty())
     fail(x.loc, "layer_norm() needs a tensor of rank >= 1");
   if (!(eps > 0))
@@ -1284,7 +1384,8 @@ Val Elaborator::layerNorm(const Val &x, double eps, bool bias,
 
 Val Elaborator::attention(const Args &a, SourceLoc l) {
   // attention(x, heads, causal, bias, dropout, init, proj_init, name)
-  Val x = expectFloatTensor(tensorArg(a, 0), "the input of attention()");
+  Val x = tensorArg(a, 0);
+  expectF32(x, "attention()");
   int64_t heads = intArg(a, 1);
   bool causal = boolArg(a, 2, true);
   bool bias = boolArg(a, 3, true);
@@ -1296,7 +1397,10 @@ Val Elaborator::attention(const Args &a, SourceLoc l) {
     fail(x.loc, "attention() needs an input [batch, sequence, width], got " +
                     describe(x));
   Dim batch = x.shape[0], seq = x.shape[1], width = x.shape[2];
-  if (heads < 1 || width.size % heads != 0)
+  if (heads < 1)
+    fail(arg(a, 1).loc, "attention(): heads must be >= 1, got " +
+                            std::to_string(heads));
+  if (width.size % heads != 0)
     fail(arg(a, 1).loc, "attention(): width " + str({width}) +
                             " is not divisible by heads=" +
                             std::to_string(heads));
@@ -1346,7 +1450,8 @@ Val Elaborator::attention(const Args &a, SourceLoc l) {
 
 Val Elaborator::mlp(const Args &a, SourceLoc l) {
   // mlp(x, hidden, act, bias, dropout, init, proj_init, name)
-  Val x = expectFloatTensor(tensorArg(a, 0), "the input of mlp()");
+  Val x = tensorArg(a, 0);
+  expectF32(x, "mlp()");
   int64_t hidden = intArg(a, 1);
   Val act;
   if (a.has(2)) {
@@ -1441,7 +1546,7 @@ void Elaborator::registerBuiltins() {
       if (p.dtype != q.dtype || p.dtype == DType::I1)
         fail(e.loc, name + "() needs numeric tensors of one element type, "
                     "got " + describe(p) + " and " + describe(q));
-      Shape s = broadcastShapes(p.shape, q.shape, e.loc, "compare");
+      Shape s = broadcastShapes(p.shape, q.shape, e.loc, "combine");
       p = broadcastTo(p, s, e.loc);
       q = broadcastTo(q, s, e.loc);
       mlir::Value r = name == "maximum" ? create<MaxOp>(e.loc, p.value, q.value)
@@ -1570,6 +1675,8 @@ void Elaborator::registerBuiltins() {
     std::vector<Val> xs;
     for (const Val &v : list.items)
       xs.push_back(expectTensor(v, "each element of concat()'s list"));
+    if (xs[0].shape.empty())
+      fail(xs[0].loc, "concat() needs tensors of rank >= 1, got a scalar");
     int64_t ax = axisArg(a, 1, xs[0].shape.size(), 0);
     Shape out = xs[0].shape;
     SmallVector<mlir::Value> vals;
@@ -1849,11 +1956,16 @@ void Elaborator::evalTrain() {
           fail(x.loc, "nesterov must be true or false");
         out.set(n, b_.getBoolAttr(v.b));
       } else if (n == "warmup" || n == "decay_steps") {
-        out.set(n, b_.getI64IntegerAttr(posInt(v, n, 0)));
+        if (v.kind != Val::Kind::Int || v.i < 0)
+          fail(x.loc, "'" + n + "' of " + c.name + "() must be an integer >= 0");
+        out.set(n, b_.getI64IntegerAttr(v.i));
       } else {
-        double d = num(v, n);
+        if (!v.isNumber())
+          fail(x.loc, "'" + n + "' of " + c.name + "() must be a number, got " +
+                          describe(v));
+        double d = v.num();
         if (!(d >= 0) || !std::isfinite(d))
-          fail(x.loc, n + " must be a non-negative number");
+          fail(x.loc, "'" + n + "' of " + c.name + "() must be a non-negative number");
         out.set(n, b_.getF64FloatAttr(d));
       }
       seen[i] = true;
@@ -2000,6 +2112,13 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   entry_ = func_.addEntryBlock();
   b_.setInsertionPointToEnd(entry_);
 
+  for (const DefDecl &d : ast_.defs)
+    if (builtins_.count(d.name)) {
+      SourceLoc l = d.loc;
+      l.length = d.name.size();
+      fail(l, "def '" + d.name + "' would hide the builtin '" + d.name +
+                  "'; pick another name");
+    }
   evalModelParams(m);
   evalTrain();
 
@@ -2008,6 +2127,15 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   std::optional<Val> ret;
   execBlock(m.body, modelEnv, /*inDef=*/false, /*topLevel=*/true, ret);
 
+  for (const auto &kv : opts_.dims) {
+    if (paramEnv_.vars.count(kv.first))
+      fail(m.loc, "--dim " + kv.first + ": '" + kv.first + "' is a model "
+                  "parameter; use --param " + kv.first + "=" +
+                  std::to_string(kv.second));
+    if (!usedDims_.count(kv.first))
+      fail(m.loc, "--dim " + kv.first + ": model '" + m.name +
+                  "' has no free dimension '" + kv.first + "'");
+  }
   auto lossIt = modelEnv.vars.find("loss");
   if (lossIt == modelEnv.vars.end()) {
     SourceLoc l = m.loc;

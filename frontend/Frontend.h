@@ -43,6 +43,8 @@ struct FrontendOptions {
 constexpr int64_t kMaxOps = 250'000;
 constexpr int64_t kMaxRepeat = 100'000;
 constexpr int kMaxCallDepth = 64;
+constexpr int64_t kMaxSteps = 10'000'000;      ///< statements evaluated
+constexpr int64_t kMaxListElements = 1'000'000;
 constexpr int64_t kMaxDimSize = (int64_t(1) << 31) - 1;
 constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
 

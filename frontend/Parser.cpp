@@ -148,7 +148,7 @@ private:
 
   // params := '(' [ IDENT ['=' expr] {',' ...} [','] ] ')'
   bool parseParams(std::vector<Param> &params, bool requireDefault) {
-    if (!expect(Tok::LParen))
+    if (!expect(Tok::LParen, "after the name"))
       return false;
     while (!failed_ && cur().kind != Tok::RParen) {
       Param p;

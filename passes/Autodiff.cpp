@@ -7,6 +7,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
 
@@ -29,7 +30,8 @@ Value zerosLike(OpBuilder &b, Location loc, Value v) {
 
 FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
                                                 ArrayRef<Value> wrt,
-                                                int64_t *numOps) {
+                                                int64_t *numOps,
+                                                bool recompute) {
   Block *block = b.getInsertionBlock();
   Location loc = loss.getLoc();
   // Forward ops are everything before the insertion point.
@@ -61,6 +63,32 @@ FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
     return dependsOnWrt.count(v) && reachesLoss.count(v) && isFloatTensor(v);
   };
 
+  // Recomputation: block tag -> its ops in forward order.
+  llvm::StringMap<SmallVector<Operation *>> blocks;
+  llvm::DenseMap<Operation *, Operation *> cloneOf;
+  if (recompute)
+    for (Operation *op : ops)
+      if (auto tag = op->getAttrOfType<StringAttr>(KilnDialect::kBlockAttr))
+        if (llvm::any_of(op->getResults(),
+                         [&](Value r) { return reachesLoss.count(r); }))
+          blocks[tag.getValue()].push_back(op);
+  auto recomputeBlock = [&](StringRef tag) {
+    SmallVector<Operation *> &blockOps = blocks[tag];
+    llvm::DenseSet<Operation *> inBlock(blockOps.begin(), blockOps.end());
+    IRMapping map;
+    for (Operation *op : blockOps) {
+      for (Value operand : op->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (!def || inBlock.count(def) || map.contains(operand) ||
+            !isFloatTensor(operand) || isa<ConstantOp>(def))
+          continue;
+        map.map(operand, b.create<OptimizationBarrierOp>(loc, operand).getResult());
+      }
+      cloneOf[op] = b.clone(*op, map);
+    }
+    blocks.erase(tag);
+  };
+
   llvm::DenseMap<Value, Value> adjoint;
   {
     auto t = cast<RankedTensorType>(loss.getType());
@@ -81,7 +109,12 @@ FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
         llvm::any_of(op->getOperands(), [&](Value v) { return active(v); });
     if (!needsOperandGrad)
       continue;
-    auto rule = dyn_cast<GradientOpInterface>(op);
+    if (recompute)
+      if (auto tag = op->getAttrOfType<StringAttr>(KilnDialect::kBlockAttr))
+        if (blocks.count(tag.getValue()))
+          recomputeBlock(tag.getValue());
+    Operation *ruleOp = cloneOf.lookup(op) ? cloneOf.lookup(op) : op;
+    auto rule = dyn_cast<GradientOpInterface>(ruleOp);
     if (!rule)
       return op->emitOpError()
              << "has no gradient rule but lies between a parameter and the "

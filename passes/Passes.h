@@ -21,9 +21,17 @@ namespace kiln {
 /// appended at the builder's insertion point. Returns one gradient per `wrt`
 /// value (a zero constant where the loss does not depend on it), or failure
 /// after emitting an error on an op without a gradient rule.
+///
+/// With `recompute`, the forward ops of each block (ops tagged with the same
+/// `kiln.block`) are cloned just before that block's backward ops, on
+/// `kiln.optimization_barrier`s of the block's inputs, and the gradient
+/// rules read the clones: activations inside a block are then dead after the
+/// forward pass, at the price of running each block's forward twice. The
+/// values are bit-identical.
 mlir::FailureOr<llvm::SmallVector<mlir::Value>>
 buildReverseSweep(mlir::OpBuilder &builder, mlir::Value loss,
-                  llvm::ArrayRef<mlir::Value> wrt, int64_t *numOps = nullptr);
+                  llvm::ArrayRef<mlir::Value> wrt, int64_t *numOps = nullptr,
+                  bool recompute = false);
 
 /// Erases pure ops whose results are unused, in `block`, to a fixpoint.
 void eraseDeadOps(mlir::Block &block);

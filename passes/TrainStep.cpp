@@ -44,6 +44,7 @@ struct Config {
   std::string schedule = "constant";
   int64_t warmup = 0, decaySteps = -1, steps = 1, gradAccum = 1, seed = 0;
   double minLr = 0.0, gradClip = 0.0;
+  bool recompute = false;
 };
 
 double getF(DictionaryAttr d, StringRef k, double def) {
@@ -91,6 +92,8 @@ Config readConfig(ModuleOp m) {
   c.gradAccum = getI(t, "grad_accum", 1);
   c.seed = getI(t, "seed", 0);
   c.gradClip = getF(t, "grad_clip", 0.0);
+  if (auto r = t.getAs<BoolAttr>("recompute"))
+    c.recompute = r.getValue();
   if (c.decaySteps < 0)
     c.decaySteps = c.steps;
   return c;
@@ -369,7 +372,8 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       map.map(fwd_.getArgument(dropoutSeedArg_), seed);
     }
     SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
-    FailureOr<SmallVector<Value>> grads = buildReverseSweep(b_, outs[0], ps);
+    FailureOr<SmallVector<Value>> grads =
+        buildReverseSweep(b_, outs[0], ps, nullptr, cfg_.recompute);
     if (failed(grads))
       return failure();
     lossSum = lossSum ? s.add(lossSum, outs[0]) : outs[0];

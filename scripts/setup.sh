@@ -23,11 +23,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python packages for the test suite (lit itself ships with llvm-19-tools).
+# Python packages for the test suite (lit itself ships with llvm-19-tools),
+# as "import-name:pip-spec"; each is installed only if the import fails.
+# jax: test/jax/crosscheck.py (the JAX cross-check of the train step).
 PYTHON=${PYTHON:-python3}
-PY_PACKAGES=(numpy)
-for p in "${PY_PACKAGES[@]}"; do
-  "$PYTHON" -c "import $p" 2>/dev/null || "$PYTHON" -m pip install -q "$p"
+PY_PACKAGES=(numpy:numpy "jax:jax[cpu]")
+for entry in "${PY_PACKAGES[@]}"; do
+  module=${entry%%:*} spec=${entry#*:}
+  "$PYTHON" -c "import $module" 2>/dev/null || "$PYTHON" -m pip install -q "$spec"
 done
 
 BUILD_DIR=${KILN_BUILD_DIR:-build}

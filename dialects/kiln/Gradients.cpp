@@ -630,3 +630,11 @@ LogicalResult DropoutOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
   out.push_back({});
   return success();
 }
+
+// d barrier(x) = g
+LogicalResult OptimizationBarrierOp::buildGradients(OpBuilder &b,
+                                                    ArrayRef<Value> grads,
+                                                    SmallVectorImpl<Value> &out) {
+  out.push_back(grads[0]);
+  return success();
+}

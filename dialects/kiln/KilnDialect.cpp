@@ -104,7 +104,7 @@ LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
 LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   llvm::StringRef name = attr.getName().getValue();
-  if (name == kModelAttr || name == kSourceAttr)
+  if (name == kModelAttr || name == kSourceAttr || name == kBlockAttr)
     return verifyNonEmptyString(op, attr);
   if (name == kTrainAttr || name == kDimsAttr) {
     if (!isa<DictionaryAttr>(attr.getValue()))

@@ -36,6 +36,9 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kTrainAttr = "kiln.train";
     static constexpr ::llvm::StringLiteral kSourceAttr = "kiln.source";
     static constexpr ::llvm::StringLiteral kDimsAttr = "kiln.dims";
+    /// On ops: the repeat iteration that built them ("h.3"); recomputation
+    /// works block by block.
+    static constexpr ::llvm::StringLiteral kBlockAttr = "kiln.block";
   }];
 }
 

@@ -437,6 +437,25 @@ def Kiln_RandomOp : Kiln_Op<"random", [Pure]> {
   }];
 }
 
+def Kiln_OptimizationBarrierOp : Kiln_Op<"optimization_barrier",
+    [Pure, SameOperandsAndResultType, InferTypeOpInterface,
+     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "identity that no rewrite looks through";
+  let description = [{
+    Returns its operand unchanged. Canonicalization and CSE treat the result
+    as a new value, so ops recomputed from it are not merged with the
+    originals: activation recomputation (`recompute = true`) clones a block's
+    forward ops onto barriers of the block's inputs.
+
+    ```mlir
+    %r = kiln.optimization_barrier %x : tensor<12x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+}
+
 //===----------------------------------------------------------------------===//
 // Neural-network composites
 //===----------------------------------------------------------------------===//

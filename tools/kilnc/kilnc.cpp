@@ -141,8 +141,11 @@ int main(int argc, char **argv) {
     if (!splitAssign(d, name, value))
       return userError("--dim expects NAME=SIZE, got '" + d + "'");
     long long v = std::strtoll(value.c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > kiln::frontend::kMaxDimSize)
+    if (*end != '\0' || v < 1)
       return userError("--dim " + d + ": the size must be a positive integer");
+    if (v > kiln::frontend::kMaxDimSize)
+      return userError("--dim " + d + ": the size is larger than " +
+                       std::to_string(kiln::frontend::kMaxDimSize));
     opts.dims[name] = v;
   }
   for (const std::string &p : params) {
@@ -252,7 +255,13 @@ int main(int argc, char **argv) {
     module->print(output->os(), flags);
     output->os() << "\n";
   } else {
-    kiln::print(kiln::summarize(*module), output->os());
+    kiln::ModelSummary summary = kiln::summarize(*module);
+    if (mlir::failed(kiln::buildTrainProgram(*module))) {
+      std::fprintf(stderr, "%s", mlirDiags.c_str());
+      return 1;
+    }
+    kiln::addProgram(summary, *module);
+    kiln::print(summary, output->os());
   }
   output->keep();
   return 0;
