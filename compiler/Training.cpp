@@ -20,12 +20,50 @@ using namespace mlir;
 
 namespace kiln {
 
-LogicalResult buildTrainProgram(ModuleOp module) {
+LogicalResult buildTrainProgram(ModuleOp module, bool gradOnly) {
   PassManager pm(module.getContext());
-  pm.addPass(createKilnTrainStepPass());
+  KilnTrainStepPassOptions options;
+  options.gradOnly = gradOnly;
+  pm.addPass(createKilnTrainStepPass(options));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   return pm.run(module);
+}
+
+void convertToF64(func::FuncOp fn) {
+  Type f64 = Float64Type::get(fn.getContext());
+  auto conv = [&](Type t) -> Type {
+    if (auto rt = dyn_cast<RankedTensorType>(t))
+      if (rt.getElementType().isF32())
+        return rt.clone(f64);
+    return t;
+  };
+  Block &body = fn.getBody().front();
+  for (BlockArgument a : body.getArguments())
+    a.setType(conv(a.getType()));
+  fn.walk([&](Operation *op) {
+    for (Value r : op->getResults())
+      r.setType(conv(r.getType()));
+    if (auto c = dyn_cast<ConstantOp>(op)) {
+      auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+      if (!dense || !dense.getElementType().isF32())
+        return;
+      auto type = cast<RankedTensorType>(conv(dense.getType()));
+      if (dense.isSplat()) {
+        c.setValueAttr(DenseElementsAttr::get(
+            type, FloatAttr::get(f64, dense.getSplatValue<APFloat>().convertToDouble())));
+      } else {
+        SmallVector<double> values;
+        for (APFloat v : dense.getValues<APFloat>())
+          values.push_back(v.convertToDouble());
+        c.setValueAttr(DenseElementsAttr::get(type, ArrayRef<double>(values)));
+      }
+    }
+  });
+  SmallVector<Type> results;
+  for (Type t : fn.getResultTypes())
+    results.push_back(conv(t));
+  fn.setFunctionType(FunctionType::get(fn.getContext(), body.getArgumentTypes(), results));
 }
 
 namespace {
@@ -126,6 +164,9 @@ double gradCheck(ModuleOp module, const GradCheckOptions &opts,
   std::vector<Tensor> gradOut;
   if (!runFn(module, "grad", args, gradOut, error, true))
     return -1;
+  if (opts.injectError != 0.0 && gradOut.size() > 1)
+    for (double &v : gradOut[1].f)
+      v *= 1.0 + opts.injectError;
   auto loss = [&](const std::vector<Tensor> &a) {
     std::vector<Tensor> out;
     std::string err;
@@ -142,7 +183,9 @@ double gradCheck(ModuleOp module, const GradCheckOptions &opts,
         a[arg].f[k] = base.f[k] + s * dir[k];
       return loss(a);
     };
-    double v = (at(-2 * h) - 8 * at(-h) + 8 * at(h) - at(2 * h)) / (12 * h);
+    // Differences first, so equal values give exactly zero.
+    double m2 = at(-2 * h), m1 = at(-h), p1 = at(h), p2 = at(2 * h);
+    double v = (8 * (p1 - m1) - (p2 - m2)) / (12 * h);
     a[arg] = base;
     return v;
   };
@@ -204,6 +247,7 @@ double gradCheck(ModuleOp module, const GradCheckOptions &opts,
     report << llvm::format("  %-34s %10lld %8d %14.3e%s\n", names[p].c_str(),
                            (long long)n, checks, w,
                            w > opts.tolerance ? (const char *)"  FAIL" : (const char *)"");
+    report.flush();
     if (w > worst || std::isinf(w)) {
       worst = w;
       worstName = names[p];

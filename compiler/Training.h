@@ -22,7 +22,12 @@
 namespace kiln {
 
 /// Adds @init, @grad, @train_step, @eval_step, @predict; simplifies.
-mlir::LogicalResult buildTrainProgram(mlir::ModuleOp module);
+mlir::LogicalResult buildTrainProgram(mlir::ModuleOp module, bool gradOnly = false);
+
+/// Rewrites every f32 tensor in `fn` (arguments, results, constants) to f64,
+/// so that the whole program, gradients included, is evaluated in float64:
+/// constants the gradient rules create (epsilons, 1/n) then are exact too.
+void convertToF64(mlir::func::FuncOp fn);
 
 struct GradCheckOptions {
   /// Coordinates sampled per large tensor (the largest-gradient one plus
@@ -30,6 +35,9 @@ struct GradCheckOptions {
   int samples = 3;
   double tolerance = 1e-5;
   uint64_t seed = 1;
+  /// Testing aid: scale the first parameter's analytic gradient by
+  /// (1 + injectError) to show that the check catches a wrong rule.
+  double injectError = 0.0;
 };
 
 /// Returns the worst relative error (or a negative number with `error` set).

@@ -23,8 +23,10 @@ bool isFloatTensor(Value v) {
 
 Value zerosLike(OpBuilder &b, Location loc, Value v) {
   auto t = cast<RankedTensorType>(v.getType());
-  return b.create<ConstantOp>(
-      loc, DenseElementsAttr::get(t, FloatAttr::get(t.getElementType(), 0.0)));
+  Attribute zero = isa<FloatType>(t.getElementType())
+                       ? Attribute(FloatAttr::get(t.getElementType(), 0.0))
+                       : Attribute(IntegerAttr::get(t.getElementType(), 0));
+  return b.create<ConstantOp>(loc, DenseElementsAttr::get(t, zero));
 }
 } // namespace
 

@@ -78,6 +78,8 @@ def KilnTrainStepPass : Pass<"kiln-train-step", "mlir::ModuleOp"> {
   let options = [
     Option<"emitGrad", "emit-grad", "bool", /*default=*/"true",
            "Also keep @grad (used by --gradcheck and the JAX cross-check)">,
+    Option<"gradOnly", "grad-only", "bool", /*default=*/"false",
+           "Build only @init and @grad (for float64 gradient checks)">,
   ];
   let statistics = [
     Statistic<"numTrainStepOps", "train-step-ops", "Ops in @train_step">,

@@ -276,7 +276,7 @@ LogicalResult Builder::buildInit() {
       double a = normal ? getF(p.init, "std", 0.02)
                         : getF(p.init, "high", 0) - getF(p.init, "low", 0);
       double c = normal ? getF(p.init, "mean", 0) : getF(p.init, "low", 0);
-      v = s.add(s.mul(r, s.splat(s.cst(a), p.type)), s.splat(s.cst(c), p.type));
+      v = s.add(s.mul(r, s.cst(a, p.type)), s.cst(c, p.type));
     } else {
       v = s.cst(kind == "ones" ? 1.0 : 0.0, p.type);
     }
@@ -541,8 +541,11 @@ struct KilnTrainStepPass : impl::KilnTrainStepPassBase<KilnTrainStepPass> {
       }
     Builder b(module, fwd);
     int64_t n = 0;
-    if (failed(b.buildInit()) || (emitGrad && failed(b.buildGrad())) ||
-        failed(b.buildTrainStep(n)) || failed(b.buildEvalStep()) ||
+    if (failed(b.buildInit()) || ((emitGrad || gradOnly) && failed(b.buildGrad())))
+      return signalPassFailure();
+    if (gradOnly)
+      return;
+    if (failed(b.buildTrainStep(n)) || failed(b.buildEvalStep()) ||
         failed(b.buildPredict()))
       return signalPassFailure();
     numTrainStepOps = n;

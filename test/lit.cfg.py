@@ -10,6 +10,8 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
 
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+# lit runs tests in parallel; the interpreter's BLAS calls stay on one thread.
+config.environment["OPENBLAS_NUM_THREADS"] = "1"
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%kiln_src", config.kiln_src_root))

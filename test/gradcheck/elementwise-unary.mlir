@@ -1,8 +1,9 @@
 // Op-level gradient checks: unary elementwise ops.
 //
 // neg abs exp log sqrt rsqrt tanh sigmoid relu erf cos sin, gelu (erf and tanh)
-// and cast (f32 -> f64 -> f32). The operand is p[3,5,7] + broadcast(b[7]), so b's
-// 7 coordinates are all checked (each sums 15 positions) and p is sampled.
+// and cast (f32 -> f64 -> f32, f32 -> f16 / bf16 -> f32). The operand is
+// p[3,5,7] + broadcast(b[7]), so b's 7 coordinates are all checked (each sums 15
+// positions) and p is sampled.
 //
 // Each case is a tiny @forward; `kilnc --gradcheck` builds the train program,
 // evaluates @grad in float64 on the reference interpreter and compares it with
@@ -27,6 +28,8 @@
 // RUN: kilnc %t/gelu-erf.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/gelu-tanh.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/cast-chain.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kilnc %t/cast-chain-f16.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kilnc %t/cast-chain-bf16.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/small-exhaustive.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 
 // CHECK: gradcheck: loss
@@ -226,7 +229,9 @@ func.func @forward(%p: tensor<3x5x7xf32> {kiln.param = "p", kiln.init = {kind = 
 
 //--- cast-chain.mlir
 // kiln.cast f32 -> f64, an op in f64, then f64 -> f32: the gradient is cast
-// back at each step (the check runs in float64, so nothing is rounded).
+// back at each step. Note: --gradcheck now raises every f32 in @forward to f64
+// first, so these two casts become f64 -> f64 and fold away; the f16 / bf16
+// chains below keep real casts.
 func.func @forward(%p: tensor<3x5x7xf32> {kiln.param = "p", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
                    %b: tensor<7xf32> {kiln.param = "b", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
                    %r: tensor<3x5x7xf32> {kiln.input = "r"}) -> (tensor<f32> {kiln.output = "loss"}) {
@@ -237,6 +242,32 @@ func.func @forward(%p: tensor<3x5x7xf32> {kiln.param = "p", kiln.init = {kind = 
   %y = kiln.cast %t64 : tensor<3x5x7xf64> -> tensor<3x5x7xf32>
   %weighted = kiln.mul %y, %r : tensor<3x5x7xf32>
   %loss = kiln.reduce_sum %weighted axes = [0, 1, 2] : tensor<3x5x7xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- cast-chain-f16.mlir
+// kiln.cast through f16 and back (f32 -> f16 -> exp in f16 -> f32). Unlike the
+// f64 chain this stays a real cast when --gradcheck raises f32 to f64.
+func.func @forward(%p: tensor<3x5xf32> {kiln.param = "p", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
+                   %r: tensor<3x5xf32> {kiln.input = "r"}) -> (tensor<f32> {kiln.output = "loss"}) {
+  %h = kiln.cast %p : tensor<3x5xf32> -> tensor<3x5xf16>
+  %e = kiln.sin %h : tensor<3x5xf16>
+  %y = kiln.cast %e : tensor<3x5xf16> -> tensor<3x5xf32>
+  %weighted = kiln.mul %y, %r : tensor<3x5xf32>
+  %loss = kiln.reduce_sum %weighted axes = [0, 1] : tensor<3x5xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- cast-chain-bf16.mlir
+// kiln.cast f32 -> bf16 -> f32 around a mul by itself (two uses of the
+// bf16 value).
+func.func @forward(%p: tensor<3x5xf32> {kiln.param = "p", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
+                   %r: tensor<3x5xf32> {kiln.input = "r"}) -> (tensor<f32> {kiln.output = "loss"}) {
+  %h = kiln.cast %p : tensor<3x5xf32> -> tensor<3x5xbf16>
+  %sq = kiln.mul %h, %h : tensor<3x5xbf16>
+  %y = kiln.cast %sq : tensor<3x5xbf16> -> tensor<3x5xf32>
+  %weighted = kiln.mul %y, %r : tensor<3x5xf32>
+  %loss = kiln.reduce_sum %weighted axes = [0, 1] : tensor<3x5xf32> -> tensor<f32>
   return %loss : tensor<f32>
 }
 

@@ -104,10 +104,10 @@ func.func @forward(%x: tensor<2x6xf32> {kiln.param = "x", kiln.init = {kind = "n
 
 //--- epsilon.mlir
 // layer_norm with a large epsilon (0.1) so that the epsilon term matters.
-// At the time of writing this case FAILS (worst 5.7e-06 on g): the rule
-// recomputes mean/var as sum * (1/n) with 1/n rounded to the element type
-// (f32), which is off by ~1e-8 from the forward's exact mean; the small
-// gradient coordinates (cancellation) turn that into > 1e-6 relative error.
+// (Before --gradcheck evaluated everything in f64 this case failed with 5.7e-6:
+// the rule's 1/n and epsilon constants were rounded to f32 while the forward
+// used exact values, and cancellation in small gradient coordinates amplified
+// the 1e-8 difference.)
 func.func @forward(%x: tensor<3x5xf32> {kiln.param = "x", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
                    %g: tensor<5xf32> {kiln.param = "g", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
                    %r: tensor<3x5xf32> {kiln.input = "r"}) -> (tensor<f32> {kiln.output = "loss"}) {

@@ -61,6 +61,11 @@ cl::opt<double> gradcheckTolerance("gradcheck-tolerance",
 cl::opt<int> gradcheckSamples("gradcheck-samples",
                               cl::desc("Coordinates checked per large tensor (default 3)"),
                               cl::init(3), cl::cat(kilncCategory));
+cl::opt<double> gradcheckInject(
+    "gradcheck-inject-error",
+    cl::desc("Testing aid: scale the first parameter's gradient by (1 + x) "
+             "before the check"),
+    cl::init(0.0), cl::Hidden, cl::cat(kilncCategory));
 cl::opt<uint64_t> seedOpt("seed", cl::desc("Seed for --gradcheck and --export-reference"),
                           cl::init(1), cl::cat(kilncCategory));
 cl::opt<std::string> exportReference(
@@ -214,8 +219,10 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (gradcheck) // the check runs the whole program, gradients too, in float64
+    kiln::convertToF64(module->lookupSymbol<mlir::func::FuncOp>("forward"));
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
-  if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module))) {
+  if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module, gradcheck))) {
     std::fprintf(stderr, "%s", mlirDiags.c_str());
     std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
                  inputFile.c_str());
@@ -226,6 +233,7 @@ int main(int argc, char **argv) {
     g.tolerance = gradcheckTolerance;
     g.samples = gradcheckSamples;
     g.seed = seedOpt;
+    g.injectError = gradcheckInject;
     std::string err;
     double worst = kiln::gradCheck(*module, g, llvm::outs(), err);
     if (worst < 0) {
