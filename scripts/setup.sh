@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PACKAGES=(
   cmake ninja-build ccache g++ git python3 python3-pip
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
-  libfmt-dev libgtest-dev libopenblas-dev
+  libfmt-dev libgtest-dev libopenblas-dev nlohmann-json3-dev
 )
 
 missing=()

@@ -1,0 +1,232 @@
+//===- Checkpoint.cpp - safetensors checkpoints, written atomically -------===//
+#include "runtime/core/Checkpoint.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace kiln::ckpt {
+
+const Tensor *Checkpoint::find(const std::string &name) const {
+  for (const Tensor &t : tensors)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+int dtypeWidth(const std::string &d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL") return 1;
+  return 0;
+}
+
+uint32_t crc32(const void *data, size_t size, uint32_t crc) {
+  static uint32_t table[256];
+  static bool init = [] {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k)
+        c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    return true;
+  }();
+  (void)init;
+  const unsigned char *p = static_cast<const unsigned char *>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < size; ++i)
+    crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+namespace {
+Status sysError(const std::string &what, const std::string &path) {
+  return Status::error(fmt::format("cannot {} '{}': {}", what, path,
+                                   std::strerror(errno)));
+}
+
+Status writeAll(int fd, const char *p, size_t n, const std::string &path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return sysError("write", path);
+    }
+    p += w;
+    n -= size_t(w);
+  }
+  return Status::ok();
+}
+} // namespace
+
+Status write(const std::string &path, const Checkpoint &c) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::string data;
+  std::vector<std::string> seen;
+  for (const Tensor &t : c.tensors) {
+    int w = dtypeWidth(t.dtype);
+    if (w == 0)
+      return Status::internal("checkpoint tensor '" + t.name +
+                              "' has unknown dtype '" + t.dtype + "'");
+    int64_t n = 1;
+    for (int64_t d : t.shape)
+      n *= d;
+    if (size_t(n) * size_t(w) != t.bytes.size())
+      return Status::internal("checkpoint tensor '" + t.name +
+                              "' has the wrong number of bytes");
+    if (std::find(seen.begin(), seen.end(), t.name) != seen.end() ||
+        t.name == "__metadata__")
+      return Status::internal("checkpoint tensor name '" + t.name +
+                              "' is repeated or reserved");
+    seen.push_back(t.name);
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto &[k, v] : c.metadata)
+    meta[k] = v;
+  meta["kiln.crc32"] = fmt::format("{:08x}", crc32(data.data(), data.size()));
+  header["__metadata__"] = meta;
+  std::string json = header.dump();
+  while (json.size() % 8 != 0)
+    json += ' ';
+  uint64_t len = json.size();
+  char lenBytes[8];
+  for (int k = 0; k < 8; ++k)
+    lenBytes[k] = char((len >> (8 * k)) & 0xff);
+
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return sysError("create", tmp);
+  Status s = writeAll(fd, lenBytes, 8, tmp);
+  if (s)
+    s = writeAll(fd, json.data(), json.size(), tmp);
+  if (s)
+    s = writeAll(fd, data.data(), data.size(), tmp);
+  if (s && ::fsync(fd) != 0)
+    s = sysError("fsync", tmp);
+  if (::close(fd) != 0 && s)
+    s = sysError("close", tmp);
+  if (!s) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status e = sysError("rename the new checkpoint to", path);
+    ::unlink(tmp.c_str());
+    return e;
+  }
+  std::string dir = path.find('/') == std::string::npos
+                        ? "." : path.substr(0, path.rfind('/'));
+  if (dir.empty())
+    dir = "/";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::ok();
+}
+
+Expected<Checkpoint> read(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return sysError("open checkpoint", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string b = ss.str();
+  auto bad = [&](const std::string &why) {
+    return Status::error(fmt::format(
+        "checkpoint '{}' is corrupt or not a safetensors file: {}", path, why));
+  };
+  if (b.size() < 8)
+    return bad(fmt::format("only {} bytes", b.size()));
+  uint64_t len = 0;
+  for (int k = 0; k < 8; ++k)
+    len |= uint64_t(static_cast<unsigned char>(b[k])) << (8 * k);
+  if (len > b.size() - 8 || len > (uint64_t(100) << 20))
+    return bad(fmt::format("header length {} exceeds the file ({} bytes)", len,
+                           b.size()));
+  nlohmann::json header = nlohmann::json::parse(
+      b.begin() + 8, b.begin() + 8 + long(len), nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object())
+    return bad("the header is not a JSON object");
+  size_t dataStart = 8 + len, dataSize = b.size() - dataStart;
+  Checkpoint c;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object())
+        return bad("__metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string())
+          return bad("metadata '" + m.key() + "' is not a string");
+        c.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const nlohmann::json &e = *it;
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
+        !e.contains("shape") || !e["shape"].is_array() ||
+        !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2)
+      return bad("entry '" + it.key() + "' lacks dtype, shape or data_offsets");
+    Tensor t;
+    t.name = it.key();
+    t.dtype = e["dtype"].get<std::string>();
+    int w = dtypeWidth(t.dtype);
+    if (w == 0)
+      return bad("tensor '" + t.name + "' has unknown dtype '" + t.dtype + "'");
+    uint64_t n = 1;
+    for (const auto &d : e["shape"]) {
+      if (!d.is_number_unsigned())
+        return bad("tensor '" + t.name + "' has a bad shape");
+      uint64_t v = d.get<uint64_t>();
+      if (v != 0 && n > (uint64_t(1) << 48) / v)
+        return bad("tensor '" + t.name + "' is impossibly large");
+      n *= v;
+      t.shape.push_back(int64_t(v));
+    }
+    const auto &off = e["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      return bad("tensor '" + t.name + "' has bad data_offsets");
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > dataSize)
+      return bad(fmt::format("tensor '{}' claims bytes [{}, {}) of a {}-byte data "
+                             "section (truncated file?)", t.name, begin, end, dataSize));
+    if (end - begin != n * uint64_t(w))
+      return bad(fmt::format("tensor '{}' has {} bytes but its shape needs {}",
+                             t.name, end - begin, n * uint64_t(w)));
+    ranges.push_back({begin, end});
+    t.bytes = b.substr(dataStart + begin, end - begin);
+    c.tensors.push_back(std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t k = 1; k < ranges.size(); ++k)
+    if (ranges[k].first < ranges[k - 1].second)
+      return bad("two tensors overlap in the data section");
+  auto crc = c.metadata.find("kiln.crc32");
+  if (crc != c.metadata.end()) {
+    std::string got = fmt::format("{:08x}", crc32(b.data() + dataStart, dataSize));
+    if (got != crc->second)
+      return bad("the data does not match its CRC-32 (" + got + " vs " +
+                 crc->second + "): the file was damaged after it was written");
+    c.metadata.erase(crc);
+  }
+  return c;
+}
+
+} // namespace kiln::ckpt

@@ -1,0 +1,50 @@
+//===- Checkpoint.h - safetensors checkpoints, written atomically -*- C++ -*-===//
+//
+// A checkpoint is a safetensors file: an 8-byte little-endian header length,
+// a JSON header naming each tensor's dtype, shape and byte range, and the raw
+// data. Kiln adds `__metadata__` entries (step, RNG seed, data position, ...)
+// and `kiln.crc32`, a CRC-32 of the data section, so a flipped bit is caught
+// on load. Files other tools wrote (without the CRC) load too.
+//
+// Writes go to `<path>.tmp.<pid>`, are fsync'ed, renamed over `path` and the
+// directory is fsync'ed: a crash leaves either the old or the new checkpoint.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CORE_CHECKPOINT_H
+#define KILN_RUNTIME_CORE_CHECKPOINT_H
+
+#include "runtime/core/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::ckpt {
+
+struct Tensor {
+  std::string name;
+  std::string dtype; ///< safetensors dtype: F64 F32 F16 BF16 I64 I32 U8 ...
+  std::vector<int64_t> shape;
+  std::string bytes; ///< little-endian element data
+};
+
+struct Checkpoint {
+  std::vector<Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+  const Tensor *find(const std::string &name) const;
+};
+
+/// Bytes per element of a safetensors dtype, 0 if unknown.
+int dtypeWidth(const std::string &dtype);
+uint32_t crc32(const void *data, size_t size, uint32_t crc = 0);
+
+Status write(const std::string &path, const Checkpoint &checkpoint);
+/// Verifies everything before returning: header size and JSON, dtypes,
+/// shapes against byte ranges, ranges inside the file and not overlapping,
+/// and the CRC when present.
+Expected<Checkpoint> read(const std::string &path);
+
+} // namespace kiln::ckpt
+
+#endif // KILN_RUNTIME_CORE_CHECKPOINT_H
