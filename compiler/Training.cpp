@@ -104,25 +104,37 @@ bool runFn(ModuleOp m, StringRef name, const std::vector<Tensor> &args,
 
 } // namespace
 
+namespace {
+/// One random input, a function of (seed, input name, element index): the
+/// same name gives the same values in @forward, @grad and @train_step, and a
+/// batch K times larger starts with the smaller batch's rows.
+Tensor randomInput(Value arg, StringRef name, uint64_t seed) {
+  Tensor t = interp::fromType(arg.getType());
+  uint64_t salt = 1469598103934665603ull; // FNV-1a of the name
+  for (char c : name)
+    salt = (salt ^ uint64_t(static_cast<unsigned char>(c))) * 1099511628211ull;
+  if (name == "dropout_seed") {
+    t.i[0] = 12345;
+  } else if (interp::isFloat(t.elem)) {
+    for (int64_t k = 0; k < t.numel(); ++k)
+      t.f[k] = interp::roundTo(t.elem, random::normal(seed, salt, k));
+  } else {
+    int64_t bound = t.elem == Elem::I1 ? 2 : indexBound(arg);
+    for (int64_t k = 0; k < t.numel(); ++k)
+      t.i[k] = int64_t(random::bits(seed, salt, k) % uint64_t(bound));
+  }
+  return t;
+}
+} // namespace
+
 std::vector<Tensor> randomInputs(func::FuncOp fn, uint64_t seed,
                                  bool skipParams) {
   std::vector<Tensor> out;
   for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
     if (skipParams && isParam(fn, i))
       continue;
-    Tensor t = interp::fromType(fn.getArgument(i).getType());
     auto name = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
-    if (name && name.getValue() == "dropout_seed") {
-      t.i[0] = 12345;
-    } else if (interp::isFloat(t.elem)) {
-      for (int64_t k = 0; k < t.numel(); ++k)
-        t.f[k] = interp::roundTo(t.elem, random::normal(seed, 1000 + i, k));
-    } else {
-      int64_t bound = t.elem == Elem::I1 ? 2 : indexBound(fn.getArgument(i));
-      for (int64_t k = 0; k < t.numel(); ++k)
-        t.i[k] = int64_t(random::bits(seed, 1000 + i, k) % uint64_t(bound));
-    }
-    out.push_back(std::move(t));
+    out.push_back(randomInput(fn.getArgument(i), name ? name.getValue() : "", seed));
   }
   return out;
 }
@@ -352,10 +364,14 @@ bool exportReference(ModuleOp module, const std::string &dir, int steps,
   // Train steps: (params, state, inputs minus dropout_seed, step).
   std::vector<Tensor> params(init.begin(), init.begin() + paramNames.size());
   std::vector<Tensor> state(init.begin() + paramNames.size(), init.end());
+  // The train step's own batch (K times larger with grad_accum = K; its
+  // first rows are the batch @grad saw).
   std::vector<Tensor> stepInputs;
-  for (size_t k = 0; k < inputNames.size(); ++k)
-    if (inputNames[k] != "dropout_seed")
-      stepInputs.push_back(data[k]);
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    auto name = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
+    if (name && name.getValue() != "step")
+      stepInputs.push_back(randomInput(step.getArgument(i), name.getValue(), seed));
+  }
   manifest += "],\n  \"steps\": [";
   for (int s = 0; s < steps; ++s) {
     std::vector<Tensor> args = params;
