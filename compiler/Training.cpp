@@ -75,8 +75,9 @@ bool isParam(func::FuncOp fn, unsigned i) {
   return bool(fn.getArgAttr(i, KilnDialect::kParamAttr));
 }
 
-/// Largest valid value + 1 for an integer input, from its users.
-int64_t indexBound(Value v) {
+/// Largest valid value + 1 for an integer value, from its users
+/// (INT64_MAX when no user bounds it).
+int64_t indexBoundOf(Value v) {
   int64_t bound = INT64_MAX;
   for (Operation *user : v.getUsers()) {
     if (auto g = dyn_cast<GatherOp>(user))
@@ -84,9 +85,15 @@ int64_t indexBound(Value v) {
     else if (auto ce = dyn_cast<CrossEntropyOp>(user))
       bound = std::min(bound, ce.getLogits().getType().getShape().back());
     else if (isa<ReshapeOp, SliceOp, TransposeOp, BroadcastInDimOp>(user))
-      bound = std::min(bound, indexBound(user->getResult(0)));
+      bound = std::min(bound, indexBoundOf(user->getResult(0)));
   }
-  return bound == INT64_MAX ? 2 : bound;
+  return bound;
+}
+
+/// Bound for a random integer input: from its users, else [0, 2).
+int64_t indexBound(Value v) {
+  int64_t b = indexBoundOf(v);
+  return b == INT64_MAX ? 2 : b;
 }
 
 bool runFn(ModuleOp m, StringRef name, const std::vector<Tensor> &args,

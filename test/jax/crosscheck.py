@@ -22,6 +22,12 @@ manifest.json:
 
 Everything runs in float32 (JAX's default; x64 stays off). A tensor passes
 when max|jax - kiln| / max(max|kiln|, tiny) is at most --tolerance (1e-5).
+The final parameters alone may also differ, coordinate by coordinate, by
+twice the float32 noise floor of Adam's per-coordinate scaling, measured
+here (see step 4 of main); the table says how many coordinates needed it.
+`--train NAME=VALUE` runs the check on a copy of the model with a train
+setting replaced (crosscheck-optimizers.test uses it to reach every
+optimizer and schedule branch in a few steps).
 Exit status: 0 on PASS, 1 on any mismatch or error (the message names the
 tensor).
 """
@@ -501,7 +507,10 @@ class Table:
             else:
                 over = err > self.tol * scale
                 noisy = int(np.sum(over))
-                ok = bool(np.all(err <= self.tol * scale + slack))
+                allowed = self.tol * scale + slack
+                ok = bool(np.all(err <= allowed))
+                if noisy:
+                    noisy = (noisy, float(np.max(err / allowed)))
         self.rows.append((name, ref.shape, diff, rel, ok, noisy if slack is not None else None))
         if group not in self.worst or rel > self.worst[group][0]:
             self.worst[group] = (rel, name)
@@ -515,8 +524,8 @@ class Table:
             note = "" if ok else "FAIL"
             if noisy:
                 note += (" " if note else "") + (
-                    "%d coordinate(s) above tolerance, within the float32 noise floor"
-                    % noisy if ok else "%d coordinate(s) above tolerance" % noisy)
+                    "%d coordinate(s) above tolerance; error/allowed %.2f (noise floor)"
+                    % noisy)
             print("%-*s  %-12s %12.3e %12.3e  %s" % (
                 w, name, "x".join(map(str, shape)) or "scalar", diff, rel, note))
 
@@ -616,7 +625,13 @@ def main():
 
     # 2. Loss and gradients at the initial parameters.
     loss, grads = value_and_grad(params)
-    table.add("loss", "loss", loss, np.load(os.path.join(args.workdir, "loss.npy")))
+    kiln_loss = np.load(os.path.join(args.workdir, "loss.npy"))
+    table.add("loss", "loss", loss, kiln_loss)
+    # Kiln against itself: step 0 of @train_step starts from the same
+    # parameters and (docs/training.md) the same batch as @grad.
+    consistent = table.add("kiln", "kiln.step0.loss-vs-loss.npy",
+                           manifest["steps"][0]["loss"] if manifest["steps"] else kiln_loss,
+                           kiln_loss)
     for n in names:
         table.add("grad", "grad." + n, grads[n], load("grad", n))
 
@@ -658,9 +673,11 @@ def main():
     #   allowed_i = tolerance * max|kiln| + NOISE_K * spread_i
     # where spread_i is how far coordinate i moves when every gradient, at
     # every step, is perturbed by noise of the size by which JAX and Kiln
-    # disagree on that tensor's gradient at step 0 (measured above). The
-    # optimizer formulas themselves are checked exactly: a wrong formula
-    # moves the well-conditioned coordinates (spread ~ 0) by O(lr).
+    # disagree on that tensor's gradient at step 0 (measured above). This
+    # still checks the optimizer formulas to the tolerance: a wrong formula
+    # moves the well-conditioned coordinates (spread ~ 0) by O(lr), and the
+    # per-step loss and grad_norm above, which follow from those parameters,
+    # are held to the plain tolerance.
     noise = {n: float(np.max(np.abs(np.asarray(grads[n], np.float64) -
                                     load("grad", n).astype(np.float64))))
              for n in names}
@@ -679,7 +696,7 @@ def main():
     table.show()
     print("tolerance: relative error max|jax - kiln| / max|kiln| <= %.0e per tensor"
           % args.tolerance)
-    for group in ("loss", "grad", "step loss", "step grad_norm", "step lr", "final"):
+    for group in ("loss", "grad", "step loss", "step grad_norm", "step lr", "final", "kiln"):
         rel, name = table.worst[group]
         print("worst %-15s %.3e  (%s)" % (group, rel, name))
     noisy = [(r[0], r[5]) for r in table.rows if r[5]]
@@ -687,15 +704,21 @@ def main():
         print("final parameters: %d coordinate(s) in %s differ by more than the "
               "tolerance but by at most %g x the float32 noise floor of Adam's "
               "per-coordinate scaling (see the comment in main)"
-              % (sum(k for _, k in noisy), ", ".join(n for n, _ in noisy), NOISE_K))
+              % (sum(k[0] for _, k in noisy), ", ".join(n for n, _ in noisy), NOISE_K))
     elapsed = time.time() - started
     bad = table.failures()
+    if not consistent:
+        print("crosscheck: FAIL: Kiln's @train_step at step 0 reports loss %.9g but "
+              "@grad reported %.9g for the same parameters: the exported train steps "
+              "did not run on the exported batch (input.*.npy), so the per-step and "
+              "final values cannot match any model evaluated on that batch"
+              % (manifest["steps"][0]["loss"], float(kiln_loss)))
     if bad:
         for name, _, diff, rel, _, _ in bad:
             print("crosscheck: FAIL: %s: relative error %.3e > tolerance %.0e "
                   "(max abs diff %.3e)" % (name, rel, args.tolerance, diff))
         return 1
-    strict = max(v for g, v in table.worst.items() if g != "final")
+    strict = max(v for g, v in table.worst.items() if g not in ("final", "kiln"))
     print("crosscheck: PASS: %s, %d comparisons; worst relative error %.3e (%s) "
           "for the loss, gradients and per-step loss/grad_norm/lr, %.3e (%s) for "
           "the final parameters; tolerance %.0e (kilnc %.1fs, total %.1fs)"
