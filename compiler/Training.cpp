@@ -3,6 +3,7 @@
 
 #include "dialects/kiln/KilnOps.h"
 #include "passes/Passes.h"
+#include "runtime/core/Data.h"
 #include "runtime/core/Random.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -280,35 +281,19 @@ double gradCheck(ModuleOp module, const GradCheckOptions &opts,
 }
 
 namespace {
+/// Saves an interpreter tensor with the runtime's .npy writer (f32/f64/i32/i64).
 bool writeNpy(const std::string &path, const Tensor &t, std::string &error) {
-  std::string descr = interp::isFloat(t.elem) ? (t.elem == Elem::F64 ? "<f8" : "<f4")
-                                              : (t.elem == Elem::I64 ? "<i8" : "<i4");
-  std::string shape = "(";
-  for (int64_t d : t.shape)
-    shape += std::to_string(d) + ",";
-  if (t.shape.size() > 1)
-    shape.pop_back();
-  shape += ")";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + header.size() + 1) % 64 != 0)
-    header += ' ';
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  if (!out) {
-    error = "cannot write " + path;
+  data::NpyArray a;
+  a.descr = interp::isFloat(t.elem) ? (t.elem == Elem::F64 ? "<f8" : "<f4")
+                                    : (t.elem == Elem::I64 ? "<i8" : "<i4");
+  a.shape = t.shape;
+  a.f = t.f;
+  a.i = t.i;
+  if (Status s = data::writeNpy(path, a); !s) {
+    error = s.message();
     return false;
   }
-  out.write("\x93NUMPY\x01\x00", 8);
-  uint16_t len = uint16_t(header.size());
-  out.write(reinterpret_cast<const char *>(&len), 2);
-  out << header;
-  for (int64_t k = 0; k < t.numel(); ++k) {
-    if (descr == "<f8") { double v = t.f[k]; out.write(reinterpret_cast<char *>(&v), 8); }
-    else if (descr == "<f4") { float v = float(t.f[k]); out.write(reinterpret_cast<char *>(&v), 4); }
-    else if (descr == "<i8") { int64_t v = t.i[k]; out.write(reinterpret_cast<char *>(&v), 8); }
-    else { int32_t v = int32_t(t.i[k]); out.write(reinterpret_cast<char *>(&v), 4); }
-  }
-  return bool(out);
+  return true;
 }
 } // namespace
 

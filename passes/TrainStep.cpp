@@ -171,6 +171,7 @@ public:
   LogicalResult buildTrainStep(int64_t &numOps);
   LogicalResult buildEvalStep();
   LogicalResult buildPredict();
+  SmallVector<Value> inferenceFunction(StringRef name);
 
 private:
   ModuleOp m_;
@@ -181,6 +182,7 @@ private:
   int dropoutSeedArg_ = -1;
   Config cfg_;
   bool hasLogits_ = false;
+  func::FuncOp current_; ///< set by inferenceFunction()
 
   Location loc() { return fwd_.getLoc(); }
 
@@ -477,8 +479,10 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   return success();
 }
 
-LogicalResult Builder::buildEvalStep() {
-  func::FuncOp f = newFunc("eval_step");
+/// A function taking (params..., inputs...) with @forward cloned into it,
+/// dropout off; returns @forward's mapped results.
+SmallVector<Value> Builder::inferenceFunction(StringRef name) {
+  func::FuncOp f = newFunc(name);
   SmallVector<Value> ps;
   addParamArgs(f, ps);
   IRMapping map;
@@ -487,24 +491,21 @@ LogicalResult Builder::buildEvalStep() {
   for (const Input &in : inputs_)
     map.map(fwd_.getArgument(in.arg),
             addArg(f, in.type, loc(), KilnDialect::kInputAttr, in.name));
-  SmallVector<Value> outs = cloneForward(map, /*noDropout=*/true);
-  finish(f, {outs[0]}, {"loss"});
+  current_ = f;
+  return cloneForward(map, /*noDropout=*/true);
+}
+
+LogicalResult Builder::buildEvalStep() {
+  SmallVector<Value> outs = inferenceFunction("eval_step");
+  finish(current_, {outs[0]}, {"loss"});
   return success();
 }
 
 LogicalResult Builder::buildPredict() {
   if (!hasLogits_)
     return success();
-  func::FuncOp f = newFunc("predict");
-  SmallVector<Value> ps;
-  addParamArgs(f, ps);
-  IRMapping map;
-  for (auto [p, v] : llvm::zip(params_, ps))
-    map.map(fwd_.getArgument(p.arg), v);
-  for (const Input &in : inputs_)
-    map.map(fwd_.getArgument(in.arg),
-            addArg(f, in.type, loc(), KilnDialect::kInputAttr, in.name));
-  SmallVector<Value> outs = cloneForward(map, /*noDropout=*/true);
+  SmallVector<Value> outs = inferenceFunction("predict");
+  func::FuncOp f = current_;
   Value logits = outs[1];
   auto t = cast<RankedTensorType>(logits.getType());
   if (t.getRank() == 3) { // [B, T, V] -> the last position, [B, V]

@@ -244,34 +244,32 @@ LogicalResult PowOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
   return success();
 }
 
-// d max(a, b) = g where a >= b, g where a < b (ties go to a)
-LogicalResult MaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
-                                    SmallVectorImpl<Value> &out) {
-  G h{b, getLoc()};
+// Ties go to the lhs: d max(a, b) = g where a >= b, g where a < b, and
+// d min(a, b) = g where a <= b, g where a > b.
+template <typename OpT>
+static LogicalResult extremumGradients(OpT op, CompareDirection takeLhs,
+                                       OpBuilder &b, ArrayRef<Value> grads,
+                                       SmallVectorImpl<Value> &out) {
+  G h{b, op.getLoc()};
   Value g = grads[0];
-  if (!g || !isa<FloatType>(getType().getElementType())) {
+  if (!g || !isa<FloatType>(op.getType().getElementType())) {
     out.append({Value(), Value()});
     return success();
   }
-  Value takeA = h.cmp(CompareDirection::ge, getLhs(), getRhs());
+  Value takeA = h.cmp(takeLhs, op.getLhs(), op.getRhs());
   Value z = h.zerosLike(g);
   out.append({h.select(takeA, g, z), h.select(takeA, z, g)});
   return success();
 }
 
-// d min(a, b) = g where a <= b, g where a > b (ties go to a)
+LogicalResult MaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
+                                    SmallVectorImpl<Value> &out) {
+  return extremumGradients(*this, CompareDirection::ge, b, grads, out);
+}
+
 LogicalResult MinOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
                                     SmallVectorImpl<Value> &out) {
-  G h{b, getLoc()};
-  Value g = grads[0];
-  if (!g || !isa<FloatType>(getType().getElementType())) {
-    out.append({Value(), Value()});
-    return success();
-  }
-  Value takeA = h.cmp(CompareDirection::le, getLhs(), getRhs());
-  Value z = h.zerosLike(g);
-  out.append({h.select(takeA, g, z), h.select(takeA, z, g)});
-  return success();
+  return extremumGradients(*this, CompareDirection::le, b, grads, out);
 }
 
 // d select(p, a, b) = -, g where p, g where !p
