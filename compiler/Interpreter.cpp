@@ -38,16 +38,20 @@ const char *name(Elem e) {
 }
 
 namespace {
+/// Rounds a double to bfloat16 (8 exponent bits, 8 significand bits) to
+/// nearest even, in one step (no intermediate float).
 double toBF16(double x) {
-  float f = static_cast<float>(x);
-  if (std::isnan(f))
+  if (!std::isfinite(x) || x == 0)
     return x;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1); // round to nearest even
-  u &= 0xFFFF0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
+  int e;
+  double m = std::frexp(x, &e); // x = m * 2^e, 0.5 <= |m| < 1
+  if (e < -132)                 // below half the smallest bf16 subnormal
+    return std::copysign(0.0, x);
+  int bits = e >= -125 ? 8 : 8 - (-125 - e); // subnormals keep fewer bits
+  double scaled = std::ldexp(m, bits);
+  double r = std::nearbyint(scaled); // default rounding: to nearest even
+  double y = std::ldexp(r, e - bits);
+  return std::fabs(y) > 3.3895313892515355e38 ? std::copysign(INFINITY, x) : y;
 }
 } // namespace
 
@@ -55,7 +59,7 @@ double roundTo(Elem e, double x) {
   switch (e) {
   case Elem::F64: return x;
   case Elem::F32: return static_cast<float>(x);
-  case Elem::F16: return static_cast<double>(static_cast<_Float16>(static_cast<float>(x)));
+  case Elem::F16: return static_cast<double>(static_cast<_Float16>(x));
   case Elem::BF16: return toBF16(x);
   default: return x;
   }
@@ -198,6 +202,19 @@ private:
   template <typename Fn> bool unary(Operation *op, Fn fn) {
     const Tensor &x = in(op->getOperand(0));
     Tensor y = like(op->getResult(0));
+    if (!isFloat(x.elem)) { // integers stay exact (neg, abs, relu)
+      StringRef name = op->getName().getStringRef();
+      for (int64_t k = 0; k < y.numel(); ++k) {
+        int64_t v = x.i[k];
+        int64_t r = name == "kiln.neg" ? int64_t(0 - uint64_t(v))
+                    : name == "kiln.abs" ? (v < 0 ? int64_t(0 - uint64_t(v)) : v)
+                    : name == "kiln.relu" ? std::max<int64_t>(v, 0)
+                                          : int64_t(fn(double(v)));
+        y.i[k] = y.elem == Elem::I32 ? int64_t(int32_t(r)) : r;
+      }
+      set(op->getResult(0), std::move(y));
+      return true;
+    }
     for (int64_t k = 0; k < y.numel(); ++k)
       store(y, k, fn(x.at(k)));
     set(op->getResult(0), std::move(y));
@@ -285,9 +302,19 @@ bool Interpreter::eval(Operation *op) {
         const Tensor &x = in(o.getOperand());
         Tensor y = like(o.getResult());
         for (int64_t k = 0; k < y.numel(); ++k) {
+          if (!isFloat(x.elem) && !isFloat(y.elem)) { // int -> int: exact
+            int64_t v = x.i[k];
+            y.i[k] = y.elem == Elem::I1 ? v != 0
+                     : y.elem == Elem::I32 ? int64_t(int32_t(v)) : v;
+            continue;
+          }
           double v = x.at(k);
-          if (!isFloat(y.elem) && y.elem != Elem::I1)
-            v = std::isfinite(v) ? std::trunc(v) : 0.0;
+          if (!isFloat(y.elem) && y.elem != Elem::I1) {
+            // Float -> int truncates; out of range (and NaN) saturates.
+            double lo = y.elem == Elem::I32 ? -2147483648.0 : -9223372036854775808.0;
+            double hi = y.elem == Elem::I32 ? 2147483647.0 : 9223372036854774784.0;
+            v = std::isnan(v) ? 0.0 : std::clamp(std::trunc(v), lo, hi);
+          }
           store(y, k, v);
         }
         set(o.getResult(), std::move(y));

@@ -381,6 +381,16 @@ private:
     if (!isFloat(like.dtype) && scalar.kind == Val::Kind::Float)
       fail(scalar.loc, "cannot combine the number " + fmtDouble(scalar.f) +
                            " with an integer tensor; cast the tensor first");
+    if (!isFloat(like.dtype)) { // exact: no trip through double
+      if (like.dtype == DType::I32 &&
+          (scalar.i < INT32_MIN || scalar.i > INT32_MAX))
+        fail(l, "the number " + std::to_string(scalar.i) + " does not fit in i32");
+      RankedTensorType type = tensorType(like.shape, like.dtype, l);
+      return tensor(create<ConstantOp>(
+                        l, DenseElementsAttr::get(
+                               type, IntegerAttr::get(type.getElementType(), scalar.i))),
+                    like.shape, like.dtype, l);
+    }
     return splat(like.shape, like.dtype, scalar.num(), l);
   }
 

@@ -104,6 +104,12 @@ struct S {
   OpBuilder &b;
   Location loc;
   RankedTensorType f32() { return RankedTensorType::get({}, b.getF32Type()); }
+  /// An exact integer constant (no trip through double).
+  Value icst(uint64_t v, RankedTensorType t) {
+    return b.create<ConstantOp>(
+        loc, DenseElementsAttr::get(
+                 t, IntegerAttr::get(t.getElementType(), APInt(64, v))));
+  }
   Value cst(double v, RankedTensorType t = {}) {
     if (!t)
       t = f32();
@@ -164,6 +170,23 @@ public:
     cfg_ = readConfig(m);
     auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
     hasLogits_ = ret.getNumOperands() > 1;
+  }
+
+  /// Rejects a kiln.train the builder cannot honour (the frontend checks the
+  /// same things; this protects hand-written or transformed modules).
+  LogicalResult validate() {
+    auto bad = [&](const Twine &why) {
+      return m_.emitError() << "kiln.train: " << why;
+    };
+    if (cfg_.optimizer != "sgd" && cfg_.optimizer != "adam" && cfg_.optimizer != "adamw")
+      return bad("unknown optimizer '" + cfg_.optimizer + "' (expected sgd, adam or adamw)");
+    if (cfg_.schedule != "constant" && cfg_.schedule != "linear_warmup" &&
+        cfg_.schedule != "cosine")
+      return bad("unknown schedule '" + cfg_.schedule +
+                 "' (expected constant, linear_warmup or cosine)");
+    if (cfg_.gradAccum < 1 || cfg_.steps < 1 || cfg_.warmup < 0)
+      return bad("grad_accum and steps must be >= 1 and warmup >= 0");
+    return success();
   }
 
   LogicalResult buildInit();
@@ -368,9 +391,9 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       map.map(fwd_.getArgument(in.arg), x);
     }
     if (dropoutSeedArg_ >= 0) {
-      // seed = train.seed * 1000003 + step * grad_accum + k
-      Value base = s.cst(double(cfg_.seed * 1000003 + k), i64);
-      Value seed = s.add(s.mul(step, s.cst(double(K), i64)), base);
+      // seed = train.seed * 1000003 + step * grad_accum + k (wrapping u64)
+      uint64_t base = uint64_t(cfg_.seed) * 1000003ull + uint64_t(k);
+      Value seed = s.add(s.mul(step, s.icst(uint64_t(K), i64)), s.icst(base, i64));
       map.map(fwd_.getArgument(dropoutSeedArg_), seed);
     }
     SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
@@ -385,7 +408,7 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   Value loss = lossSum;
   SmallVector<Value> grads = gradSum;
   if (K > 1) {
-    loss = s.mul(loss, s.cst(1.0 / double(K)));
+    loss = s.mul(loss, s.cst(1.0 / double(K), cast<RankedTensorType>(loss.getType())));
     for (auto [g, p] : llvm::zip(grads, params_))
       g = s.mul(g, s.splat(s.cst(1.0 / double(K)), p.type));
   }
@@ -541,6 +564,8 @@ struct KilnTrainStepPass : impl::KilnTrainStepPassBase<KilnTrainStepPass> {
         return signalPassFailure();
       }
     Builder b(module, fwd);
+    if (failed(b.validate()))
+      return signalPassFailure();
     int64_t n = 0;
     if (failed(b.buildInit()) || ((emitGrad || gradOnly) && failed(b.buildGrad())))
       return signalPassFailure();

@@ -151,11 +151,22 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
   return {};
 }
 
-// x + 0 => x, 0 + x => x, splat + splat => splat
+// x + (-0.0) => x and, for integers, x + 0 => x (x + (+0.0) is not an
+// identity: -0.0 + 0.0 = +0.0); splat + splat => splat
 OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
-  if (isSplatOf(adaptor.getRhs(), 0))
+  auto isAdditiveIdentity = [&](Attribute a) {
+    SplatElementsAttr s = splat(a);
+    if (!s)
+      return false;
+    if (isa<FloatType>(s.getElementType())) {
+      APFloat v = s.getSplatValue<APFloat>();
+      return v.isZero() && v.isNegative();
+    }
+    return isSplatOf(a, 0);
+  };
+  if (isAdditiveIdentity(adaptor.getRhs()))
     return getLhs();
-  if (isSplatOf(adaptor.getLhs(), 0))
+  if (isAdditiveIdentity(adaptor.getLhs()))
     return getRhs();
   return foldSplats(
       adaptor.getLhs(), adaptor.getRhs(), getType(),

@@ -266,6 +266,12 @@ Expected<NpyArray> readNpy(const std::string &path) {
       return bad("bad dimension '" + dim + "'");
     a.shape.push_back(v);
   }
+  uint64_t count = 1;
+  for (int64_t d : a.shape) {
+    if (d != 0 && count > (uint64_t(1) << 48) / uint64_t(d))
+      return bad("the shape has more than 2^48 elements");
+    count *= uint64_t(d);
+  }
   static const char *supported[] = {"<f4", "<f8", "<i4", "<i8", "|u1", "<u2", "<u1"};
   if (std::find(std::begin(supported), std::end(supported), a.descr) == std::end(supported))
     return bad("dtype '" + a.descr + "' is not supported (use float32, float64, "

@@ -7,24 +7,35 @@
 // Arithmetic identities
 //===----------------------------------------------------------------------===//
 
-// add(x, 0) => x
+// add(x, -0.0) => x (the exact float identity)
 // CHECK-LABEL: func.func @add_zero_rhs
 // CHECK-NEXT: return %arg0 : tensor<4x8xf32>
 func.func @add_zero_rhs(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
-  %zero = kiln.constant dense<0.0> : tensor<4x8xf32>
+  %zero = kiln.constant dense<-0.0> : tensor<4x8xf32>
   %0 = kiln.add %x, %zero : tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
 
 // -----
 
-// add(0, x) => x
+// add(-0.0, x) => x
 // CHECK-LABEL: func.func @add_zero_lhs
 // CHECK-NEXT: return %arg0 : tensor<4xf16>
 func.func @add_zero_lhs(%x: tensor<4xf16>) -> tensor<4xf16> {
-  %zero = kiln.constant dense<0.0> : tensor<4xf16>
+  %zero = kiln.constant dense<-0.0> : tensor<4xf16>
   %0 = kiln.add %zero, %x : tensor<4xf16>
   return %0 : tensor<4xf16>
+}
+
+// -----
+
+// add(x, +0.0) stays: -0.0 + 0.0 is +0.0, so it is not an identity
+// CHECK-LABEL: func.func @add_positive_zero_kept
+// CHECK: kiln.add
+func.func @add_positive_zero_kept(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %zero = kiln.constant dense<0.0> : tensor<4xf32>
+  %0 = kiln.add %x, %zero : tensor<4xf32>
+  return %0 : tensor<4xf32>
 }
 
 // -----

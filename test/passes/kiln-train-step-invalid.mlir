@@ -50,3 +50,24 @@ func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.o
   %1 = kiln.reduce_sum %0 axes = [0] : tensor<4xf32> -> tensor<f32>
   return %1 : tensor<f32>
 }
+
+// -----
+
+// A hand-written kiln.train is validated, not trusted.
+// expected-error @+1 {{kiln.train: unknown optimizer 'rmsprop' (expected sgd, adam or adamw)}}
+module attributes {kiln.train = {optimizer = {name = "rmsprop", lr = 1.000000e-01 : f64}}} {
+  func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.output = "loss"}) {
+    %0 = kiln.reduce_sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
+    return %0 : tensor<f32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{kiln.train: grad_accum and steps must be >= 1 and warmup >= 0}}
+module attributes {kiln.train = {grad_accum = 0 : i64}} {
+  func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.output = "loss"}) {
+    %0 = kiln.reduce_sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
+    return %0 : tensor<f32>
+  }
+}

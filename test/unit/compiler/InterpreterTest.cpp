@@ -196,6 +196,37 @@ func.func @f() -> (tensor<3xi32>, tensor<3xi32>, tensor<3xi32>) {
   expectInts(r[2], Elem::I32, {3}, {0, 0, 5}, "relu");
 }
 
+// i64 stays exact beyond 2^53 (no trip through double), including casts.
+TEST_F(InterpreterTest, Int64IsExact) {
+  std::vector<Tensor> r = run(R"mlir(
+func.func @f() -> (tensor<2xi64>, tensor<2xi64>, tensor<2xi32>) {
+  %x = kiln.constant dense<[9007199254740993, -9223372036854775807]> : tensor<2xi64>
+  %0 = kiln.neg %x : tensor<2xi64>
+  %1 = kiln.abs %x : tensor<2xi64>
+  %2 = kiln.cast %x : tensor<2xi64> -> tensor<2xi32>
+  return %0, %1, %2 : tensor<2xi64>, tensor<2xi64>, tensor<2xi32>
+}
+)mlir");
+  ASSERT_EQ(r.size(), 3u);
+  expectInts(r[0], Elem::I64, {2}, {-9007199254740993, 9223372036854775807}, "neg");
+  expectInts(r[1], Elem::I64, {2}, {9007199254740993, 9223372036854775807}, "abs");
+  // 9007199254740993 = 2^53 + 1 -> low 32 bits = 1; -(2^63 - 1) -> low bits 1
+  expectInts(r[2], Elem::I32, {2}, {1, 1}, "cast to i32 wraps");
+}
+
+// Rounding goes straight from double to f16 (no double rounding via f32):
+// exp(0.007298) = 1.0073247..., nearest f16 is 1.0068359375 (spacing 2^-10),
+// but rounding first to f32 then to f16 could land elsewhere on ties.
+TEST(InterpreterRounding, HalfAndBFloatRoundOnce) {
+  EXPECT_EQ(kiln::interp::roundTo(Elem::F16, 1.0 + 1.5 / 1024.0 + 1e-12),
+            1.0 + 2.0 / 1024.0);
+  EXPECT_EQ(kiln::interp::roundTo(Elem::F16, 1.0 + 0.5 / 1024.0), 1.0); // tie: even
+  EXPECT_EQ(kiln::interp::roundTo(Elem::BF16, 1.0 + 1.0 / 256.0), 1.0); // tie: even
+  EXPECT_EQ(kiln::interp::roundTo(Elem::BF16, 1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+  EXPECT_EQ(kiln::interp::roundTo(Elem::BF16, 1.0 + 1.0 / 256.0 + 1e-12), 1.0 + 2.0 / 256.0);
+  EXPECT_TRUE(std::isinf(kiln::interp::roundTo(Elem::BF16, 3.5e38)));
+}
+
 // add sub mul div max min on a = [1.5, -2, 3, 0.5], b = [0.5, 4, -2, 2];
 // pow([2, 9, 0.25, 1.5], [3, 0.5, -1, 2]) = [8, 3, 4, 2.25]. All exact in f32.
 TEST_F(InterpreterTest, BinaryFloat) {

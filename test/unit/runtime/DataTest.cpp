@@ -135,6 +135,11 @@ TEST(Data, NpyRoundTripAndValidation) {
   writeFile(d + "/dtype.npy", c);
   EXPECT_NE(readNpy(d + "/dtype.npy").status().message().find("dtype '>c8' is not supported"),
             std::string::npos);
+  std::string huge = bytes;
+  huge.replace(huge.find("(3,2)"), 5, "(4611686018427387904,4)");
+  writeFile(d + "/huge.npy", huge);
+  EXPECT_NE(readNpy(d + "/huge.npy").status().message().find("more than 2^48 elements"),
+            std::string::npos) << readNpy(d + "/huge.npy").status().message();
   std::string fo = bytes;
   fo.replace(fo.find("False"), 5, "True ");
   writeFile(d + "/fortran.npy", fo);
