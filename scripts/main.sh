@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 cmake --build "${KILN_BUILD_DIR:-build}" --target kilnc
 "${KILN_BUILD_DIR:-build}"/bin/kilnc examples/shakespeare_char.kiln "$@"

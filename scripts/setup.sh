@@ -33,6 +33,10 @@ for entry in "${PY_PACKAGES[@]}"; do
   "$PYTHON" -c "import $module" 2>/dev/null || "$PYTHON" -m pip install -q "$spec"
 done
 
+# ccache hits across clones and build folders: hash paths relative to the
+# repository (see CCACHE_BASEDIR in ccache(1)).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release

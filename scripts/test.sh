@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 cmake --build "$BUILD_DIR" --target check-kiln
 
