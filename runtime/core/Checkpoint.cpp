@@ -160,7 +160,7 @@ Expected<Checkpoint> read(const std::string &path) {
   if (len > b.size() - 8 || len > (uint64_t(100) << 20))
     return bad(fmt::format("header length {} exceeds the file ({} bytes)", len,
                            b.size()));
-  nlohmann::json header = nlohmann::json::parse(
+  nlohmann::ordered_json header = nlohmann::ordered_json::parse(
       b.begin() + 8, b.begin() + 8 + long(len), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return bad("the header is not a JSON object");
@@ -178,7 +178,7 @@ Expected<Checkpoint> read(const std::string &path) {
       }
       continue;
     }
-    const nlohmann::json &e = *it;
+    const nlohmann::ordered_json &e = *it;
     if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
         !e.contains("shape") || !e["shape"].is_array() ||
         !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
