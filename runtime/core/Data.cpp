@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -95,7 +96,10 @@ Expected<CharDatasetInfo> prepareCharDataset(const std::string &textPath,
     }
     return out;
   };
-  ::mkdir(outDir.c_str(), 0755);
+  std::error_code ec;
+  std::filesystem::create_directories(outDir, ec);
+  if (ec)
+    return Status::error(fmt::format("cannot create '{}': {}", outDir, ec.message()));
   std::string vocab = "{\"vocab\": [";
   for (size_t k = 0; k < info.vocab.size(); ++k)
     vocab += (k ? ", \"" : "\"") + jsonEscape(info.vocab[k]) + "\"";
