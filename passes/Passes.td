@@ -86,4 +86,41 @@ def KilnTrainStepPass : Pass<"kiln-train-step", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
+  let summary = "Lower kiln ops to linalg, tensor, arith and math on tensors";
+  let description = [{
+    The first step of the CPU code path. Elementwise ops become
+    `linalg.generic` with identity maps and an arith/math body; broadcasts a
+    generic whose input map drops or pins dimensions; reductions a generic
+    with reduction iterators into a `linalg.fill`ed init (the mean then
+    scales, keepdims expands); matmul a generic over (batch..., m, n, k) whose
+    maps encode both transposes and one-sided batches; transpose
+    `linalg.transpose`; reshape a collapse to one dimension and an expand.
+
+    Before:
+    ```mlir
+    %0 = kiln.add %a, %b : tensor<4xf32>
+    ```
+    After:
+    ```mlir
+    %e = tensor.empty() : tensor<4xf32>
+    %0 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+        ins(%a, %b : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4xf32>) {
+      ^bb0(%x: f32, %y: f32, %out: f32):
+        %s = arith.addf %x, %y : f32
+        linalg.yield %s : f32
+    } -> tensor<4xf32>
+    ```
+    Ops not covered yet (softmax, log_softmax, layer_norm, cross_entropy,
+    gather, scatter_add, slice, pad, concat, random, dropout) are errors, or
+    are left in place with `allow-partial`.
+  }];
+  let dependentDialects = ["mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+                           "mlir::arith::ArithDialect", "mlir::math::MathDialect"];
+  let options = [
+    Option<"allowPartial", "allow-partial", "bool", /*default=*/"false",
+           "Leave ops without a lowering in place instead of failing">,
+  ];
+}
+
 #endif // KILN_PASSES_TD

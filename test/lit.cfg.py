@@ -17,3 +17,13 @@ config.environment["PATH"] = os.pathsep.join(
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%examples", os.path.join(config.kiln_src_root, "examples")))
 config.substitutions.append(("%python", config.python_executable))
+# Lowered code runs through upstream MLIR's CPU pipeline and runner.
+config.substitutions.append(("%cpu_pipeline",
+    "--one-shot-bufferize=bufferize-function-boundaries --convert-linalg-to-loops "
+    "--lower-affine --convert-scf-to-cf --convert-math-to-libm --convert-math-to-llvm "
+    "--expand-strided-metadata --finalize-memref-to-llvm --convert-arith-to-llvm "
+    "--convert-index-to-llvm --convert-cf-to-llvm --convert-func-to-llvm "
+    "--reconcile-unrealized-casts"))
+config.substitutions.append(("%runner_libs",
+    os.path.join(config.llvm_tools_dir, "..", "lib", "libmlir_runner_utils.so") + "," +
+    os.path.join(config.llvm_tools_dir, "..", "lib", "libmlir_c_runner_utils.so")))

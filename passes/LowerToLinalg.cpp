@@ -1,0 +1,426 @@
+//===- LowerToLinalg.cpp - kiln ops to linalg on tensors ------------------===//
+//
+// The first step of the CPU (and later the GPU) code path: each kiln op
+// becomes upstream MLIR on tensors (linalg.generic with arith/math bodies,
+// linalg.transpose, tensor reshapes, arith.constant). Upstream bufferization
+// and the LLVM lowering take it from there (see test/codegen/).
+//
+// Covered: constants, iota, every elementwise op, cast, compare, select,
+// broadcast_in_dim, reductions, matmul, transpose, reshape. The composite NN
+// ops, gather/scatter, slice/pad/concat, random and dropout are not lowered
+// yet: the pass reports them (or leaves them with allow-partial).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "dialects/kiln/KilnOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNLOWERTOLINALGPASS
+#include "passes/Passes.h.inc"
+
+namespace {
+
+using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
+
+RankedTensorType tt(Value v) { return cast<RankedTensorType>(v.getType()); }
+bool isF(Type t) { return isa<FloatType>(getElementTypeOrSelf(t)); }
+
+Value emptyLike(OpBuilder &b, Location loc, RankedTensorType t) {
+  return b.create<tensor::EmptyOp>(loc, t.getShape(), t.getElementType());
+}
+
+/// A linalg.generic over `out`'s iteration space (plus `extraDims`
+/// reduction dims) computing body(inputs..., out element).
+Value generic(OpBuilder &b, Location loc, RankedTensorType resultType,
+              ValueRange inputs, ArrayRef<AffineMap> inputMaps, AffineMap outMap,
+              ArrayRef<utils::IteratorType> iters, Value init, Body body) {
+  SmallVector<AffineMap> maps(inputMaps.begin(), inputMaps.end());
+  maps.push_back(outMap);
+  auto op = b.create<linalg::GenericOp>(
+      loc, TypeRange{resultType}, inputs, ValueRange{init}, maps, iters,
+      [&](OpBuilder &nb, Location nl, ValueRange args) {
+        nb.create<linalg::YieldOp>(nl, body(nb, nl, args));
+      });
+  return op.getResult(0);
+}
+
+/// Elementwise: identity maps, all loops parallel.
+Value elementwise(OpBuilder &b, Location loc, RankedTensorType resultType,
+                  ValueRange inputs, Body body) {
+  int64_t rank = resultType.getRank();
+  AffineMap id = b.getMultiDimIdentityMap(rank);
+  SmallVector<AffineMap> maps(inputs.size(), id);
+  SmallVector<utils::IteratorType> iters(rank, utils::IteratorType::parallel);
+  return generic(b, loc, resultType, inputs, maps, id, iters,
+                 emptyLike(b, loc, resultType), body);
+}
+
+Value fconst(OpBuilder &b, Location loc, Type t, double v) {
+  return b.create<arith::ConstantOp>(loc, t, b.getFloatAttr(t, v));
+}
+
+/// The scalar computation of one elementwise kiln op, or null if `op` is
+/// not elementwise.
+Value scalar(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
+  Type t = a.empty() ? Type() : a[0].getType();
+  bool f = t && isa<FloatType>(t);
+  auto one = [&] { return fconst(b, loc, t, 1.0); };
+  if (isa<NegOp>(op))
+    return f ? b.create<arith::NegFOp>(loc, a[0]).getResult()
+             : b.create<arith::SubIOp>(loc, b.create<arith::ConstantOp>(loc, t, b.getIntegerAttr(t, 0)), a[0]).getResult();
+  if (isa<AbsOp>(op))
+    return f ? b.create<math::AbsFOp>(loc, a[0]).getResult()
+             : b.create<math::AbsIOp>(loc, a[0]).getResult();
+  if (isa<ExpOp>(op)) return b.create<math::ExpOp>(loc, a[0]);
+  if (isa<LogOp>(op)) return b.create<math::LogOp>(loc, a[0]);
+  if (isa<SqrtOp>(op)) return b.create<math::SqrtOp>(loc, a[0]);
+  if (isa<RsqrtOp>(op)) return b.create<math::RsqrtOp>(loc, a[0]);
+  if (isa<TanhOp>(op)) return b.create<math::TanhOp>(loc, a[0]);
+  if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, a[0]);
+  if (isa<CosOp>(op)) return b.create<math::CosOp>(loc, a[0]);
+  if (isa<SinOp>(op)) return b.create<math::SinOp>(loc, a[0]);
+  if (isa<SigmoidOp>(op)) // 1 / (1 + e^-x)
+    return b.create<arith::DivFOp>(
+        loc, one(), b.create<arith::AddFOp>(loc, one(), b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, a[0]))));
+  if (isa<ReluOp>(op))
+    return f ? b.create<arith::MaximumFOp>(loc, a[0], fconst(b, loc, t, 0.0)).getResult()
+             : b.create<arith::MaxSIOp>(loc, a[0], b.create<arith::ConstantOp>(loc, t, b.getIntegerAttr(t, 0))).getResult();
+  if (auto g = dyn_cast<GeluOp>(op)) {
+    Value x = a[0], half = fconst(b, loc, t, 0.5);
+    Value inner;
+    if (g.getApproximation() == GeluApproximation::erf) {
+      inner = b.create<math::ErfOp>(loc, b.create<arith::MulFOp>(loc, x, fconst(b, loc, t, M_SQRT1_2)));
+    } else {
+      Value x3 = b.create<arith::MulFOp>(loc, x, b.create<arith::MulFOp>(loc, x, x));
+      Value u = b.create<arith::MulFOp>(
+          loc, fconst(b, loc, t, std::sqrt(2.0 / M_PI)),
+          b.create<arith::AddFOp>(loc, x, b.create<arith::MulFOp>(loc, fconst(b, loc, t, 0.044715), x3)));
+      inner = b.create<math::TanhOp>(loc, u);
+    }
+    return b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, half, x),
+                                   b.create<arith::AddFOp>(loc, one(), inner));
+  }
+  if (isa<AddOp>(op))
+    return f ? b.create<arith::AddFOp>(loc, a[0], a[1]).getResult() : b.create<arith::AddIOp>(loc, a[0], a[1]).getResult();
+  if (isa<SubOp>(op))
+    return f ? b.create<arith::SubFOp>(loc, a[0], a[1]).getResult() : b.create<arith::SubIOp>(loc, a[0], a[1]).getResult();
+  if (isa<MulOp>(op))
+    return f ? b.create<arith::MulFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MulIOp>(loc, a[0], a[1]).getResult();
+  if (isa<DivOp>(op))
+    return f ? b.create<arith::DivFOp>(loc, a[0], a[1]).getResult() : b.create<arith::DivSIOp>(loc, a[0], a[1]).getResult();
+  if (isa<PowOp>(op)) return b.create<math::PowFOp>(loc, a[0], a[1]);
+  if (isa<MaxOp>(op))
+    return f ? b.create<arith::MaximumFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MaxSIOp>(loc, a[0], a[1]).getResult();
+  if (isa<MinOp>(op))
+    return f ? b.create<arith::MinimumFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MinSIOp>(loc, a[0], a[1]).getResult();
+  if (auto c = dyn_cast<CompareOp>(op)) {
+    if (f) {
+      arith::CmpFPredicate p;
+      switch (c.getDirection()) {
+      case CompareDirection::eq: p = arith::CmpFPredicate::OEQ; break;
+      case CompareDirection::ne: p = arith::CmpFPredicate::UNE; break;
+      case CompareDirection::lt: p = arith::CmpFPredicate::OLT; break;
+      case CompareDirection::le: p = arith::CmpFPredicate::OLE; break;
+      case CompareDirection::gt: p = arith::CmpFPredicate::OGT; break;
+      case CompareDirection::ge: p = arith::CmpFPredicate::OGE; break;
+      }
+      return b.create<arith::CmpFOp>(loc, p, a[0], a[1]);
+    }
+    arith::CmpIPredicate p;
+    switch (c.getDirection()) {
+    case CompareDirection::eq: p = arith::CmpIPredicate::eq; break;
+    case CompareDirection::ne: p = arith::CmpIPredicate::ne; break;
+    case CompareDirection::lt: p = arith::CmpIPredicate::slt; break;
+    case CompareDirection::le: p = arith::CmpIPredicate::sle; break;
+    case CompareDirection::gt: p = arith::CmpIPredicate::sgt; break;
+    case CompareDirection::ge: p = arith::CmpIPredicate::sge; break;
+    }
+    return b.create<arith::CmpIOp>(loc, p, a[0], a[1]);
+  }
+  if (isa<SelectOp>(op)) return b.create<arith::SelectOp>(loc, a[0], a[1], a[2]);
+  if (auto c = dyn_cast<CastOp>(op)) {
+    Type to = c.getType().getElementType();
+    Value x = a[0];
+    Type from = x.getType();
+    if (from == to)
+      return x;
+    if (to.isInteger(1))
+      return isa<FloatType>(from)
+                 ? b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, x, fconst(b, loc, from, 0.0)).getResult()
+                 : b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, x, b.create<arith::ConstantOp>(loc, from, b.getIntegerAttr(from, 0))).getResult();
+    if (isa<FloatType>(from) && isa<FloatType>(to))
+      return from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth()
+                 ? b.create<arith::ExtFOp>(loc, to, x).getResult()
+                 : b.create<arith::TruncFOp>(loc, to, x).getResult();
+    if (isa<FloatType>(from))
+      return b.create<arith::FPToSIOp>(loc, to, x);
+    if (isa<FloatType>(to))
+      return from.isInteger(1) ? b.create<arith::UIToFPOp>(loc, to, x).getResult()
+                               : b.create<arith::SIToFPOp>(loc, to, x).getResult();
+    unsigned fw = from.getIntOrFloatBitWidth(), tw = to.getIntOrFloatBitWidth();
+    if (fw < tw)
+      return from.isInteger(1) ? b.create<arith::ExtUIOp>(loc, to, x).getResult()
+                               : b.create<arith::ExtSIOp>(loc, to, x).getResult();
+    return b.create<arith::TruncIOp>(loc, to, x);
+  }
+  return {};
+}
+
+/// Every elementwise kiln op, one pattern.
+struct LowerElementwise : RewritePattern {
+  LowerElementwise(MLIRContext *ctx) : RewritePattern(MatchAnyOpTypeTag(), 1, ctx) {}
+  LogicalResult matchAndRewrite(Operation *op, PatternRewriter &rw) const override {
+    if (op->getDialect() == nullptr || !isa<KilnDialect>(op->getDialect()) ||
+        op->getNumResults() != 1)
+      return failure();
+    if (!op->hasTrait<OpTrait::Elementwise>() && !isa<CastOp, SelectOp>(op))
+      return rw.notifyMatchFailure(op, "not elementwise");
+    RankedTensorType rt = tt(op->getResult(0));
+    Value r = elementwise(rw, op->getLoc(), rt, op->getOperands(),
+                          [&](OpBuilder &b, Location loc, ValueRange args) {
+                            return scalar(op, b, loc, args.drop_back());
+                          });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+struct LowerConstant : OpRewritePattern<ConstantOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConstantOp op, PatternRewriter &rw) const override {
+    rw.replaceOpWithNewOp<arith::ConstantOp>(op, cast<TypedAttr>(op.getValue()));
+    return success();
+  }
+};
+
+struct LowerIota : OpRewritePattern<IotaOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(IotaOp op, PatternRewriter &rw) const override {
+    RankedTensorType rt = op.getType();
+    Type et = rt.getElementType();
+    int64_t dim = op.getDim();
+    Value r = elementwise(rw, op.getLoc(), rt, {}, [&](OpBuilder &b, Location loc, ValueRange) -> Value {
+      Value i = b.create<linalg::IndexOp>(loc, dim);
+      Value n = b.create<arith::IndexCastOp>(loc, b.getI64Type(), i);
+      if (isa<FloatType>(et))
+        return b.create<arith::SIToFPOp>(loc, et, n);
+      return et.getIntOrFloatBitWidth() < 64 ? b.create<arith::TruncIOp>(loc, et, n).getResult() : n;
+    });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+struct LowerBroadcast : OpRewritePattern<BroadcastInDimOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BroadcastInDimOp op, PatternRewriter &rw) const override {
+    RankedTensorType in = op.getOperand().getType(), out = op.getType();
+    SmallVector<AffineExpr> exprs;
+    for (auto [i, d] : llvm::enumerate(op.getDims()))
+      exprs.push_back(in.getDimSize(i) == 1 && out.getDimSize(d) != 1
+                          ? rw.getAffineConstantExpr(0)
+                          : rw.getAffineDimExpr(d));
+    AffineMap inMap = AffineMap::get(out.getRank(), 0, exprs, rw.getContext());
+    SmallVector<utils::IteratorType> iters(out.getRank(), utils::IteratorType::parallel);
+    Value r = generic(rw, op.getLoc(), out, op.getOperand(), inMap,
+                      rw.getMultiDimIdentityMap(out.getRank()), iters,
+                      emptyLike(rw, op.getLoc(), out),
+                      [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+/// reduce_sum / reduce_mean / reduce_max: a reduction generic into the kept
+/// dims, a division for the mean, an expand_shape for keepdims.
+template <typename OpT>
+struct LowerReduce : OpRewritePattern<OpT> {
+  using OpRewritePattern<OpT>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpT op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType in = op.getOperand().getType();
+    Type et = in.getElementType();
+    bool isMax = std::is_same_v<OpT, ReduceMaxOp>, isMean = std::is_same_v<OpT, ReduceMeanOp>;
+    ArrayRef<int64_t> axes = op.getAxes();
+    SmallVector<int64_t> kept;
+    SmallVector<AffineExpr> outExprs;
+    SmallVector<utils::IteratorType> iters;
+    int64_t count = 1;
+    for (int64_t d = 0; d < in.getRank(); ++d) {
+      bool reduced = llvm::is_contained(axes, d);
+      iters.push_back(reduced ? utils::IteratorType::reduction : utils::IteratorType::parallel);
+      if (reduced) {
+        count *= in.getDimSize(d);
+      } else {
+        kept.push_back(in.getDimSize(d));
+        outExprs.push_back(rw.getAffineDimExpr(d));
+      }
+    }
+    auto outType = RankedTensorType::get(kept, et);
+    TypedAttr initAttr;
+    if (isa<FloatType>(et))
+      initAttr = rw.getFloatAttr(et, isMax ? -INFINITY : 0.0);
+    else
+      initAttr = rw.getIntegerAttr(et, isMax ? APInt::getSignedMinValue(et.getIntOrFloatBitWidth()).getSExtValue() : 0);
+    Value initScalar = rw.create<arith::ConstantOp>(loc, initAttr);
+    Value init = rw.create<linalg::FillOp>(loc, initScalar, emptyLike(rw, loc, outType)).getResult(0);
+    AffineMap outMap = AffineMap::get(in.getRank(), 0, outExprs, rw.getContext());
+    Value r = generic(rw, loc, outType, op.getOperand(), rw.getMultiDimIdentityMap(in.getRank()),
+                      outMap, iters, init, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                        bool f = isa<FloatType>(et);
+                        if (isMax)
+                          return f ? b.create<arith::MaximumFOp>(l, a[0], a[1]).getResult()
+                                   : b.create<arith::MaxSIOp>(l, a[0], a[1]).getResult();
+                        return f ? b.create<arith::AddFOp>(l, a[0], a[1]).getResult()
+                                 : b.create<arith::AddIOp>(l, a[0], a[1]).getResult();
+                      });
+    if (isMean) {
+      double inv = 1.0 / double(count);
+      r = elementwise(rw, loc, outType, r, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        return b.create<arith::MulFOp>(l, a[0], fconst(b, l, et, inv));
+      });
+    }
+    if (op.getKeepdims()) {
+      // Group each kept dim with the reduced (size-1) dims around it.
+      SmallVector<ReassociationIndices> groups;
+      ReassociationIndices pending;
+      for (int64_t d = 0; d < in.getRank(); ++d) {
+        pending.push_back(d);
+        if (!llvm::is_contained(axes, d)) {
+          groups.push_back(pending);
+          pending.clear();
+        }
+      }
+      if (!pending.empty() && !groups.empty())
+        groups.back().append(pending.begin(), pending.end());
+      r = rw.create<tensor::ExpandShapeOp>(loc, op.getType(), r, groups);
+    }
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+struct LowerMatmul : OpRewritePattern<MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MatmulOp op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType lt = op.getLhs().getType(), rt = op.getRhs().getType(), ot = op.getType();
+    int64_t batch = ot.getRank() - 2, n = ot.getRank() + 1; // loops: batch.., m, n, k
+    auto d = [&](int64_t i) { return rw.getAffineDimExpr(i); };
+    AffineExpr m = d(batch), nn = d(batch + 1), k = d(batch + 2);
+    auto batchExprs = [&](RankedTensorType t) {
+      SmallVector<AffineExpr> e;
+      if (t.getRank() > 2)
+        for (int64_t i = 0; i < batch; ++i)
+          e.push_back(d(i));
+      return e;
+    };
+    SmallVector<AffineExpr> le = batchExprs(lt), re = batchExprs(rt), oe;
+    for (AffineExpr e : op.getTransposeLhs() ? SmallVector<AffineExpr>{k, m} : SmallVector<AffineExpr>{m, k})
+      le.push_back(e);
+    for (AffineExpr e : op.getTransposeRhs() ? SmallVector<AffineExpr>{nn, k} : SmallVector<AffineExpr>{k, nn})
+      re.push_back(e);
+    for (int64_t i = 0; i < batch; ++i)
+      oe.push_back(d(i));
+    oe.append({m, nn});
+    SmallVector<utils::IteratorType> iters(n - 1, utils::IteratorType::parallel);
+    iters.push_back(utils::IteratorType::reduction);
+    Type et = ot.getElementType();
+    bool f = isa<FloatType>(et);
+    Value zero = rw.create<arith::ConstantOp>(loc, f ? TypedAttr(rw.getFloatAttr(et, 0.0)) : TypedAttr(rw.getIntegerAttr(et, 0)));
+    Value init = rw.create<linalg::FillOp>(loc, zero, emptyLike(rw, loc, ot)).getResult(0);
+    auto map = [&](ArrayRef<AffineExpr> e) { return AffineMap::get(n, 0, e, rw.getContext()); };
+    Value r = generic(rw, loc, ot, {op.getLhs(), op.getRhs()}, {map(le), map(re)}, map(oe), iters, init,
+                      [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                        if (f)
+                          return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, a[0], a[1]));
+                        return b.create<arith::AddIOp>(l, a[2], b.create<arith::MulIOp>(l, a[0], a[1]));
+                      });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+struct LowerTranspose : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op, PatternRewriter &rw) const override {
+    Value init = emptyLike(rw, op.getLoc(), op.getType());
+    auto t = rw.create<linalg::TransposeOp>(op.getLoc(), op.getOperand(), init, op.getPermutation());
+    rw.replaceOp(op, t.getResult());
+    return success();
+  }
+};
+
+/// Row-major reshape: collapse to one dimension, expand to the target.
+struct LowerReshape : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType in = op.getOperand().getType(), out = op.getType();
+    auto all = [](int64_t rank) {
+      ReassociationIndices g;
+      for (int64_t i = 0; i < rank; ++i)
+        g.push_back(i);
+      return g;
+    };
+    Value flat = op.getOperand();
+    auto flatType = RankedTensorType::get({in.getNumElements()}, in.getElementType());
+    if (in.getRank() != 1)
+      flat = rw.create<tensor::CollapseShapeOp>(
+          loc, flatType, flat,
+          in.getRank() == 0 ? SmallVector<ReassociationIndices>{} : SmallVector<ReassociationIndices>{all(in.getRank())});
+    if (in.getRank() == 0) // rank 0 -> [1] needs an expand instead
+      flat = rw.create<tensor::ExpandShapeOp>(loc, flatType, op.getOperand(), SmallVector<ReassociationIndices>{});
+    Value r = flat;
+    if (out.getRank() != 1)
+      r = out.getRank() == 0
+              ? rw.create<tensor::CollapseShapeOp>(loc, out, flat, SmallVector<ReassociationIndices>{}).getResult()
+              : rw.create<tensor::ExpandShapeOp>(loc, out, flat, SmallVector<ReassociationIndices>{all(out.getRank())}).getResult();
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalgPass> {
+  using KilnLowerToLinalgPassBase::KilnLowerToLinalgPassBase;
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    RewritePatternSet patterns(ctx);
+    patterns.add<LowerElementwise, LowerConstant, LowerIota, LowerBroadcast,
+                 LowerReduce<ReduceSumOp>, LowerReduce<ReduceMeanOp>,
+                 LowerReduce<ReduceMaxOp>, LowerMatmul, LowerTranspose,
+                 LowerReshape>(ctx);
+    GreedyRewriteConfig config;
+    config.enableRegionSimplification = GreedySimplifyRegionLevel::Disabled;
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
+      return signalPassFailure();
+    if (allowPartial)
+      return;
+    bool failedAny = false;
+    getOperation()->walk([&](Operation *op) {
+      if (op->getDialect() && isa<KilnDialect>(op->getDialect())) {
+        op->emitOpError() << "has no CPU lowering yet (kiln-lower-to-linalg "
+                             "covers elementwise ops, broadcasts, reductions, "
+                             "matmul, transpose and reshape)";
+        failedAny = true;
+      }
+    });
+    if (failedAny)
+      signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace kiln
