@@ -6,8 +6,9 @@
 // and the LLVM lowering take it from there (see test/codegen/).
 //
 // Covered: constants, iota, every elementwise op, cast, compare, select,
-// broadcast_in_dim, reductions, matmul, transpose, reshape. The composite NN
-// ops, gather/scatter, slice/pad/concat, random and dropout are not lowered
+// broadcast_in_dim, reductions, matmul, transpose, reshape, slice, pad,
+// concat, gather; softmax, log_softmax, layer_norm and cross_entropy are
+// decomposed into those. scatter_add, random and dropout are not lowered
 // yet: the pass reports them (or leaves them with allow-partial).
 //
 //===----------------------------------------------------------------------===//
@@ -86,7 +87,8 @@ Value scalar(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
   if (isa<ExpOp>(op)) return b.create<math::ExpOp>(loc, a[0]);
   if (isa<LogOp>(op)) return b.create<math::LogOp>(loc, a[0]);
   if (isa<SqrtOp>(op)) return b.create<math::SqrtOp>(loc, a[0]);
-  if (isa<RsqrtOp>(op)) return b.create<math::RsqrtOp>(loc, a[0]);
+  if (isa<RsqrtOp>(op)) // 1 / sqrt(x): math.rsqrt has no LLVM lowering in MLIR 19
+    return b.create<arith::DivFOp>(loc, one(), b.create<math::SqrtOp>(loc, a[0]));
   if (isa<TanhOp>(op)) return b.create<math::TanhOp>(loc, a[0]);
   if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, a[0]);
   if (isa<CosOp>(op)) return b.create<math::CosOp>(loc, a[0]);
@@ -393,6 +395,207 @@ struct LowerReshape : OpRewritePattern<ReshapeOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Composite ops: decomposed into kiln primitives, which the patterns above
+// then lower (one greedy run does both).
+//===----------------------------------------------------------------------===//
+
+/// Helpers that build kiln ops for decompositions.
+struct K {
+  PatternRewriter &rw;
+  Location loc;
+  Value bcastKeep(Value keep, RankedTensorType to) { // keepdims shape -> full
+    SmallVector<int64_t> dims;
+    for (int64_t d = 0; d < to.getRank(); ++d)
+      dims.push_back(d);
+    return rw.create<BroadcastInDimOp>(loc, to, keep, dims);
+  }
+  Value reduceKeep(Value x, int64_t axis, int kind) { // 0 sum 1 mean 2 max
+    RankedTensorType t = tt(x);
+    SmallVector<int64_t> shape(t.getShape());
+    shape[axis] = 1;
+    auto rt = t.clone(shape);
+    auto axes = rw.getDenseI64ArrayAttr({axis});
+    if (kind == 0) return rw.create<ReduceSumOp>(loc, rt, x, axes, rw.getUnitAttr());
+    if (kind == 1) return rw.create<ReduceMeanOp>(loc, rt, x, axes, rw.getUnitAttr());
+    return rw.create<ReduceMaxOp>(loc, rt, x, axes, rw.getUnitAttr());
+  }
+  Value splat(Value like, double v) {
+    RankedTensorType t = tt(like);
+    return rw.create<ConstantOp>(loc, DenseElementsAttr::get(t, rw.getFloatAttr(t.getElementType(), v)));
+  }
+};
+
+// softmax(x) = e / sum(e), e = exp(x - max(x)); log_softmax = (x - m) - log(sum e)
+template <typename OpT>
+struct DecomposeSoftmax : OpRewritePattern<OpT> {
+  using OpRewritePattern<OpT>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpT op, PatternRewriter &rw) const override {
+    K k{rw, op.getLoc()};
+    Value x = op.getOperand();
+    RankedTensorType t = tt(x);
+    int64_t axis = op.getAxis();
+    Value shifted = rw.create<SubOp>(op.getLoc(), x, k.bcastKeep(k.reduceKeep(x, axis, 2), t));
+    Value e = rw.create<ExpOp>(op.getLoc(), shifted);
+    Value s = k.bcastKeep(k.reduceKeep(e, axis, 0), t);
+    if (std::is_same_v<OpT, SoftmaxOp>)
+      rw.replaceOpWithNewOp<DivOp>(op, e, s);
+    else
+      rw.replaceOpWithNewOp<SubOp>(op, shifted, rw.create<LogOp>(op.getLoc(), s));
+    return success();
+  }
+};
+
+// (x - mean) * rsqrt(var + eps) * scale + bias over the last axis
+struct DecomposeLayerNorm : OpRewritePattern<LayerNormOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(LayerNormOp op, PatternRewriter &rw) const override {
+    K k{rw, op.getLoc()};
+    Location loc = op.getLoc();
+    Value x = op.getOperand();
+    RankedTensorType t = tt(x);
+    int64_t last = t.getRank() - 1;
+    Value xc = rw.create<SubOp>(loc, x, k.bcastKeep(k.reduceKeep(x, last, 1), t));
+    Value var = k.reduceKeep(rw.create<MulOp>(loc, xc, xc), last, 1);
+    Value rstd = rw.create<RsqrtOp>(loc, rw.create<AddOp>(loc, var, k.splat(var, op.getEpsilon().convertToDouble())));
+    Value y = rw.create<MulOp>(loc, xc, k.bcastKeep(rstd, t));
+    if (Value g = op.getScale())
+      y = rw.create<MulOp>(loc, y, rw.create<BroadcastInDimOp>(loc, t, g, ArrayRef<int64_t>{last}));
+    if (Value b = op.getBias())
+      y = rw.create<AddOp>(loc, y, rw.create<BroadcastInDimOp>(loc, t, b, ArrayRef<int64_t>{last}));
+    rw.replaceOp(op, y);
+    return success();
+  }
+};
+
+// loss_i = -log_softmax(z)_i[t_i], picked with a one-hot select; then
+// mean/sum/none
+struct DecomposeCrossEntropy : OpRewritePattern<CrossEntropyOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(CrossEntropyOp op, PatternRewriter &rw) const override {
+    K k{rw, op.getLoc()};
+    Location loc = op.getLoc();
+    Value z = op.getLogits(), tgt = op.getTargets();
+    RankedTensorType zt = tt(z), ttT = tt(tgt);
+    int64_t cls = zt.getRank() - 1;
+    Value lsm = rw.create<LogSoftmaxOp>(loc, z, rw.getI64IntegerAttr(cls));
+    auto it = zt.clone(ttT.getElementType());
+    Value classes = rw.create<IotaOp>(loc, it, rw.getI64IntegerAttr(cls));
+    SmallVector<int64_t> lead;
+    for (int64_t d = 0; d < cls; ++d)
+      lead.push_back(d);
+    Value tb = rw.create<BroadcastInDimOp>(loc, it, tgt, lead);
+    Value hot = rw.create<CompareOp>(loc, CompareDirection::eq, classes, tb);
+    Value picked = rw.create<SelectOp>(loc, hot, lsm, k.splat(lsm, 0.0));
+    auto perType = zt.clone(ttT.getShape());
+    Value per = rw.create<NegOp>(loc, rw.create<ReduceSumOp>(
+        loc, perType, picked, rw.getDenseI64ArrayAttr({cls}), UnitAttr()));
+    if (op.getReduction() == LossReduction::none) {
+      rw.replaceOp(op, per);
+      return success();
+    }
+    SmallVector<int64_t> all;
+    for (int64_t d = 0; d < perType.getRank(); ++d)
+      all.push_back(d);
+    auto scalarT = RankedTensorType::get({}, zt.getElementType());
+    if (op.getReduction() == LossReduction::mean)
+      rw.replaceOpWithNewOp<ReduceMeanOp>(op, scalarT, per, rw.getDenseI64ArrayAttr(all), UnitAttr());
+    else
+      rw.replaceOpWithNewOp<ReduceSumOp>(op, scalarT, per, rw.getDenseI64ArrayAttr(all), UnitAttr());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Data movement: slices, padding, concatenation, gather
+//===----------------------------------------------------------------------===//
+
+struct LowerSlice : OpRewritePattern<SliceOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(SliceOp op, PatternRewriter &rw) const override {
+    SmallVector<int64_t> sizes(op.getType().getShape());
+    rw.replaceOpWithNewOp<tensor::ExtractSliceOp>(op, op.getType(), op.getOperand(),
+                                                  ValueRange{}, ValueRange{}, ValueRange{},
+                                                  op.getStart(), sizes, op.getStride());
+    return success();
+  }
+};
+
+Value filled(PatternRewriter &rw, Location loc, RankedTensorType t, double v) {
+  Type et = t.getElementType();
+  TypedAttr a = isa<FloatType>(et) ? TypedAttr(rw.getFloatAttr(et, v))
+                                   : TypedAttr(rw.getIntegerAttr(et, int64_t(v)));
+  Value c = rw.create<arith::ConstantOp>(loc, a);
+  return rw.create<linalg::FillOp>(loc, c, emptyLike(rw, loc, t)).getResult(0);
+}
+
+// pad: fill with the value, insert the operand with stride interior + 1
+struct LowerPad : OpRewritePattern<PadOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(PadOp op, PatternRewriter &rw) const override {
+    Value base = filled(rw, op.getLoc(), op.getType(), op.getValue().convertToDouble());
+    SmallVector<int64_t> sizes(op.getOperand().getType().getShape()), strides;
+    for (int64_t i : op.getInterior())
+      strides.push_back(i + 1);
+    rw.replaceOpWithNewOp<tensor::InsertSliceOp>(op, op.getOperand(), base, ValueRange{},
+                                                 ValueRange{}, ValueRange{}, op.getLow(),
+                                                 sizes, strides);
+    return success();
+  }
+};
+
+struct LowerConcat : OpRewritePattern<ConcatOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConcatOp op, PatternRewriter &rw) const override {
+    Value acc = emptyLike(rw, op.getLoc(), op.getType());
+    int64_t offset = 0, dim = op.getDim();
+    for (Value in : op.getInputs()) {
+      RankedTensorType t = tt(in);
+      SmallVector<int64_t> offsets(t.getRank(), 0), sizes(t.getShape()), strides(t.getRank(), 1);
+      offsets[dim] = offset;
+      acc = rw.create<tensor::InsertSliceOp>(op.getLoc(), in, acc, ValueRange{}, ValueRange{},
+                                             ValueRange{}, offsets, sizes, strides);
+      offset += t.getDimSize(dim);
+    }
+    rw.replaceOp(op, acc);
+    return success();
+  }
+};
+
+// gather: a generic over the result that reads the table with tensor.extract
+// at (outer dims, clamp(index), inner dims)
+struct LowerGather : OpRewritePattern<GatherOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(GatherOp op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType out = op.getType(), table = op.getOperand().getType();
+    RankedTensorType idx = op.getIndices().getType();
+    int64_t axis = op.getAxis(), ir = idx.getRank();
+    SmallVector<AffineExpr> idxExprs;
+    for (int64_t i = 0; i < ir; ++i)
+      idxExprs.push_back(rw.getAffineDimExpr(axis + i));
+    AffineMap idxMap = AffineMap::get(out.getRank(), 0, idxExprs, rw.getContext());
+    SmallVector<utils::IteratorType> iters(out.getRank(), utils::IteratorType::parallel);
+    Value tableV = op.getOperand();
+    Value r = generic(rw, loc, out, op.getIndices(), idxMap, rw.getMultiDimIdentityMap(out.getRank()),
+                      iters, emptyLike(rw, loc, out), [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                        Value row = b.create<arith::IndexCastOp>(l, b.getIndexType(), a[0]);
+                        Value zero = b.create<arith::ConstantIndexOp>(l, 0);
+                        Value maxRow = b.create<arith::ConstantIndexOp>(l, table.getDimSize(axis) - 1);
+                        row = b.create<arith::MaxSIOp>(l, zero, b.create<arith::MinSIOp>(l, row, maxRow));
+                        SmallVector<Value> at;
+                        for (int64_t d = 0; d < axis; ++d)
+                          at.push_back(b.create<linalg::IndexOp>(l, d));
+                        at.push_back(row);
+                        for (int64_t d = axis + 1; d < table.getRank(); ++d)
+                          at.push_back(b.create<linalg::IndexOp>(l, d - 1 + ir));
+                        return b.create<tensor::ExtractOp>(l, tableV, at);
+                      });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
 struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalgPass> {
   using KilnLowerToLinalgPassBase::KilnLowerToLinalgPassBase;
   void runOnOperation() override {
@@ -401,7 +604,10 @@ struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalg
     patterns.add<LowerElementwise, LowerConstant, LowerIota, LowerBroadcast,
                  LowerReduce<ReduceSumOp>, LowerReduce<ReduceMeanOp>,
                  LowerReduce<ReduceMaxOp>, LowerMatmul, LowerTranspose,
-                 LowerReshape>(ctx);
+                 LowerReshape, DecomposeSoftmax<SoftmaxOp>,
+                 DecomposeSoftmax<LogSoftmaxOp>, DecomposeLayerNorm,
+                 DecomposeCrossEntropy, LowerSlice, LowerPad, LowerConcat,
+                 LowerGather>(ctx);
     GreedyRewriteConfig config;
     config.enableRegionSimplification = GreedySimplifyRegionLevel::Disabled;
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
@@ -412,8 +618,7 @@ struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalg
     getOperation()->walk([&](Operation *op) {
       if (op->getDialect() && isa<KilnDialect>(op->getDialect())) {
         op->emitOpError() << "has no CPU lowering yet (kiln-lower-to-linalg "
-                             "covers elementwise ops, broadcasts, reductions, "
-                             "matmul, transpose and reshape)";
+                             "does not cover scatter_add, random and dropout)";
         failedAny = true;
       }
     });

@@ -82,8 +82,34 @@ func.func @shapes(%a: tensor<4x6xf32>) -> (tensor<6x4xf32>, tensor<2x12xf32>) {
 // -----
 
 // Ops without a lowering yet are reported, not silently left behind.
-func.func @not_yet(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
-  // expected-error @+1 {{'kiln.softmax' op has no CPU lowering yet}}
+func.func @not_yet(%seed: tensor<i64>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'kiln.random' op has no CPU lowering yet}}
+  %0 = kiln.random normal, %seed salt = 0 : tensor<i64> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Composites are decomposed into primitives and lowered in the same run.
+// CHECK-LABEL: func.func @softmax
+// CHECK: arith.maximumf
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK-NOT: kiln.
+func.func @softmax(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = kiln.softmax %a axis = 1 : tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @data_movement
+// CHECK: tensor.extract_slice {{.*}}[0, 1] [4, 3] [1, 2]
+// CHECK: tensor.insert_slice
+// CHECK: tensor.extract %
+func.func @data_movement(%a: tensor<4x8xf32>, %i: tensor<3xi32>) -> (tensor<4x3xf32>, tensor<4x9xf32>, tensor<3x8xf32>) {
+  %0 = kiln.slice %a start = [0, 1] limit = [4, 7] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>
+  %1 = kiln.pad %a low = [0, 1] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<4x8xf32> -> tensor<4x9xf32>
+  %2 = kiln.gather %a[%i] axis = 0 : tensor<4x8xf32>, tensor<3xi32> -> tensor<3x8xf32>
+  return %0, %1, %2 : tensor<4x3xf32>, tensor<4x9xf32>, tensor<3x8xf32>
 }
