@@ -5,11 +5,10 @@
 // linalg.transpose, tensor reshapes, arith.constant). Upstream bufferization
 // and the LLVM lowering take it from there (see test/codegen/).
 //
-// Covered: constants, iota, every elementwise op, cast, compare, select,
-// broadcast_in_dim, reductions, matmul, transpose, reshape, slice, pad,
-// concat, gather; softmax, log_softmax, layer_norm and cross_entropy are
-// decomposed into those. scatter_add, random and dropout are not lowered
-// yet: the pass reports them (or leaves them with allow-partial).
+// Every kiln op is covered: softmax, log_softmax, layer_norm and
+// cross_entropy by decomposition into kiln primitives, scatter_add by an
+// scf.for, random and dropout by the counter-based hash of
+// runtime/core/Random.h in i64 arithmetic.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -19,6 +18,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -596,6 +596,178 @@ struct LowerGather : OpRewritePattern<GatherOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Random numbers and dropout: the counter-based hash of runtime/core/Random.h
+// in i64 arithmetic, per element, inside a generic
+//===----------------------------------------------------------------------===//
+
+uint64_t mixConst(uint64_t x) { // same as kiln::random::mix
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+struct Hash {
+  OpBuilder &b;
+  Location loc;
+  Value c(uint64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getI64Type(), b.getIntegerAttr(b.getI64Type(), APInt(64, v)));
+  }
+  Value mix(Value x) {
+    x = b.create<arith::AddIOp>(loc, x, c(0x9E3779B97F4A7C15ull));
+    x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(30))), c(0xBF58476D1CE4E5B9ull));
+    x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(27))), c(0x94D049BB133111EBull));
+    return b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(31)));
+  }
+  /// bits(seed, salt, i) with `keyed` = mix(seed ^ mix(salt)) precomputed.
+  Value bits(Value keyed, Value i) { return mix(b.create<arith::AddIOp>(loc, keyed, i)); }
+  /// (bits >> 40 [+ 1]) * 2^-24 as f64
+  Value unit(Value bitsV, bool plusOne) {
+    Value top = b.create<arith::ShRUIOp>(loc, bitsV, c(40));
+    if (plusOne)
+      top = b.create<arith::AddIOp>(loc, top, c(1));
+    Value f = b.create<arith::UIToFPOp>(loc, b.getF64Type(), top);
+    return b.create<arith::MulFOp>(loc, f, fconst(b, loc, b.getF64Type(), 1.0 / 16777216.0));
+  }
+  /// The element's row-major linear index as i64.
+  Value linearIndex(RankedTensorType t) {
+    Value k = c(0);
+    for (int64_t d = 0; d < t.getRank(); ++d) {
+      Value i = b.create<arith::IndexCastOp>(loc, b.getI64Type(), b.create<linalg::IndexOp>(loc, d));
+      k = b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, k, c(uint64_t(t.getDimSize(d)))), i);
+    }
+    return k;
+  }
+};
+
+/// mix(seed ^ mix(salt)), outside the generic.
+Value keyedSeed(PatternRewriter &rw, Location loc, Value seedTensor, int64_t salt) {
+  Value seed = rw.create<tensor::ExtractOp>(loc, seedTensor, ValueRange{});
+  Hash h{rw, loc};
+  return h.mix(rw.create<arith::XOrIOp>(loc, seed, h.c(mixConst(uint64_t(salt)))));
+}
+
+struct LowerRandom : OpRewritePattern<RandomOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(RandomOp op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType t = op.getType();
+    Value keyed = keyedSeed(rw, loc, op.getSeed(), op.getSalt());
+    bool normal = op.getDistribution() == RandomDistribution::normal;
+    Value r = elementwise(rw, loc, t, {}, [&](OpBuilder &b, Location l, ValueRange) -> Value {
+      Hash h{b, l};
+      Value k = h.linearIndex(t);
+      Value v;
+      if (!normal) {
+        v = h.unit(h.bits(keyed, k), false);
+      } else { // Box-Muller in f64, as the interpreter
+        Value two = h.c(2);
+        Value k2 = b.create<arith::MulIOp>(l, k, two);
+        Value u1 = h.unit(h.bits(keyed, k2), true);
+        Value u2 = h.unit(h.bits(keyed, b.create<arith::AddIOp>(l, k2, h.c(1))), false);
+        Type f64 = b.getF64Type();
+        Value rad = b.create<math::SqrtOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, -2.0), b.create<math::LogOp>(l, u1)));
+        v = b.create<arith::MulFOp>(l, rad, b.create<math::CosOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, 6.283185307179586), u2)));
+      }
+      Type et = t.getElementType();
+      return et.isF64() ? v : b.create<arith::TruncFOp>(l, et, v).getResult();
+    });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+struct LowerDropout : OpRewritePattern<DropoutOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(DropoutOp op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType t = op.getType();
+    Value keyed = keyedSeed(rw, loc, op.getSeed(), op.getSalt());
+    double rate = op.getRate().convertToDouble();
+    Value r = elementwise(rw, loc, t, op.getOperand(), [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+      Hash h{b, l};
+      Value u = h.unit(h.bits(keyed, h.linearIndex(t)), false);
+      Value keep = b.create<arith::CmpFOp>(l, arith::CmpFPredicate::OGE, u, fconst(b, l, b.getF64Type(), rate));
+      Type et = t.getElementType();
+      Value scaled = b.create<arith::MulFOp>(l, a[0], fconst(b, l, et, 1.0 / (1.0 - rate)));
+      return b.create<arith::SelectOp>(l, keep, scaled, fconst(b, l, et, 0.0));
+    });
+    rw.replaceOp(op, r);
+    return success();
+  }
+};
+
+/// Row-major reshape between static tensor types through one dimension.
+Value reshapeVia1D(OpBuilder &b, Location loc, Value v, RankedTensorType to) {
+  RankedTensorType from = tt(v);
+  if (from == to)
+    return v;
+  auto all = [](int64_t rank) {
+    ReassociationIndices g;
+    for (int64_t i = 0; i < rank; ++i)
+      g.push_back(i);
+    return SmallVector<ReassociationIndices>{g};
+  };
+  auto flatT = RankedTensorType::get({from.getNumElements()}, from.getElementType());
+  Value flat = from.getRank() == 1 ? v
+               : from.getRank() == 0
+                   ? b.create<tensor::ExpandShapeOp>(loc, flatT, v, SmallVector<ReassociationIndices>{}).getResult()
+                   : b.create<tensor::CollapseShapeOp>(loc, flatT, v, all(from.getRank())).getResult();
+  if (to.getRank() == 1)
+    return flat;
+  if (to.getRank() == 0)
+    return b.create<tensor::CollapseShapeOp>(loc, to, flat, SmallVector<ReassociationIndices>{});
+  return b.create<tensor::ExpandShapeOp>(loc, to, flat, all(to.getRank()));
+}
+
+// scatter_add: a loop over index positions j adding updates[:, j, :] into
+// result[:, clamp(idx[j]), :] (data-dependent rows: not a linalg.generic).
+struct LowerScatterAdd : OpRewritePattern<ScatterAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ScatterAddOp op, PatternRewriter &rw) const override {
+    Location loc = op.getLoc();
+    RankedTensorType res = op.getType(), idxT = op.getIndices().getType();
+    int64_t axis = op.getAxis(), outer = 1, inner = 1, n = res.getDimSize(axis);
+    for (int64_t d = 0; d < axis; ++d) outer *= res.getDimSize(d);
+    for (int64_t d = axis + 1; d < res.getRank(); ++d) inner *= res.getDimSize(d);
+    int64_t m = idxT.getNumElements();
+    Type et = res.getElementType();
+    auto u3T = RankedTensorType::get({outer, m, inner}, et);
+    auto r3T = RankedTensorType::get({outer, n, inner}, et);
+    auto rowT = RankedTensorType::get({outer, 1, inner}, et);
+    Value u3 = reshapeVia1D(rw, loc, op.getUpdates(), u3T);
+    Value idx = reshapeVia1D(rw, loc, op.getIndices(), RankedTensorType::get({m}, idxT.getElementType()));
+    Value init = filled(rw, loc, r3T, 0.0);
+    Value lb = rw.create<arith::ConstantIndexOp>(loc, 0);
+    Value ub = rw.create<arith::ConstantIndexOp>(loc, m);
+    Value one = rw.create<arith::ConstantIndexOp>(loc, 1);
+    auto loop = rw.create<scf::ForOp>(loc, lb, ub, one, ValueRange{init},
+        [&](OpBuilder &b, Location l, Value j, ValueRange iter) {
+          Value acc = iter[0];
+          Value raw = b.create<tensor::ExtractOp>(l, idx, ValueRange{j});
+          Value row = b.create<arith::IndexCastOp>(l, b.getIndexType(), raw);
+          Value zero = b.create<arith::ConstantIndexOp>(l, 0);
+          Value last = b.create<arith::ConstantIndexOp>(l, n - 1);
+          row = b.create<arith::MaxSIOp>(l, zero, b.create<arith::MinSIOp>(l, row, last));
+          SmallVector<OpFoldResult> offU{b.getIndexAttr(0), j, b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> offR{b.getIndexAttr(0), row, b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> sizes{b.getIndexAttr(outer), b.getIndexAttr(1), b.getIndexAttr(inner)};
+          SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
+          Value u = b.create<tensor::ExtractSliceOp>(l, rowT, u3, offU, sizes, strides);
+          Value cur = b.create<tensor::ExtractSliceOp>(l, rowT, acc, offR, sizes, strides);
+          Value sum = elementwise(b, l, rowT, ValueRange{u, cur}, [&](OpBuilder &nb, Location nl, ValueRange a) -> Value {
+            return isa<FloatType>(et) ? nb.create<arith::AddFOp>(nl, a[0], a[1]).getResult()
+                                      : nb.create<arith::AddIOp>(nl, a[0], a[1]).getResult();
+          });
+          Value next = b.create<tensor::InsertSliceOp>(l, sum, acc, offR, sizes, strides);
+          b.create<scf::YieldOp>(l, next);
+        });
+    rw.replaceOp(op, reshapeVia1D(rw, loc, loop.getResult(0), res));
+    return success();
+  }
+};
+
 struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalgPass> {
   using KilnLowerToLinalgPassBase::KilnLowerToLinalgPassBase;
   void runOnOperation() override {
@@ -607,7 +779,7 @@ struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalg
                  LowerReshape, DecomposeSoftmax<SoftmaxOp>,
                  DecomposeSoftmax<LogSoftmaxOp>, DecomposeLayerNorm,
                  DecomposeCrossEntropy, LowerSlice, LowerPad, LowerConcat,
-                 LowerGather>(ctx);
+                 LowerGather, LowerRandom, LowerDropout, LowerScatterAdd>(ctx);
     GreedyRewriteConfig config;
     config.enableRegionSimplification = GreedySimplifyRegionLevel::Disabled;
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
@@ -617,8 +789,7 @@ struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalg
     bool failedAny = false;
     getOperation()->walk([&](Operation *op) {
       if (op->getDialect() && isa<KilnDialect>(op->getDialect())) {
-        op->emitOpError() << "has no CPU lowering yet (kiln-lower-to-linalg "
-                             "does not cover scatter_add, random and dropout)";
+        op->emitOpError() << "has no CPU lowering yet";
         failedAny = true;
       }
     });

@@ -111,12 +111,15 @@ def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
         linalg.yield %s : f32
     } -> tensor<4xf32>
     ```
-    Ops not covered yet (softmax, log_softmax, layer_norm, cross_entropy,
-    gather, scatter_add, slice, pad, concat, random, dropout) are errors, or
-    are left in place with `allow-partial`.
+    slice, pad, concat and gather become tensor slices and a gathering
+    generic; scatter_add an scf.for; random and dropout the counter-based
+    hash per element; softmax, log_softmax, layer_norm and cross_entropy are
+    decomposed into kiln primitives lowered in the same run. A kiln op left
+    over is an error (or stays, with `allow-partial`).
   }];
   let dependentDialects = ["mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
-                           "mlir::arith::ArithDialect", "mlir::math::MathDialect"];
+                           "mlir::arith::ArithDialect", "mlir::math::MathDialect",
+                           "mlir::scf::SCFDialect"];
   let options = [
     Option<"allowPartial", "allow-partial", "bool", /*default=*/"false",
            "Leave ops without a lowering in place instead of failing">,

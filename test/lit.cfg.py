@@ -20,8 +20,9 @@ config.substitutions.append(("%python", config.python_executable))
 # Lowered code runs through upstream MLIR's CPU pipeline and runner.
 config.substitutions.append(("%cpu_pipeline",
     "--one-shot-bufferize=bufferize-function-boundaries --convert-linalg-to-loops "
-    "--lower-affine --convert-scf-to-cf --convert-math-to-libm --convert-math-to-llvm "
-    "--expand-strided-metadata --finalize-memref-to-llvm --convert-arith-to-llvm "
+    "--convert-scf-to-cf --expand-strided-metadata --lower-affine "
+    "--convert-math-to-libm --convert-math-to-llvm "
+    "--finalize-memref-to-llvm --convert-arith-to-llvm "
     "--convert-index-to-llvm --convert-cf-to-llvm --convert-func-to-llvm "
     "--reconcile-unrealized-casts"))
 config.substitutions.append(("%runner_libs",

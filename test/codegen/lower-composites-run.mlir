@@ -59,5 +59,36 @@ func.func @main() {
   %a2 = kiln.constant dense<[[3.0, 4.0], [5.0, 6.0]]> : tensor<2x2xf32>
   %cc = kiln.concat %a1, %a2 dim = 1 : tensor<2x1xf32>, tensor<2x2xf32> -> tensor<2x3xf32>
   call @p(%cc) : (tensor<2x3xf32>) -> ()
+  // Counter-based random numbers match runtime/core/Random.h (values from an
+  // independent Python implementation of the same hash).
+  // CHECK: [0.751968,  0.193147,  0.305273,  0.498535]
+  // CHECK: [0.264022,  -1.54042,  2.10452,  -1.95508]
+  // CHECK: [0,  0,  0,  8]
+  %seed = kiln.constant dense<7> : tensor<i64>
+  %ru = kiln.random uniform, %seed salt = 3 : tensor<i64> -> tensor<4xf32>
+  call @p4(%ru) : (tensor<4xf32>) -> ()
+  %rn = kiln.random normal, %seed salt = 3 : tensor<i64> -> tensor<4xf32>
+  call @p4(%rn) : (tensor<4xf32>) -> ()
+  %v = kiln.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %dr = kiln.dropout %v, %seed rate = 5.000000e-01 salt = 5 : tensor<4xf32>, tensor<i64>
+  call @p4(%dr) : (tensor<4xf32>) -> ()
+  // scatter_add: rows 2, 0, 2 of a 4-row result
+  // CHECK: {{\[}}[3, 4],
+  // CHECK-NEXT: [0, 0],
+  // CHECK-NEXT: [6, 8],
+  // CHECK-NEXT: [0, 0]]
+  %up = kiln.constant dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]> : tensor<3x2xf32>
+  %si = kiln.constant dense<[2, 0, 2]> : tensor<3xi32>
+  %sa = kiln.scatter_add %up[%si] axis = 0 : tensor<3x2xf32>, tensor<3xi32> -> tensor<4x2xf32>
+  %sm = bufferization.to_memref %sa : memref<4x2xf32>
+  %sc = memref.cast %sm : memref<4x2xf32> to memref<*xf32>
+  call @printMemrefF32(%sc) : (memref<*xf32>) -> ()
+  return
+}
+
+func.func @p4(%t: tensor<4xf32>) {
+  %m = bufferization.to_memref %t : memref<4xf32>
+  %u = memref.cast %m : memref<4xf32> to memref<*xf32>
+  call @printMemrefF32(%u) : (memref<*xf32>) -> ()
   return
 }

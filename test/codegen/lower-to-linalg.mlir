@@ -81,10 +81,13 @@ func.func @shapes(%a: tensor<4x6xf32>) -> (tensor<6x4xf32>, tensor<2x12xf32>) {
 
 // -----
 
-// Ops without a lowering yet are reported, not silently left behind.
-func.func @not_yet(%seed: tensor<i64>) -> tensor<4x8xf32> {
-  // expected-error @+1 {{'kiln.random' op has no CPU lowering yet}}
-  %0 = kiln.random normal, %seed salt = 0 : tensor<i64> -> tensor<4x8xf32>
+// scatter_add is a loop over index positions (data-dependent rows).
+// CHECK-LABEL: func.func @scatter
+// CHECK: scf.for
+// CHECK:   tensor.extract_slice
+// CHECK:   tensor.insert_slice
+func.func @scatter(%u: tensor<6x8xf32>, %i: tensor<6xi32>) -> tensor<4x8xf32> {
+  %0 = kiln.scatter_add %u[%i] axis = 0 : tensor<6x8xf32>, tensor<6xi32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
 
