@@ -365,32 +365,34 @@ struct LowerTranspose : OpRewritePattern<TransposeOp> {
   }
 };
 
+/// Row-major reshape between static tensor types through one dimension.
+Value reshapeVia1D(OpBuilder &b, Location loc, Value v, RankedTensorType to) {
+  RankedTensorType from = tt(v);
+  if (from == to)
+    return v;
+  auto all = [](int64_t rank) {
+    ReassociationIndices g;
+    for (int64_t i = 0; i < rank; ++i)
+      g.push_back(i);
+    return SmallVector<ReassociationIndices>{g};
+  };
+  auto flatT = RankedTensorType::get({from.getNumElements()}, from.getElementType());
+  Value flat = from.getRank() == 1 ? v
+               : from.getRank() == 0
+                   ? b.create<tensor::ExpandShapeOp>(loc, flatT, v, SmallVector<ReassociationIndices>{}).getResult()
+                   : b.create<tensor::CollapseShapeOp>(loc, flatT, v, all(from.getRank())).getResult();
+  if (to.getRank() == 1)
+    return flat;
+  if (to.getRank() == 0)
+    return b.create<tensor::CollapseShapeOp>(loc, to, flat, SmallVector<ReassociationIndices>{});
+  return b.create<tensor::ExpandShapeOp>(loc, to, flat, all(to.getRank()));
+}
+
 /// Row-major reshape: collapse to one dimension, expand to the target.
 struct LowerReshape : OpRewritePattern<ReshapeOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(ReshapeOp op, PatternRewriter &rw) const override {
-    Location loc = op.getLoc();
-    RankedTensorType in = op.getOperand().getType(), out = op.getType();
-    auto all = [](int64_t rank) {
-      ReassociationIndices g;
-      for (int64_t i = 0; i < rank; ++i)
-        g.push_back(i);
-      return g;
-    };
-    Value flat = op.getOperand();
-    auto flatType = RankedTensorType::get({in.getNumElements()}, in.getElementType());
-    if (in.getRank() != 1)
-      flat = rw.create<tensor::CollapseShapeOp>(
-          loc, flatType, flat,
-          in.getRank() == 0 ? SmallVector<ReassociationIndices>{} : SmallVector<ReassociationIndices>{all(in.getRank())});
-    if (in.getRank() == 0) // rank 0 -> [1] needs an expand instead
-      flat = rw.create<tensor::ExpandShapeOp>(loc, flatType, op.getOperand(), SmallVector<ReassociationIndices>{});
-    Value r = flat;
-    if (out.getRank() != 1)
-      r = out.getRank() == 0
-              ? rw.create<tensor::CollapseShapeOp>(loc, out, flat, SmallVector<ReassociationIndices>{}).getResult()
-              : rw.create<tensor::ExpandShapeOp>(loc, out, flat, SmallVector<ReassociationIndices>{all(out.getRank())}).getResult();
-    rw.replaceOp(op, r);
+    rw.replaceOp(op, reshapeVia1D(rw, op.getLoc(), op.getOperand(), op.getType()));
     return success();
   }
 };
@@ -697,29 +699,6 @@ struct LowerDropout : OpRewritePattern<DropoutOp> {
     return success();
   }
 };
-
-/// Row-major reshape between static tensor types through one dimension.
-Value reshapeVia1D(OpBuilder &b, Location loc, Value v, RankedTensorType to) {
-  RankedTensorType from = tt(v);
-  if (from == to)
-    return v;
-  auto all = [](int64_t rank) {
-    ReassociationIndices g;
-    for (int64_t i = 0; i < rank; ++i)
-      g.push_back(i);
-    return SmallVector<ReassociationIndices>{g};
-  };
-  auto flatT = RankedTensorType::get({from.getNumElements()}, from.getElementType());
-  Value flat = from.getRank() == 1 ? v
-               : from.getRank() == 0
-                   ? b.create<tensor::ExpandShapeOp>(loc, flatT, v, SmallVector<ReassociationIndices>{}).getResult()
-                   : b.create<tensor::CollapseShapeOp>(loc, flatT, v, all(from.getRank())).getResult();
-  if (to.getRank() == 1)
-    return flat;
-  if (to.getRank() == 0)
-    return b.create<tensor::CollapseShapeOp>(loc, to, flat, SmallVector<ReassociationIndices>{});
-  return b.create<tensor::ExpandShapeOp>(loc, to, flat, all(to.getRank()));
-}
 
 // scatter_add: a loop over index positions j adding updates[:, j, :] into
 // result[:, clamp(idx[j]), :] (data-dependent rows: not a linalg.generic).
