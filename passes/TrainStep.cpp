@@ -529,15 +529,9 @@ LogicalResult Builder::buildPredict() {
     return success();
   SmallVector<Value> outs = inferenceFunction("predict");
   func::FuncOp f = current_;
+  // Every position's logits ([B, T, V] for a language model): a sampler
+  // reads position len-1 of a causal model fed a shorter prompt.
   Value logits = outs[1];
-  auto t = cast<RankedTensorType>(logits.getType());
-  if (t.getRank() == 3) { // [B, T, V] -> the last position, [B, V]
-    SmallVector<int64_t> start{0, t.getDimSize(1) - 1, 0};
-    SmallVector<int64_t> limit(t.getShape()), stride{1, 1, 1};
-    Value last = b_.create<SliceOp>(loc(), logits, start, limit, stride);
-    logits = b_.create<ReshapeOp>(
-        loc(), t.clone({t.getDimSize(0), t.getDimSize(2)}), last);
-  }
   finish(f, {logits}, {"logits"});
   // Drop inputs that prediction does not read (the targets).
   Block &body = f.getBody().front();

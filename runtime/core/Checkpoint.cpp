@@ -69,7 +69,7 @@ Status writeAll(int fd, const char *p, size_t n, const std::string &path) {
 }
 } // namespace
 
-Status write(const std::string &path, const Checkpoint &c) {
+Expected<std::string> serialize(const Checkpoint &c) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::string data;
   std::vector<std::string> seen;
@@ -106,16 +106,18 @@ Status write(const std::string &path, const Checkpoint &c) {
   char lenBytes[8];
   for (int k = 0; k < 8; ++k)
     lenBytes[k] = char((len >> (8 * k)) & 0xff);
+  return std::string(lenBytes, 8) + json + data;
+}
 
+Status write(const std::string &path, const Checkpoint &c) {
+  Expected<std::string> image = serialize(c);
+  if (!image)
+    return image.status();
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return sysError("create", tmp);
-  Status s = writeAll(fd, lenBytes, 8, tmp);
-  if (s)
-    s = writeAll(fd, json.data(), json.size(), tmp);
-  if (s)
-    s = writeAll(fd, data.data(), data.size(), tmp);
+  Status s = writeAll(fd, image->data(), image->size(), tmp);
   if (s && ::fsync(fd) != 0)
     s = sysError("fsync", tmp);
   if (::close(fd) != 0 && s)
@@ -147,7 +149,10 @@ Expected<Checkpoint> read(const std::string &path) {
     return sysError("open checkpoint", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string b = ss.str();
+  return parse(ss.str(), path);
+}
+
+Expected<Checkpoint> parse(const std::string &b, const std::string &path) {
   auto bad = [&](const std::string &why) {
     return Status::error(fmt::format(
         "checkpoint '{}' is corrupt or not a safetensors file: {}", path, why));

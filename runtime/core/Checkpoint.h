@@ -39,7 +39,11 @@ struct Checkpoint {
 int dtypeWidth(const std::string &dtype);
 uint32_t crc32(const void *data, size_t size, uint32_t crc = 0);
 
+/// The file image write() stores (also used for artifact sections).
+Expected<std::string> serialize(const Checkpoint &checkpoint);
 Status write(const std::string &path, const Checkpoint &checkpoint);
+/// Verifies an in-memory image; `origin` names it in messages.
+Expected<Checkpoint> parse(const std::string &image, const std::string &origin);
 /// Verifies everything before returning: header size and JSON, dtypes,
 /// shapes against byte ranges, ranges inside the file and not overlapping,
 /// and the CRC when present.

@@ -5,14 +5,20 @@
 //   kiln-run inspect FILE
 //       what a checkpoint (.safetensors) or an artifact (.kpack) holds,
 //       after verifying it
+//   kiln-run train|eval|sample MODEL.kpack [options]
+//       run a compiled model on the CPU backend (Session.cpp)
 //
-// The runtime never links MLIR or LLVM: this tool builds with only the
-// runtime libraries. Exit codes: 0 success, 1 user error, 2 internal error.
+// The runtime never links MLIR; the CPU backend uses LLVM (ORC) and is left
+// out where LLVM is absent. Exit codes: 0 success, 1 user error, 2 internal error.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/Artifact.h"
 #include "runtime/core/Checkpoint.h"
 #include "runtime/core/Data.h"
+#include "runtime/core/Package.h"
+#ifdef KILN_HAVE_CPU_JIT
+#include "tools/kiln-run/Session.h"
+#endif
 
 #include <fmt/format.h>
 
@@ -34,6 +40,23 @@ const char *kUsage =
     "  kiln-run inspect FILE\n"
     "      Verify a checkpoint (.safetensors) or artifact (.kpack) and list\n"
     "      what it holds.\n"
+    "  kiln-run train MODEL.kpack [--steps N] [--data PATH] [--val-data PATH]\n"
+    "          [--resume CKPT] [--checkpoint CKPT] [--checkpoint-every N]\n"
+    "          [--threads N] [--seed S] [--eval-interval N] [--eval-steps N]\n"
+    "          [--log-interval N] [--loss-log FILE] [--profile] [--quiet]\n"
+    "      Train on the CPU. Data paths default to the model's train section;\n"
+    "      PATH is a token file (uint16, nanoGPT style: random windows) or a\n"
+    "      directory with one .npy array per input (DIR/<input>.npy, shuffled\n"
+    "      per epoch). Checkpoints (safetensors, atomic) default to\n"
+    "      MODEL.ckpt.safetensors every eval interval and at the end; Ctrl-C\n"
+    "      saves one and exits (130). --resume continues bit for bit.\n"
+    "  kiln-run eval MODEL.kpack [--checkpoint CKPT] [--val-data PATH] [--eval-steps N]\n"
+    "      Mean validation loss (and accuracy for classifiers).\n"
+    "  kiln-run sample MODEL.kpack [--checkpoint CKPT] [--tokens N] [--prompt TEXT]\n"
+    "          [--temperature T] [--top-k K] [--seed S] [--vocab vocab.json]\n"
+    "      Generate text from a character-level language model.\n"
+    "  Common: --threads N (default: all cores), --cache-dir DIR (compiled\n"
+    "      kernels; default $KILN_CACHE_DIR or ~/.cache/kiln), --no-cache.\n"
     "  kiln-run --help\n"
     "\n"
     "Exit codes: 0 success, 1 user error, 2 internal error.\n";
@@ -98,6 +121,24 @@ int inspect(const std::vector<std::string> &args) {
     for (const auto &s : a->sections())
       fmt::print("  {:<40} kind {:>3} {:>12} bytes\n", s.name,
                  static_cast<uint32_t>(s.kind), s.bytes.size());
+    auto pkg = kiln::Package::open(path);
+    if (!pkg)
+      return fail(pkg.status());
+    const auto &p = pkg->program;
+    int64_t params = 0, values = 0;
+    for (const auto &b : p.buffers)
+      if (b.role == kiln::program::Role::Param) {
+        ++params;
+        values += b.numElements();
+      }
+    fmt::print("model {} from {} (sha256 {}...)\n", pkg->model, pkg->sourcePath,
+               pkg->sourceHash.substr(0, 12));
+    fmt::print("  {} parameter tensors ({} values); arena {} bytes, {} persistent\n",
+               params, values, p.arenaBytes, p.persistentBytes);
+    fmt::print("  {} kernels; entry points:", p.kernels.size());
+    for (const auto &f : p.functions)
+      fmt::print(" @{} ({} steps)", f.name, f.steps.size());
+    fmt::print("\n");
     return 0;
   }
   auto c = kiln::ckpt::read(path);
@@ -131,5 +172,19 @@ int main(int argc, char **argv) {
     return prepare(args);
   if (command == "inspect")
     return inspect(args);
+  if (command == "train" || command == "eval" || command == "sample") {
+#ifdef KILN_HAVE_CPU_JIT
+    if (command == "train")
+      return kiln::run::trainCommand(args);
+    if (command == "eval")
+      return kiln::run::evalCommand(args);
+    return kiln::run::sampleCommand(args);
+#else
+    fmt::print(stderr, "kiln-run: error: this kiln-run was built without the CPU "
+                       "backend (no LLVM found at build time); install llvm-19-dev "
+                       "and rebuild, or use a GPU build's backend\n");
+    return 1;
+#endif
+  }
   return usageError("unknown command '" + command + "'");
 }

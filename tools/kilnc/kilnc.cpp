@@ -2,11 +2,15 @@
 //
 //   kilnc MODEL.kiln                 summary: ops, parameters, counts
 //   kilnc MODEL.kiln --emit=mlir     the verified kiln module
+//   kilnc MODEL.kiln --emit=plan     schedule and memory plan
+//   kilnc MODEL.kiln -o MODEL.kpack  the artifact kiln-run executes
 //
 // Exit codes: 0 success, 1 user error (bad model file or flags), 2 internal
 // error (a bug in Kiln).
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/Codegen.h"
+#include "compiler/Package.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
 #include "frontend/Frontend.h"
@@ -37,7 +41,7 @@ cl::OptionCategory kilncCategory("kilnc options");
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.kiln>"),
                                cl::Required, cl::cat(kilncCategory));
 
-enum class Emit { Summary, Mlir, Train };
+enum class Emit { Summary, Mlir, Train, Plan, Kernels, LLVM, Package };
 cl::opt<Emit> emit(
     "emit", cl::desc("What to print"), cl::init(Emit::Summary),
     cl::values(clEnumValN(Emit::Summary, "summary",
@@ -46,7 +50,14 @@ cl::opt<Emit> emit(
                           "the verified kiln-dialect module (@forward)"),
                clEnumValN(Emit::Train, "train",
                           "the training program: @init, @grad, @train_step, "
-                          "@eval_step, @predict")),
+                          "@eval_step, @predict"),
+               clEnumValN(Emit::Plan, "plan",
+                          "the schedule and buffer plan (peak bytes)"),
+               clEnumValN(Emit::Kernels, "kernels",
+                          "the kernel module: one func per kernel, on memrefs"),
+               clEnumValN(Emit::LLVM, "llvm", "the CPU kernels as LLVM IR"),
+               clEnumValN(Emit::Package, "kpack",
+                          "the .kpack artifact (the default when -o ends in .kpack)")),
     cl::cat(kilncCategory));
 
 cl::opt<bool> gradcheck(
@@ -66,7 +77,8 @@ cl::opt<double> gradcheckInject(
     cl::desc("Testing aid: scale the first parameter's gradient by (1 + x) "
              "before the check"),
     cl::init(0.0), cl::Hidden, cl::cat(kilncCategory));
-cl::opt<uint64_t> seedOpt("seed", cl::desc("Seed for --gradcheck and --export-reference"),
+cl::opt<uint64_t> seedOpt("seed", cl::desc("Seed for --gradcheck, --export-reference and the "
+                                           "artifact's initial parameters (default: the train section's)"),
                           cl::init(1), cl::cat(kilncCategory));
 cl::opt<std::string> exportReference(
     "export-reference",
@@ -81,6 +93,9 @@ cl::opt<int> referenceSteps("reference-steps",
 cl::opt<std::string> outputFile("o", cl::desc("Write output to <file>"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::cat(kilncCategory));
+
+cl::opt<std::string> target("target", cl::desc("Code generation target: cpu (default)"),
+                           cl::init("cpu"), cl::cat(kilncCategory));
 
 cl::list<std::string> dims("dim",
                            cl::desc("Size of a free dimension, e.g. --dim B=12"),
@@ -249,6 +264,73 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
       return 1;
     }
+    return 0;
+  }
+
+  if (!emit.getNumOccurrences() && StringRef(outputFile).ends_with(".kpack"))
+    emit = Emit::Package;
+  if (target != "cpu")
+    return userError("--target=" + target + " is not supported yet; use --target=cpu");
+  if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
+      emit == Emit::Package) {
+    if (mlir::failed(kiln::buildTrainProgram(*module))) {
+      std::fprintf(stderr, "%s", mlirDiags.c_str());
+      std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
+                   inputFile.c_str());
+      return 1;
+    }
+    kiln::CodegenOptions co;
+    co.emitLLVM = emit == Emit::LLVM || emit == Emit::Package;
+    co.keepLLVMText = emit == Emit::LLVM;
+    std::string err;
+    auto compiled = kiln::compileProgram(*module, co, err);
+    if (mlir::failed(compiled)) {
+      std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
+      return 1;
+    }
+    if (emit == Emit::Package) {
+      if (outputFile == "-")
+        return userError("--emit=kpack needs -o FILE.kpack");
+      kiln::PackageInputs in;
+      in.sourcePath = inputFile;
+      in.sourceText = source.text();
+      in.target = target;
+      in.seed = 0;
+      if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>("kiln.train"))
+        if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
+          in.seed = uint64_t(s.getInt());
+      if (seedOpt.getNumOccurrences())
+        in.seed = seedOpt;
+      auto sections = kiln::buildPackage(*module, *compiled, in);
+      if (!sections) {
+        std::fprintf(stderr, "kilnc: error: %s\n", sections.status().message().c_str());
+        return sections.status().exitCode();
+      }
+      kiln::Status st = kiln::artifact::write(outputFile, *sections);
+      if (!st) {
+        std::fprintf(stderr, "kilnc: error: %s\n", st.message().c_str());
+        return st.exitCode();
+      }
+      size_t bytes = 0;
+      for (const auto &sec : *sections)
+        bytes += sec.bytes.size();
+      const auto &p = compiled->program;
+      std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB\n",
+                   outputFile.c_str(), double(bytes) / (1 << 20), p.kernels.size(),
+                   double(p.arenaBytes) / (1 << 20));
+      return 0;
+    }
+    std::string error;
+    auto output = mlir::openOutputFile(outputFile, &error);
+    if (!output)
+      return userError(error);
+    if (emit == Emit::Plan)
+      kiln::printPlan(compiled->program, output->os());
+    else if (emit == Emit::Kernels)
+      compiled->kernels->print(output->os());
+    else
+      output->os() << compiled->llvmIR;
+    output->keep();
     return 0;
   }
 

@@ -1,0 +1,59 @@
+//===- Codegen.h - From the training program to kernels and a plan -*- C++ -*-===//
+//
+// compileProgram() turns @train_step, @eval_step and @predict into the
+// kernel level (docs/codegen.md):
+//   1. kernel groups: every compute op becomes one kernel (a func.func on
+//      memrefs in a separate kernel module); constants and reshapes of them
+//      are cloned into the kernels that read them; reshapes and
+//      optimization barriers alias their operand's buffer; float32
+//      kiln.matmul becomes a library GEMM step. Identical kernels (same ops,
+//      types and attributes) are emitted once and shared.
+//   2. the buffer plan: parameters and optimizer state in a persistent
+//      region, updated in place where the update is elementwise and the old
+//      value is dead; every other value gets scratch memory by first-fit over
+//      its live range, reused across values that are never live together.
+//   3. CPU code: the kernel module goes through kiln-lower-to-linalg,
+//      bufferization, loops and the LLVM dialect to LLVM IR; each kernel gets
+//      a packed entry point `void <symbol>(void **buffers)`; the result is
+//      LLVM bitcode, compiled for the host by the runtime (ORC).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_CODEGEN_H
+#define KILN_COMPILER_CODEGEN_H
+
+#include "runtime/core/Program.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace kiln {
+
+struct CompiledProgram {
+  program::Program program;
+  mlir::OwningOpRef<mlir::ModuleOp> kernels; ///< kernel module (kiln level)
+  std::string bitcode;                       ///< LLVM bitcode of every kernel
+  std::string llvmIR;                        ///< textual IR, when asked for
+};
+
+struct CodegenOptions {
+  bool emitLLVM = true;     ///< lower to LLVM and produce bitcode
+  bool keepLLVMText = false;
+};
+
+/// Needs a module on which buildTrainProgram() ran. Returns failure with
+/// `error` set on an unsupported construct.
+mlir::FailureOr<CompiledProgram> compileProgram(mlir::ModuleOp module,
+                                                const CodegenOptions &options,
+                                                std::string &error);
+
+/// The schedule and memory plan, for humans (kilnc --emit=plan).
+void printPlan(const program::Program &program, llvm::raw_ostream &os);
+
+/// "file:line:col" of the first file location inside `loc`, or "".
+std::string locString(mlir::Location loc);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_CODEGEN_H

@@ -1,0 +1,33 @@
+//===- Package.h - Writing a .kpack artifact ---------------------*- C++ -*-===//
+//
+// writePackage() assembles the sections docs/artifact.md defines from a
+// compiled program: the manifest (signature, train config, compiler and
+// source identity), initial parameters and optimizer state (from @init on
+// the reference interpreter, with the given seed), the buffer plan and
+// schedule, the CPU kernels as LLVM bitcode, and provenance.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_PACKAGE_H
+#define KILN_COMPILER_PACKAGE_H
+
+#include "compiler/Codegen.h"
+#include "runtime/core/Artifact.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct PackageInputs {
+  std::string sourcePath, sourceText;
+  std::string target = "cpu";
+  uint64_t seed = 0;
+};
+
+Expected<std::vector<artifact::Section>>
+buildPackage(mlir::ModuleOp module, const CompiledProgram &compiled,
+             const PackageInputs &inputs);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_PACKAGE_H

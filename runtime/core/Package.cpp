@@ -1,0 +1,105 @@
+//===- Package.cpp - Loading a .kpack -------------------------------------===//
+#include "runtime/core/Package.h"
+
+#include "runtime/core/Artifact.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+using json = nlohmann::ordered_json;
+
+const char *safetensorsDType(program::DType t) {
+  switch (t) {
+  case program::DType::F32: return "F32";
+  case program::DType::F64: return "F64";
+  case program::DType::F16: return "F16";
+  case program::DType::BF16: return "BF16";
+  case program::DType::I32: return "I32";
+  case program::DType::I64: return "I64";
+  case program::DType::I1: return "BOOL";
+  }
+  return "?";
+}
+
+Status checkPersistent(const program::Program &p, const ckpt::Checkpoint &c,
+                       const std::string &origin) {
+  for (const program::Buffer &b : p.buffers) {
+    if (b.role != program::Role::Param && b.role != program::Role::State)
+      continue;
+    const ckpt::Tensor *t = c.find(b.name);
+    if (!t)
+      return Status::error(fmt::format(
+          "{}: has no tensor '{}', which the model needs; was it written for "
+          "another model?", origin, b.name));
+    if (t->dtype != safetensorsDType(b.dtype) || t->shape != b.shape)
+      return Status::error(fmt::format(
+          "{}: tensor '{}' is {} {}, the model needs {} {}; was it written for "
+          "another model or configuration?", origin, b.name, t->dtype,
+          fmt::join(t->shape, "x"), safetensorsDType(b.dtype), fmt::join(b.shape, "x")));
+  }
+  return Status::ok();
+}
+
+Expected<Package> Package::open(const std::string &path) {
+  auto a = artifact::Artifact::open(path);
+  if (!a)
+    return a.status();
+  auto bad = [&](const std::string &why) {
+    return Status::error(fmt::format("{}: {}; recompile the model with kilnc", path, why));
+  };
+  Package pkg;
+  pkg.path = path;
+  const artifact::Section *manifest = a->find("manifest");
+  const artifact::Section *plan = a->find("plan");
+  const artifact::Section *init = a->find("initializers");
+  if (!manifest || !plan || !init)
+    return bad("the artifact lacks its manifest, plan or initializers section");
+  pkg.manifestJson = manifest->bytes;
+  json m = json::parse(manifest->bytes, nullptr, false);
+  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "kiln-package")
+    return bad("the manifest is not a Kiln package manifest");
+  pkg.model = m.value("model", "");
+  if (m.contains("source") && m["source"].is_object()) {
+    pkg.sourcePath = m["source"].value("path", "");
+    pkg.sourceHash = m["source"].value("sha256", "");
+  }
+  if (m.contains("train") && m["train"].is_object()) {
+    const json &t = m["train"];
+    auto geti = [&](const char *k) {
+      return t.contains(k) && t[k].is_number_integer() ? t[k].get<int64_t>() : 0;
+    };
+    pkg.train.batch = geti("batch");
+    pkg.train.steps = geti("steps");
+    pkg.train.evalInterval = geti("eval_interval");
+    pkg.train.evalSteps = geti("eval_steps");
+    pkg.train.seed = geti("seed");
+    pkg.train.data = t.value("data", "");
+    pkg.train.valData = t.value("val_data", "");
+  }
+  auto prog = program::Program::parse(plan->bytes, path);
+  if (!prog)
+    return prog.status();
+  pkg.program = std::move(*prog);
+  auto initial = ckpt::parse(init->bytes, path + " (initializers)");
+  if (!initial)
+    return initial.status();
+  pkg.initial = std::move(*initial);
+  if (Status s = checkPersistent(pkg.program, pkg.initial, path + " (initializers)"); !s)
+    return s;
+  if (const artifact::Section *k = a->find("kernels.cpu"))
+    pkg.cpuBitcode = k->bytes;
+  if (const artifact::Section *p = a->find("provenance")) {
+    json j = json::parse(p->bytes, nullptr, false);
+    if (!j.is_discarded() && j.contains("kernels") && j["kernels"].is_object())
+      for (auto it = j["kernels"].begin(); it != j["kernels"].end(); ++it)
+        if (it->contains("locs") && (*it)["locs"].is_array())
+          for (const json &l : (*it)["locs"])
+            if (l.is_string())
+              pkg.provenance[it.key()].push_back(l.get<std::string>());
+  }
+  return pkg;
+}
+
+} // namespace kiln

@@ -1,0 +1,53 @@
+//===- Package.h - A loaded, verified .kpack ---------------------*- C++ -*-===//
+//
+// Package::open() reads an artifact and checks it hangs together before
+// anything runs: the container (Artifact.h), the manifest's format, the
+// buffer plan (Program::parse), initial values for every parameter and state
+// buffer with matching dtype and shape, and kernels for the requested
+// target. Every failure names the file and says what to do.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CORE_PACKAGE_H
+#define KILN_RUNTIME_CORE_PACKAGE_H
+
+#include "runtime/core/Checkpoint.h"
+#include "runtime/core/Program.h"
+
+#include <map>
+#include <string>
+
+namespace kiln {
+
+/// The train section as the manifest records it (kiln.train).
+struct TrainConfig {
+  int64_t batch = 0, steps = 0, evalInterval = 0, evalSteps = 0, seed = 0;
+  std::string data, valData;
+};
+
+struct Package {
+  std::string path;
+  std::string model;       ///< model name
+  std::string sourcePath;  ///< the model file it was compiled from
+  std::string sourceHash;  ///< sha256 of that file
+  std::string manifestJson;
+  TrainConfig train;
+  program::Program program;
+  ckpt::Checkpoint initial; ///< initial parameters and state
+  std::string cpuBitcode;
+  /// kernel symbol -> model-file locations (from the provenance section)
+  std::map<std::string, std::vector<std::string>> provenance;
+
+  static Expected<Package> open(const std::string &path);
+};
+
+/// Checks that `c` holds every persistent buffer of `p` with the right
+/// dtype and shape (`origin` names the file).
+Status checkPersistent(const program::Program &p, const ckpt::Checkpoint &c,
+                       const std::string &origin);
+
+/// safetensors dtype for a buffer dtype ("F32", ...).
+const char *safetensorsDType(program::DType t);
+
+} // namespace kiln
+
+#endif // KILN_RUNTIME_CORE_PACKAGE_H

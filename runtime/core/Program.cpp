@@ -1,0 +1,265 @@
+//===- Program.cpp - Program JSON and its validation ----------------------===//
+#include "runtime/core/Program.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace kiln::program {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+constexpr const char *kDTypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "i1"};
+constexpr int kWidths[] = {4, 8, 2, 2, 4, 8, 1};
+constexpr const char *kRoles[] = {"param", "state", "input", "output", "temp"};
+constexpr const char *kKinds[] = {"kernel", "gemm", "copy"};
+} // namespace
+
+const char *dtypeName(DType t) { return kDTypes[int(t)]; }
+int dtypeBytes(DType t) { return kWidths[int(t)]; }
+bool parseDType(const std::string &s, DType &out) {
+  for (int i = 0; i < 7; ++i)
+    if (s == kDTypes[i]) {
+      out = DType(i);
+      return true;
+    }
+  return false;
+}
+const char *roleName(Role r) { return kRoles[int(r)]; }
+
+int64_t Buffer::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+const Function *Program::function(const std::string &name) const {
+  for (const Function &f : functions)
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+int Program::persistent(const std::string &name) const {
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if ((buffers[i].role == Role::Param || buffers[i].role == Role::State) &&
+        buffers[i].name == name)
+      return int(i);
+  return -1;
+}
+
+std::string Program::toJson() const {
+  json j;
+  j["persistent_bytes"] = persistentBytes;
+  j["arena_bytes"] = arenaBytes;
+  json bs = json::array();
+  for (const Buffer &b : buffers)
+    bs.push_back({{"name", b.name}, {"role", roleName(b.role)},
+                  {"dtype", dtypeName(b.dtype)}, {"shape", b.shape},
+                  {"offset", b.offset}, {"bytes", b.bytes}});
+  j["buffers"] = bs;
+  json ks = json::array();
+  for (const Kernel &k : kernels)
+    ks.push_back({{"symbol", k.symbol}, {"op", k.op}, {"num_args", k.numArgs},
+                  {"in_place_safe", k.inPlaceSafe}, {"locs", k.locs}});
+  j["kernels"] = ks;
+  json fs = json::array();
+  for (const Function &f : functions) {
+    json steps = json::array();
+    for (const Step &s : f.steps) {
+      json e = {{"kind", kKinds[s.kind]}, {"args", s.args}, {"loc", s.loc}};
+      if (s.kind == Step::Kernel)
+        e["kernel"] = s.kernel;
+      if (s.kind == Step::Gemm)
+        e["gemm"] = {{"batch", s.gemm.batch}, {"m", s.gemm.m}, {"n", s.gemm.n},
+                     {"k", s.gemm.k}, {"transpose_lhs", s.gemm.transposeLhs},
+                     {"transpose_rhs", s.gemm.transposeRhs},
+                     {"lhs_batched", s.gemm.lhsBatched},
+                     {"rhs_batched", s.gemm.rhsBatched}};
+      steps.push_back(e);
+    }
+    fs.push_back({{"name", f.name}, {"args", f.args}, {"results", f.results},
+                  {"scratch_bytes", f.scratchBytes}, {"steps", steps}});
+  }
+  j["functions"] = fs;
+  return j.dump(1);
+}
+
+namespace {
+struct Reader {
+  std::string origin;
+  std::string error;
+  bool fail(const std::string &why) {
+    if (error.empty())
+      error = why;
+    return false;
+  }
+  bool i64(const json &j, const char *key, int64_t &out, int64_t lo = 0,
+           int64_t hi = int64_t(1) << 50) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer())
+      return fail(fmt::format("'{}' is missing or not an integer", key));
+    out = j[key].get<int64_t>();
+    if (out < lo || out > hi)
+      return fail(fmt::format("'{}' = {} is out of range", key, out));
+    return true;
+  }
+  bool str(const json &j, const char *key, std::string &out) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+      return fail(fmt::format("'{}' is missing or not a string", key));
+    out = j[key].get<std::string>();
+    return true;
+  }
+  bool boolean(const json &j, const char *key, bool &out) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_boolean())
+      return fail(fmt::format("'{}' is missing or not a boolean", key));
+    out = j[key].get<bool>();
+    return true;
+  }
+  bool ints(const json &j, const char *key, std::vector<int> &out, int limit) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_array())
+      return fail(fmt::format("'{}' is missing or not an array", key));
+    for (const json &e : j[key]) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= limit)
+        return fail(fmt::format("'{}' holds a bad index", key));
+      out.push_back(int(e.get<int64_t>()));
+    }
+    return true;
+  }
+};
+} // namespace
+
+Expected<Program> Program::parse(const std::string &text, const std::string &origin) {
+  auto bad = [&](const std::string &why) {
+    return Status::error(fmt::format(
+        "{}: the buffer plan is invalid: {}; recompile the model with kilnc",
+        origin, why));
+  };
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return bad("it is not a JSON object");
+  Reader r{origin, {}};
+  Program p;
+  if (!r.i64(j, "persistent_bytes", p.persistentBytes) ||
+      !r.i64(j, "arena_bytes", p.arenaBytes))
+    return bad(r.error);
+  if (p.persistentBytes > p.arenaBytes)
+    return bad("the persistent region exceeds the arena");
+  if (!j.contains("buffers") || !j["buffers"].is_array() ||
+      !j.contains("kernels") || !j["kernels"].is_array() ||
+      !j.contains("functions") || !j["functions"].is_array())
+    return bad("buffers, kernels or functions are missing");
+  for (const json &e : j["buffers"]) {
+    Buffer b;
+    std::string dtype, role;
+    if (!r.str(e, "name", b.name) || !r.str(e, "role", role) ||
+        !r.str(e, "dtype", dtype) || !r.i64(e, "offset", b.offset) ||
+        !r.i64(e, "bytes", b.bytes))
+      return bad(r.error);
+    if (!parseDType(dtype, b.dtype))
+      return bad("unknown dtype '" + dtype + "'");
+    int ri = -1;
+    for (int k = 0; k < 5; ++k)
+      if (role == kRoles[k])
+        ri = k;
+    if (ri < 0)
+      return bad("unknown buffer role '" + role + "'");
+    b.role = Role(ri);
+    if (!e.contains("shape") || !e["shape"].is_array())
+      return bad("a buffer has no shape");
+    int64_t n = 1;
+    for (const json &d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t(1) << 40))
+        return bad("a buffer has a bad shape");
+      b.shape.push_back(d.get<int64_t>());
+      n *= b.shape.back();
+      if (n > (int64_t(1) << 40))
+        return bad("a buffer is impossibly large");
+    }
+    if (n * dtypeBytes(b.dtype) != b.bytes)
+      return bad(fmt::format("buffer '{}' has {} bytes but its shape needs {}",
+                             b.name, b.bytes, n * dtypeBytes(b.dtype)));
+    if (b.offset % 64 != 0 || b.offset + b.bytes > p.arenaBytes)
+      return bad(fmt::format("buffer '{}' [{}, {}) lies outside the {}-byte arena",
+                             b.name, b.offset, b.offset + b.bytes, p.arenaBytes));
+    bool persistent = b.role == Role::Param || b.role == Role::State;
+    if (persistent && b.offset + b.bytes > p.persistentBytes)
+      return bad("parameter '" + b.name + "' lies outside the persistent region");
+    p.buffers.push_back(std::move(b));
+  }
+  int numBuffers = int(p.buffers.size());
+  for (const json &e : j["kernels"]) {
+    Kernel k;
+    int64_t n;
+    if (!r.str(e, "symbol", k.symbol) || !r.str(e, "op", k.op) ||
+        !r.i64(e, "num_args", n, 1, 4096) ||
+        !r.boolean(e, "in_place_safe", k.inPlaceSafe))
+      return bad(r.error);
+    k.numArgs = int(n);
+    if (e.contains("locs") && e["locs"].is_array())
+      for (const json &l : e["locs"])
+        if (l.is_string())
+          k.locs.push_back(l.get<std::string>());
+    p.kernels.push_back(std::move(k));
+  }
+  for (const json &e : j["functions"]) {
+    Function f;
+    if (!r.str(e, "name", f.name) || !r.ints(e, "args", f.args, numBuffers) ||
+        !r.ints(e, "results", f.results, numBuffers) ||
+        !r.i64(e, "scratch_bytes", f.scratchBytes))
+      return bad(r.error);
+    if (!e.contains("steps") || !e["steps"].is_array())
+      return bad("function '" + f.name + "' has no steps");
+    for (const json &se : e["steps"]) {
+      Step s;
+      std::string kind;
+      if (!r.str(se, "kind", kind) || !r.ints(se, "args", s.args, numBuffers))
+        return bad(r.error);
+      if (se.contains("loc") && se["loc"].is_string())
+        s.loc = se["loc"].get<std::string>();
+      if (kind == "kernel") {
+        int64_t k;
+        if (!r.i64(se, "kernel", k, 0, int64_t(p.kernels.size()) - 1))
+          return bad(r.error);
+        s.kernel = int(k);
+        if (int(s.args.size()) != p.kernels[k].numArgs)
+          return bad(fmt::format("a call of kernel {} passes {} buffers, it takes {}",
+                                 p.kernels[k].symbol, s.args.size(),
+                                 p.kernels[k].numArgs));
+      } else if (kind == "gemm") {
+        s.kind = Step::Gemm;
+        const json &g = se.contains("gemm") ? se["gemm"] : json();
+        GemmParams &gp = s.gemm;
+        if (!r.i64(g, "batch", gp.batch, 1) || !r.i64(g, "m", gp.m, 1) ||
+            !r.i64(g, "n", gp.n, 1) || !r.i64(g, "k", gp.k, 1) ||
+            !r.boolean(g, "transpose_lhs", gp.transposeLhs) ||
+            !r.boolean(g, "transpose_rhs", gp.transposeRhs) ||
+            !r.boolean(g, "lhs_batched", gp.lhsBatched) ||
+            !r.boolean(g, "rhs_batched", gp.rhsBatched))
+          return bad(r.error);
+        if (s.args.size() != 3)
+          return bad("a gemm step needs 3 buffers");
+        auto fits = [&](int id, int64_t elems) {
+          return p.buffers[id].dtype == DType::F32 &&
+                 p.buffers[id].numElements() == elems;
+        };
+        if (!fits(s.args[0], (gp.lhsBatched ? gp.batch : 1) * gp.m * gp.k) ||
+            !fits(s.args[1], (gp.rhsBatched ? gp.batch : 1) * gp.k * gp.n) ||
+            !fits(s.args[2], gp.batch * gp.m * gp.n))
+          return bad("a gemm step's buffers do not match its shape");
+      } else if (kind == "copy") {
+        s.kind = Step::Copy;
+        if (s.args.size() != 2 ||
+            p.buffers[s.args[0]].bytes != p.buffers[s.args[1]].bytes)
+          return bad("a copy step needs 2 buffers of equal size");
+      } else {
+        return bad("unknown step kind '" + kind + "'");
+      }
+      f.steps.push_back(std::move(s));
+    }
+    p.functions.push_back(std::move(f));
+  }
+  return p;
+}
+
+} // namespace kiln::program

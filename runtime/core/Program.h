@@ -1,0 +1,98 @@
+//===- Program.h - The compiled program: buffers, schedule, kernels -*- C++ -*-===//
+//
+// What kilnc hands the runtime besides kernel code: every buffer of the
+// arena (offset, size, dtype, shape, role), each entry point (@train_step,
+// @eval_step, @predict) as an ordered list of steps, and the kernel table
+// with provenance. A step is one of
+//   - kernel: call a generated kernel with buffer pointers (inputs, then
+//     outputs) in the order of its signature;
+//   - gemm:   a library matrix product (kiln.matmul semantics, Gemm.h);
+//   - copy:   copy one buffer into another (a parameter update that could
+//             not be done in place).
+// The arena is one allocation: the persistent region [0, persistentBytes)
+// holds parameters and optimizer state across calls; each entry point's
+// scratch buffers live above it and are reused by liveness
+// (docs/artifact.md, docs/codegen.md). Serialised as JSON in the artifact's
+// "plan" section; parse() checks every index and range before use.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CORE_PROGRAM_H
+#define KILN_RUNTIME_CORE_PROGRAM_H
+
+#include "runtime/core/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::program {
+
+/// Element types buffers can hold (the dialect's tensor element types).
+enum class DType { F32, F64, F16, BF16, I32, I64, I1 };
+const char *dtypeName(DType t); ///< "f32", ...
+bool parseDType(const std::string &s, DType &out);
+int dtypeBytes(DType t);
+
+enum class Role { Param, State, Input, Output, Temp };
+const char *roleName(Role r);
+
+struct Buffer {
+  std::string name; ///< parameter/state/input/output name, or "" for temps
+  Role role = Role::Temp;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t offset = 0; ///< bytes from the arena start, 64-byte aligned
+  int64_t bytes = 0;
+  int64_t numElements() const;
+};
+
+struct GemmParams {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool transposeLhs = false, transposeRhs = false;
+  bool lhsBatched = false, rhsBatched = false;
+};
+
+struct Step {
+  enum Kind { Kernel, Gemm, Copy } kind = Kernel;
+  int kernel = -1;       ///< index into Program::kernels (Kernel)
+  std::vector<int> args; ///< buffer ids: inputs, then outputs
+  GemmParams gemm;       ///< Gemm: args = {lhs, rhs, out}
+  std::string loc;       ///< model-file location, "file:line:col"
+};
+
+struct Function {
+  std::string name;
+  std::vector<int> args, results; ///< buffer ids, in signature order
+  std::vector<Step> steps;
+  int64_t scratchBytes = 0; ///< peak of this function's scratch region
+};
+
+struct Kernel {
+  std::string symbol; ///< packed entry point: void symbol(void **args)
+  std::string op;     ///< main op, e.g. "kiln.softmax"
+  int numArgs = 0;
+  bool inPlaceSafe = false;      ///< an output may alias a same-shape input
+  std::vector<std::string> locs; ///< every model-file location it serves
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Function> functions;
+  std::vector<Kernel> kernels;
+  int64_t persistentBytes = 0;
+  int64_t arenaBytes = 0;
+
+  const Function *function(const std::string &name) const;
+  /// Buffer id of the persistent (param or state) buffer `name`, or -1.
+  int persistent(const std::string &name) const;
+
+  std::string toJson() const;
+  /// Parses and validates (ids, ranges inside the arena, sizes matching
+  /// shapes, kernel arities); `origin` names the source in messages.
+  static Expected<Program> parse(const std::string &json,
+                                 const std::string &origin);
+};
+
+} // namespace kiln::program
+
+#endif // KILN_RUNTIME_CORE_PROGRAM_H

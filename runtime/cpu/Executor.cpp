@@ -1,0 +1,110 @@
+//===- Executor.cpp - Runs a compiled program on the CPU ------------------===//
+#include "runtime/cpu/Executor.h"
+
+#include "runtime/cpu/Gemm.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace kiln::cpu {
+
+Executor::~Executor() { std::free(arena_); }
+
+Expected<std::unique_ptr<Executor>>
+Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
+                 int threads) {
+  std::unique_ptr<Executor> e(new Executor());
+  e->program_ = program;
+  e->lib_ = std::move(lib);
+  for (const program::Kernel &k : program.kernels) {
+    std::string why;
+    KernelFn fn = e->lib_->lookup(k.symbol, &why);
+    if (!fn)
+      return Status::error("cannot link kernel '" + k.symbol + "' (" + why +
+                           "); recompile the model with this version of kilnc");
+    e->fns_.push_back(fn);
+  }
+  size_t bytes = size_t(std::max<int64_t>(program.arenaBytes, 64));
+  bytes = (bytes + 63) / 64 * 64;
+  e->arena_ = static_cast<char *>(std::aligned_alloc(64, bytes));
+  if (!e->arena_)
+    return Status::error(fmt::format("cannot allocate the {}-byte arena", bytes));
+  std::memset(e->arena_, 0, bytes);
+  e->kernelSeconds_.assign(program.kernels.size(), 0.0);
+  e->kernelCalls_.assign(program.kernels.size(), 0);
+  openblas_set_num_threads(std::max(threads, 1));
+  return e;
+}
+
+Status Executor::run(const std::string &name) {
+  const program::Function *f = program_.function(name);
+  if (!f)
+    return Status::error("the artifact has no @" + name);
+  void *ptrs[4096];
+  using clock = std::chrono::steady_clock;
+  for (const program::Step &s : f->steps) {
+    clock::time_point t0;
+    if (profiling_)
+      t0 = clock::now();
+    switch (s.kind) {
+    case program::Step::Kernel: {
+      for (size_t i = 0; i < s.args.size(); ++i)
+        ptrs[i] = data(s.args[i]);
+      fns_[s.kernel](ptrs);
+      break;
+    }
+    case program::Step::Gemm: {
+      MatmulShape g;
+      g.batch = s.gemm.batch;
+      g.m = s.gemm.m;
+      g.n = s.gemm.n;
+      g.k = s.gemm.k;
+      g.transposeLhs = s.gemm.transposeLhs;
+      g.transposeRhs = s.gemm.transposeRhs;
+      g.lhsBatched = s.gemm.lhsBatched;
+      g.rhsBatched = s.gemm.rhsBatched;
+      matmul(g, as<float>(s.args[0]), as<float>(s.args[1]), as<float>(s.args[2]));
+      break;
+    }
+    case program::Step::Copy:
+      std::memcpy(data(s.args[1]), data(s.args[0]),
+                  size_t(program_.buffers[s.args[0]].bytes));
+      break;
+    }
+    if (profiling_) {
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      if (s.kind == program::Step::Kernel) {
+        kernelSeconds_[s.kernel] += dt;
+        kernelCalls_[s.kernel]++;
+      } else if (s.kind == program::Step::Gemm) {
+        gemmTotal_ += dt;
+        gemmCalls_++;
+      } else {
+        copySeconds_ += dt;
+        copyCalls_++;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<Executor::Timing> Executor::timings() const {
+  std::vector<Timing> out;
+  for (size_t k = 0; k < program_.kernels.size(); ++k)
+    if (kernelCalls_[k])
+      out.push_back({program_.kernels[k].symbol,
+                     program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
+                     kernelSeconds_[k], kernelCalls_[k]});
+  if (gemmCalls_)
+    out.push_back({"gemm (BLAS)", "", gemmTotal_, gemmCalls_});
+  if (copyCalls_)
+    out.push_back({"copy", "", copySeconds_, copyCalls_});
+  return out;
+}
+
+} // namespace kiln::cpu

@@ -1,0 +1,56 @@
+//===- Executor.h - Runs a compiled program on the CPU -----------*- C++ -*-===//
+//
+// One arena (64-byte aligned, zeroed) laid out by the compiler's plan;
+// run(name) walks an entry point's steps: generated kernels get the buffer
+// pointers their signature lists, GEMMs go to BLAS, copies are memcpy.
+// Results are deterministic for a given thread count (no step depends on
+// timing: kernels are sequential code, BLAS splits work by thread count).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CPU_EXECUTOR_H
+#define KILN_RUNTIME_CPU_EXECUTOR_H
+
+#include "runtime/core/Program.h"
+#include "runtime/cpu/Jit.h"
+
+#include <memory>
+#include <vector>
+
+namespace kiln::cpu {
+
+class Executor {
+public:
+  /// Resolves every kernel symbol in `lib`; `threads` >= 1 sets BLAS threads.
+  static Expected<std::unique_ptr<Executor>>
+  create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
+         int threads);
+  ~Executor();
+
+  const program::Program &program() const { return program_; }
+  void *data(int buffer) { return arena_ + program_.buffers[buffer].offset; }
+  template <typename T> T *as(int buffer) { return static_cast<T *>(data(buffer)); }
+
+  Status run(const std::string &function);
+
+  /// Per-step timing (off by default): seconds per kernel symbol ("gemm",
+  /// "copy" for library steps), accumulated over runs.
+  void setProfiling(bool on) { profiling_ = on; }
+  struct Timing { std::string name, loc; double seconds = 0; int64_t calls = 0; };
+  std::vector<Timing> timings() const;
+
+private:
+  Executor() = default;
+  program::Program program_;
+  std::unique_ptr<KernelLibrary> lib_;
+  std::vector<KernelFn> fns_;
+  char *arena_ = nullptr;
+  bool profiling_ = false;
+  std::vector<double> kernelSeconds_, gemmSeconds_;
+  std::vector<int64_t> kernelCalls_;
+  double copySeconds_ = 0, gemmTotal_ = 0;
+  int64_t gemmCalls_ = 0, copyCalls_ = 0;
+};
+
+} // namespace kiln::cpu
+
+#endif // KILN_RUNTIME_CPU_EXECUTOR_H
