@@ -12,6 +12,9 @@ config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 # lit runs tests in parallel; the interpreter's BLAS calls stay on one thread.
 config.environment["OPENBLAS_NUM_THREADS"] = "1"
+# kiln-run's compiled-kernel cache, shared by the tests of one build (the
+# GPT's kernels are JIT-compiled once, ~10 s, then loaded from the cache).
+config.environment["KILN_CACHE_DIR"] = os.path.join(config.kiln_obj_root, "test", "kernel-cache")
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%kiln_src", config.kiln_src_root))

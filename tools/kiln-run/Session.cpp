@@ -75,6 +75,7 @@ struct Flags {
   double temperature = 0.8;
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
+  bool inOrder = false; ///< .npy training data in file order, no shuffling
 };
 
 Status parseFlags(const std::vector<std::string> &args, Flags &f) {
@@ -124,6 +125,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--prompt") s = value(f.prompt);
     else if (a == "--loss-log") s = value(f.lossLog);
     else if (a == "--profile") f.profile = true;
+    else if (a == "--in-order") f.inOrder = true;
     else if (a == "--no-cache") f.noCache = true;
     else if (a == "--quiet") f.quiet = true;
     else if (a.rfind("--", 0) == 0) s = Status::error("unknown option '" + a + "'");
@@ -583,12 +585,12 @@ int trainCommand(const std::vector<std::string> &args) {
   int64_t ckptEvery = f.checkpointEvery >= 0 ? f.checkpointEvery : evalInterval;
 
   auto train = openData(resolvePath(f.data.empty() ? tc.data : f.data, m.pkg), m,
-                        "train_step", seed, /*shuffle=*/true, "training");
+                        "train_step", seed, /*shuffle=*/!f.inOrder, "training");
   if (!train)
     return fail(train.status());
   std::unique_ptr<DataSource> val;
   std::string valPath = resolvePath(f.valData.empty() ? tc.valData : f.valData, m.pkg);
-  if (!valPath.empty()) {
+  if (!valPath.empty() && evalInterval > 0) {
     auto v = openData(valPath, m, "eval_step", seed ^ 0xe7a15eedULL, /*shuffle=*/false,
                       "validation");
     if (!v)

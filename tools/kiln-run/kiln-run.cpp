@@ -22,7 +22,9 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <unistd.h>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -44,10 +46,11 @@ const char *kUsage =
     "          [--resume CKPT] [--checkpoint CKPT] [--checkpoint-every N]\n"
     "          [--threads N] [--seed S] [--eval-interval N] [--eval-steps N]\n"
     "          [--log-interval N] [--loss-log FILE] [--profile] [--quiet]\n"
+    "          [--in-order]\n"
     "      Train on the CPU. Data paths default to the model's train section;\n"
     "      PATH is a token file (uint16, nanoGPT style: random windows) or a\n"
     "      directory with one .npy array per input (DIR/<input>.npy, shuffled\n"
-    "      per epoch). Checkpoints (safetensors, atomic) default to\n"
+    "      per epoch; --in-order keeps file order). Checkpoints (safetensors, atomic) default to\n"
     "      MODEL.ckpt.safetensors every eval interval and at the end; Ctrl-C\n"
     "      saves one and exits (130). --resume continues bit for bit.\n"
     "  kiln-run eval MODEL.kpack [--checkpoint CKPT] [--val-data PATH] [--eval-steps N]\n"
@@ -158,8 +161,39 @@ int inspect(const std::vector<std::string> &args) {
 
 } // namespace
 
+extern "C" char *openblas_get_corename(void);
+
+namespace {
+/// Debian's OpenBLAS (0.3.21) does not recognise recent Intel CPUs (Sapphire
+/// Rapids in the development VMs) and falls back to its generic "Prescott"
+/// kernels, 3x slower on the GPT's GEMMs than its SkylakeX kernels (measured
+/// with kiln-run --profile; docs/runtime.md). It reads OPENBLAS_CORETYPE only
+/// when it loads, so when it chose a generic core on a CPU with AVX2 or
+/// AVX-512 we set the variable and re-execute once. KILN_BLAS_CORETYPE=keep
+/// disables this.
+void tuneBlas(char **argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("KILN_BLAS_CORETYPE"))
+    return;
+  std::string core = openblas_get_corename();
+  for (char &c : core)
+    c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (core != "prescott" && core != "core2" && core != "nehalem" && core != "katmai")
+    return;
+  __builtin_cpu_init();
+  const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                     : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  if (!want)
+    return;
+  ::setenv("OPENBLAS_CORETYPE", want, 1);
+  ::setenv("KILN_BLAS_CORETYPE", want, 1);
+  ::execv("/proc/self/exe", argv); // on failure, carry on with the generic core
+}
+} // namespace
+
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "train" || args[0] == "eval" || args[0] == "sample"))
+    tuneBlas(argv);
   if (args.empty())
     return usageError("no command given");
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The compiled CPU train step against the reference interpreter.
+
+  compiled_vs_reference.py KILNC KILN_RUN MODEL WORKDIR [--steps N] [--seed S]
+                           [--loss-rtol R] [--param-rtol R] [kilnc options...]
+
+1. kilnc --export-reference: the interpreter (float64 accumulation, float32
+   rounding after every op) runs N train steps on one random batch and writes
+   the per-step losses and the final parameters.
+2. kilnc -o model.kpack with the same seed (same initial parameters), then
+   kiln-run train on that batch (one .npy per input, --in-order) for N steps,
+   with a loss log and a final checkpoint.
+3. Compares every step's loss and every final parameter:
+   relative error = max|a - b| / max|b|.
+Prints one line per quantity and PASS/FAIL; exits 1 on a failure.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = np.frombuffer(data[base + b:base + end], DTYPES[e["dtype"]]).reshape(e["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kilnc")
+    ap.add_argument("kiln_run")
+    ap.add_argument("model")
+    ap.add_argument("workdir")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--loss-rtol", type=float, default=1e-5)
+    ap.add_argument("--param-rtol", type=float, default=1e-4)
+    args, extra = ap.parse_known_args()
+    w = args.workdir
+    shutil.rmtree(w, ignore_errors=True)
+    os.makedirs(w)
+    ref = os.path.join(w, "ref")
+    subprocess.run([args.kilnc, args.model, "--export-reference", ref, "--reference-steps",
+                    str(args.steps), "--seed", str(args.seed)] + extra, check=True,
+                   stdout=subprocess.DEVNULL)
+    kpack = os.path.join(w, "model.kpack")
+    subprocess.run([args.kilnc, args.model, "-o", kpack, "--seed", str(args.seed)] + extra,
+                   check=True)
+    manifest = json.load(open(os.path.join(ref, "manifest.json")))
+    data = os.path.join(w, "data")
+    os.makedirs(data)
+    for name in manifest["inputs"]:
+        if name == "dropout_seed":
+            continue
+        shutil.copy(os.path.join(ref, f"input.{name}.npy"), os.path.join(data, f"{name}.npy"))
+    log = os.path.join(w, "loss.log")
+    ckpt = os.path.join(w, "final.safetensors")
+    subprocess.run([args.kiln_run, "train", kpack, "--data", data, "--in-order", "--steps",
+                    str(args.steps), "--loss-log", log, "--checkpoint", ckpt, "--threads", "1",
+                    "--eval-interval", "0", "--quiet"], check=True)
+    ok = True
+    losses = [float(l.split()[1]) for l in open(log)]
+    for i, (got, want) in enumerate(zip(losses, [s["loss"] for s in manifest["steps"]])):
+        err = abs(got - want) / max(abs(want), 1e-30)
+        good = err <= args.loss_rtol
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} step {i} loss compiled {got:.8g} reference {want:.8g} rel err {err:.2e}")
+    if len(losses) != args.steps:
+        print(f"FAIL: {len(losses)} losses logged, expected {args.steps}")
+        ok = False
+    params, meta = read_safetensors(ckpt)
+    worst = 0.0
+    for name in manifest["params"]:
+        want = np.load(os.path.join(ref, f"final.{name}.npy")).astype(np.float64)
+        got = params[name].astype(np.float64)
+        err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
+        worst = max(worst, err)
+        if err > args.param_rtol:
+            print(f"FAIL param {name}: rel err {err:.2e} > {args.param_rtol}")
+            ok = False
+    print(f"{'ok  ' if worst <= args.param_rtol else 'FAIL'} final parameters: worst rel err {worst:.2e} over {len(manifest['params'])} tensors")
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

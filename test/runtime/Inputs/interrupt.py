@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Ctrl-C during kiln-run train: starts it, waits for its first progress
+line after step WAIT, sends SIGINT, and checks that it saved a checkpoint
+and exited with 130 and a resume hint.
+
+  interrupt.py CHECKPOINT -- KILN_RUN_COMMAND...
+"""
+import os
+import signal
+import subprocess
+import sys
+
+
+def main():
+    ckpt = sys.argv[1]
+    cmd = sys.argv[sys.argv.index("--") + 1:]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        if line.startswith("step") and "/" in line.split("|")[0] and not line.startswith("step     1/"):
+            p.send_signal(signal.SIGINT)
+            break
+    rest, _ = p.communicate(timeout=120)
+    out.append(rest)
+    text = "".join(out)
+    print(text)
+    if p.returncode != 130:
+        print(f"FAIL: exit code {p.returncode}, expected 130")
+        return 1
+    if not os.path.exists(ckpt):
+        print(f"FAIL: no checkpoint at {ckpt}")
+        return 1
+    print("PASS: interrupted, checkpoint saved")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
