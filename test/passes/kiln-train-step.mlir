@@ -167,17 +167,15 @@
 // CHECK: %[[EL:[0-9]+]] = kiln.cross_entropy %{{[0-9]+}}, %[[ETGT]] reduction = mean
 // CHECK-NEXT: return %[[EL]] : tensor<f32>
 
-// @predict: the logits at the last position ([B, T, V] -> slice T-1 ->
-// [B, V]), no dropout, and the targets argument is dropped.
+// @predict: the logits at every position ([B, T, V]; a sampler reads the
+// position it needs), no dropout, and the targets argument is dropped.
 // CHECK-LABEL: func.func @predict(
 // CHECK-SAME: %{{[a-z0-9]+}}: tensor<3xf32> {kiln.param = "lin.bias"}, %{{[a-z0-9]+}}: tensor<2x5xi32> {kiln.input = "tokens"})
-// CHECK-SAME: -> (tensor<2x3xf32> {kiln.output = "logits"})
+// CHECK-SAME: -> (tensor<2x5x3xf32> {kiln.output = "logits"})
 // CHECK-NOT: kiln.dropout
 // CHECK-NOT: kiln.cross_entropy
 // CHECK: %[[PL:[0-9]+]] = kiln.add
-// CHECK-NEXT: %[[LAST:[0-9]+]] = kiln.slice %[[PL]] start = [0, 4, 0] limit = [2, 5, 3] stride = [1, 1, 1] : tensor<2x5x3xf32> -> tensor<2x1x3xf32>
-// CHECK-NEXT: %[[PR:[0-9]+]] = kiln.reshape %[[LAST]] : tensor<2x1x3xf32> -> tensor<2x3xf32>
-// CHECK-NEXT: return %[[PR]] : tensor<2x3xf32>
+// CHECK-NEXT: return %[[PL]] : tensor<2x5x3xf32>
 module attributes {kiln.train = {optimizer = {name = "adamw", lr = 3.750000e-01 : f64, beta1 = 7.500000e-01 : f64, beta2 = 8.750000e-01 : f64, eps = 6.250000e-02 : f64, weight_decay = 5.000000e-01 : f64}, schedule = {name = "constant"}, seed = 7 : i64, steps = 10 : i64}} {
   func.func @forward(%wte: tensor<6x4xf32> {kiln.param = "wte", kiln.layer = "embedding", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 5.000000e-01 : f64}},
                      %g: tensor<4xf32> {kiln.param = "ln.weight", kiln.layer = "layer_norm", kiln.init = {kind = "ones"}},
