@@ -42,6 +42,7 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/IRBuilder.h"
@@ -51,7 +52,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 using namespace mlir;
@@ -155,17 +155,23 @@ private:
 
   static int64_t align(int64_t v) { return (v + 63) / 64 * 64; }
 
-  /// The persistent buffer named `name`, created on first use.
-  int persistentBuffer(const std::string &name, Role role, RankedTensorType t) {
-    int id = prog_.persistent(name);
-    if (id >= 0)
-      return id;
+  /// A buffer record for a value of type `t` (offset still unset).
+  static Buffer makeBuffer(RankedTensorType t, Role role, const std::string &name) {
     Buffer b;
     b.name = name;
     b.role = role;
     toDType(t.getElementType(), b.dtype);
     b.shape.assign(t.getShape().begin(), t.getShape().end());
     b.bytes = b.numElements() * program::dtypeBytes(b.dtype);
+    return b;
+  }
+
+  /// The persistent buffer named `name`, created on first use.
+  int persistentBuffer(const std::string &name, Role role, RankedTensorType t) {
+    int id = prog_.persistent(name);
+    if (id >= 0)
+      return id;
+    Buffer b = makeBuffer(t, role, name);
     b.offset = prog_.persistentBytes;
     prog_.persistentBytes = align(b.offset + b.bytes);
     prog_.buffers.push_back(b);
@@ -280,7 +286,7 @@ private:
 
     // A kernel that only materialises a cloneable value (returned
     // constants, GEMM operands that are constants).
-    llvm::DenseMap<Value, Value> materialized;
+    llvm::DenseSet<Value> materialized;
     auto materialize = [&](Value v) -> LogicalResult {
       if (!isCloneable(v) || materialized.count(v))
         return success();
@@ -291,7 +297,7 @@ private:
       // defining op with its cloneable operands.
       if (failed(makeKernel(v.getDefiningOp(), s)))
         return failure();
-      materialized[v] = v;
+      materialized.insert(v);
       steps.push_back(std::move(s));
       return success();
     };
@@ -430,13 +436,7 @@ private:
     std::vector<Live> live;
     int64_t peak = 0;
     auto allocate = [&](Value v, Role role, const std::string &name) -> int {
-      auto t = cast<RankedTensorType>(v.getType());
-      Buffer b;
-      b.name = name;
-      b.role = role;
-      toDType(t.getElementType(), b.dtype);
-      b.shape.assign(t.getShape().begin(), t.getShape().end());
-      b.bytes = b.numElements() * program::dtypeBytes(b.dtype);
+      Buffer b = makeBuffer(cast<RankedTensorType>(v.getType()), role, name);
       int64_t size = align(std::max<int64_t>(b.bytes, 1));
       std::sort(live.begin(), live.end(),
                 [](const Live &x, const Live &y) { return x.offset < y.offset; });

@@ -59,16 +59,7 @@ Status Executor::run(const std::string &name) {
       break;
     }
     case program::Step::Gemm: {
-      MatmulShape g;
-      g.batch = s.gemm.batch;
-      g.m = s.gemm.m;
-      g.n = s.gemm.n;
-      g.k = s.gemm.k;
-      g.transposeLhs = s.gemm.transposeLhs;
-      g.transposeRhs = s.gemm.transposeRhs;
-      g.lhsBatched = s.gemm.lhsBatched;
-      g.rhsBatched = s.gemm.rhsBatched;
-      matmul(g, as<float>(s.args[0]), as<float>(s.args[1]), as<float>(s.args[2]));
+      matmul(s.gemm, as<float>(s.args[0]), as<float>(s.args[1]), as<float>(s.args[2]));
       break;
     }
     case program::Step::Copy:

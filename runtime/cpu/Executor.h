@@ -45,7 +45,7 @@ private:
   std::vector<KernelFn> fns_;
   char *arena_ = nullptr;
   bool profiling_ = false;
-  std::vector<double> kernelSeconds_, gemmSeconds_;
+  std::vector<double> kernelSeconds_;
   std::vector<int64_t> kernelCalls_;
   double copySeconds_ = 0, gemmTotal_ = 0;
   int64_t gemmCalls_ = 0, copyCalls_ = 0;

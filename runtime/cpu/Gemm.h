@@ -11,17 +11,14 @@
 #ifndef KILN_RUNTIME_CPU_GEMM_H
 #define KILN_RUNTIME_CPU_GEMM_H
 
+#include "runtime/core/Program.h"
+
 #include <cstdint>
 
 namespace kiln::cpu {
 
-struct MatmulShape {
-  int64_t batch = 1;       ///< product of the result's batch dims
-  int64_t m = 0, n = 0, k = 0;
-  bool transposeLhs = false, transposeRhs = false;
-  bool lhsBatched = false; ///< lhs has the batch dims (else shared)
-  bool rhsBatched = false; ///< rhs has the batch dims (else shared)
-};
+/// The shape of one kiln.matmul as the compiler's schedule records it.
+using MatmulShape = program::GemmParams;
 
 /// C[b] = op(A[b or 0]) * op(B[b or 0]) for every batch b; C is overwritten.
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out);
