@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <sys/stat.h>
 #include <thread>
 
@@ -146,33 +147,41 @@ struct Model {
   Package pkg;
   std::unique_ptr<cpu::Executor> exec;
 
-  static Expected<std::unique_ptr<Model>> load(const Flags &f) {
+  /// Reads and verifies the artifact; no code is generated yet, so data
+  /// files can be checked before the (possibly long) kernel compile.
+  static Expected<std::unique_ptr<Model>> open(const Flags &f) {
     auto pkg = Package::open(f.artifact);
     if (!pkg)
       return pkg.status();
     if (pkg->cpuBitcode.empty())
       return Status::error(f.artifact + ": the artifact has no CPU kernels; "
                            "compile it with kilnc --target=cpu");
+    auto m = std::make_unique<Model>();
+    m->pkg = std::move(*pkg);
+    return m;
+  }
+
+  /// JIT-compiles the kernels (or loads them from the cache) and sets up the
+  /// arena with the initial parameters and state.
+  Status compile(const Flags &f) {
     cpu::JitOptions jo;
     jo.cacheDir = f.noCache ? "" : (f.cacheDir.empty() ? cpu::defaultCacheDir() : f.cacheDir);
     cpu::JitStats stats;
-    auto lib = cpu::KernelLibrary::load(pkg->cpuBitcode, f.artifact, jo, &stats);
+    auto lib = cpu::KernelLibrary::load(pkg.cpuBitcode, f.artifact, jo, &stats);
     if (!lib)
       return lib.status();
     if (!f.quiet)
-      fmt::print("kiln-run: {} kernels for {} ({}){}\n", pkg->program.kernels.size(),
+      fmt::print("kiln-run: {} kernels for {} ({}){}\n", pkg.program.kernels.size(),
                  stats.cpu,
                  stats.cacheHit ? "cached" : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
                  stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
-    auto exec = cpu::Executor::create(pkg->program, std::move(*lib), f.threads);
-    if (!exec)
-      return exec.status();
-    auto m = std::make_unique<Model>();
-    m->pkg = std::move(*pkg);
-    m->exec = std::move(*exec);
-    m->exec->setProfiling(f.profile);
-    m->setPersistent(m->pkg.initial);
-    return m;
+    auto created = cpu::Executor::create(pkg.program, std::move(*lib), f.threads);
+    if (!created)
+      return created.status();
+    exec = std::move(*created);
+    exec->setProfiling(f.profile);
+    setPersistent(pkg.initial);
+    return Status::ok();
   }
 
   const program::Program &prog() const { return pkg.program; }
@@ -545,8 +554,10 @@ Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep,
   return ckpt::write(path, c);
 }
 
-/// Loads parameters (and state) from a checkpoint; returns its next step.
-Expected<int64_t> loadCheckpoint(Model &m, const std::string &path, bool quiet) {
+/// Reads a checkpoint and checks it against the model (before any code is
+/// generated); Model::setPersistent applies it once the arena exists.
+Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &path,
+                                          bool quiet) {
   auto c = ckpt::read(path);
   if (!c)
     return c.status();
@@ -556,24 +567,34 @@ Expected<int64_t> loadCheckpoint(Model &m, const std::string &path, bool quiet) 
   if (!quiet && hash != c->metadata.end() && hash->second != m.pkg.sourceHash)
     fmt::print(stderr, "kiln-run: warning: {} was written by a different version of "
                        "the model file; the shapes match, continuing\n", path);
-  m.setPersistent(*c);
-  int64_t step = 0;
-  auto s = c->metadata.find("step");
-  if (s != c->metadata.end())
-    step = std::strtoll(s->second.c_str(), nullptr, 10);
-  return step;
+  return c;
+}
+
+/// The step a checkpoint continues from (0 when it does not say).
+int64_t checkpointStep(const ckpt::Checkpoint &c) {
+  auto s = c.metadata.find("step");
+  return s == c.metadata.end() ? 0 : std::strtoll(s->second.c_str(), nullptr, 10);
+}
+
+/// Parses the flags and opens the artifact; returns 0, or the exit code.
+int begin(const std::vector<std::string> &args, Flags &f, std::unique_ptr<Model> &m) {
+  if (Status s = parseFlags(args, f); !s)
+    return usage(s.message());
+  auto opened = Model::open(f);
+  if (!opened)
+    return fail(opened.status());
+  m = std::move(*opened);
+  return 0;
 }
 
 } // namespace
 
 int trainCommand(const std::vector<std::string> &args) {
   Flags f;
-  if (Status s = parseFlags(args, f); !s)
-    return usage(s.message());
-  auto loaded = Model::load(f);
-  if (!loaded)
-    return fail(loaded.status());
-  Model &m = **loaded;
+  std::unique_ptr<Model> model;
+  if (int rc = begin(args, f, model))
+    return rc;
+  Model &m = *model;
   if (!m.prog().function("train_step"))
     return fail(Status::error(f.artifact + " has no @train_step"));
   const TrainConfig &tc = m.pkg.train;
@@ -584,8 +605,8 @@ int trainCommand(const std::vector<std::string> &args) {
   std::string ckptPath = f.checkpoint.empty() ? defaultCheckpoint(f.artifact) : f.checkpoint;
   int64_t ckptEvery = f.checkpointEvery >= 0 ? f.checkpointEvery : evalInterval;
 
-  auto train = openData(resolvePath(f.data.empty() ? tc.data : f.data, m.pkg), m,
-                        "train_step", seed, /*shuffle=*/!f.inOrder, "training");
+  std::string trainPath = resolvePath(f.data.empty() ? tc.data : f.data, m.pkg);
+  auto train = openData(trainPath, m, "train_step", seed, /*shuffle=*/!f.inOrder, "training");
   if (!train)
     return fail(train.status());
   std::unique_ptr<DataSource> val;
@@ -597,13 +618,20 @@ int trainCommand(const std::vector<std::string> &args) {
       return fail(v.status());
     val = std::move(*v);
   }
+  std::optional<ckpt::Checkpoint> resume;
+  if (!f.resume.empty()) {
+    auto c = readCheckpoint(m, f.resume, f.quiet);
+    if (!c)
+      return fail(c.status());
+    resume = std::move(*c);
+  }
+  if (Status s = m.compile(f); !s)
+    return fail(s);
 
   int64_t start = 0;
-  if (!f.resume.empty()) {
-    auto s = loadCheckpoint(m, f.resume, f.quiet);
-    if (!s)
-      return fail(s.status());
-    start = *s;
+  if (resume) {
+    m.setPersistent(*resume);
+    start = checkpointStep(*resume);
     if (!f.quiet)
       fmt::print("kiln-run: resumed from {} at step {}\n", f.resume, start);
   }
@@ -617,8 +645,7 @@ int trainCommand(const std::vector<std::string> &args) {
   int64_t items = 1;
   for (int64_t d : m.prog().buffers[inputs[0]].shape)
     items *= d;
-  bool tokens = m.prog().buffers[inputs[0]].shape.size() == 2 && !isDir(
-      resolvePath(f.data.empty() ? tc.data : f.data, m.pkg));
+  bool tokens = m.prog().buffers[inputs[0]].shape.size() == 2 && !isDir(trainPath);
   if (!tokens)
     items = m.prog().buffers[inputs[0]].shape[0];
 
@@ -740,15 +767,17 @@ int trainCommand(const std::vector<std::string> &args) {
 
 int evalCommand(const std::vector<std::string> &args) {
   Flags f;
-  if (Status s = parseFlags(args, f); !s)
-    return usage(s.message());
-  auto loaded = Model::load(f);
-  if (!loaded)
-    return fail(loaded.status());
-  Model &m = **loaded;
-  if (!f.checkpoint.empty())
-    if (auto s = loadCheckpoint(m, f.checkpoint, f.quiet); !s)
-      return fail(s.status());
+  std::unique_ptr<Model> model;
+  if (int rc = begin(args, f, model))
+    return rc;
+  Model &m = *model;
+  std::optional<ckpt::Checkpoint> params;
+  if (!f.checkpoint.empty()) {
+    auto c = readCheckpoint(m, f.checkpoint, f.quiet);
+    if (!c)
+      return fail(c.status());
+    params = std::move(*c);
+  }
   const TrainConfig &tc = m.pkg.train;
   uint64_t seed = f.seedSet ? f.seed : uint64_t(tc.seed);
   std::string path = resolvePath(f.valData.empty() ? (f.data.empty() ? tc.valData : f.data)
@@ -756,6 +785,10 @@ int evalCommand(const std::vector<std::string> &args) {
   auto src = openData(path, m, "eval_step", seed ^ 0xe7a15eedULL, false, "validation");
   if (!src)
     return fail(src.status());
+  if (Status s = m.compile(f); !s)
+    return fail(s);
+  if (params)
+    m.setPersistent(*params);
   int64_t batches = f.evalSteps > 0 ? f.evalSteps
                     : (*src)->epochBatches() > 0 ? (*src)->epochBatches()
                     : (tc.evalSteps > 0 ? tc.evalSteps : 20);
@@ -769,21 +802,23 @@ int evalCommand(const std::vector<std::string> &args) {
 
 int sampleCommand(const std::vector<std::string> &args) {
   Flags f;
-  if (Status s = parseFlags(args, f); !s)
-    return usage(s.message());
+  std::unique_ptr<Model> model;
+  if (int rc = begin(args, f, model))
+    return rc;
   f.quiet = true;
-  auto loaded = Model::load(f);
-  if (!loaded)
-    return fail(loaded.status());
-  Model &m = **loaded;
+  Model &m = *model;
   const program::Function *pred = m.prog().function("predict");
   if (!pred || pred->results.empty() ||
       m.prog().buffers[pred->results[0]].shape.size() != 3)
     return fail(Status::error(f.artifact + ": sampling needs a language model (logits of "
                                            "shape [batch, context, vocab])"));
-  if (!f.checkpoint.empty())
-    if (auto s = loadCheckpoint(m, f.checkpoint, false); !s)
-      return fail(s.status());
+  std::optional<ckpt::Checkpoint> params;
+  if (!f.checkpoint.empty()) {
+    auto c = readCheckpoint(m, f.checkpoint, false);
+    if (!c)
+      return fail(c.status());
+    params = std::move(*c);
+  }
   std::string vocabPath = f.vocab;
   if (vocabPath.empty() && !m.pkg.train.data.empty())
     vocabPath = dirOf(resolvePath(m.pkg.train.data, m.pkg)) + "/vocab.json";
@@ -811,6 +846,10 @@ int sampleCommand(const std::vector<std::string> &args) {
   std::vector<int> inputs = m.dataInputs("predict");
   if (inputs.size() != 1)
     return fail(Status::error(f.artifact + ": @predict should take one token input"));
+  if (Status s = m.compile(f); !s)
+    return fail(s);
+  if (params)
+    m.setPersistent(*params);
   uint64_t seed = f.seedSet ? f.seed : 1;
   int64_t rows = m.prog().buffers[inputs[0]].shape[0];
   std::string out = f.prompt;
