@@ -111,6 +111,101 @@ bool isElementwise(Operation *op) {
              SelectOp, CastOp>(op);
 }
 
+/// The splat value of a cloneable value (a splat constant, possibly
+/// reshaped or broadcast), or null.
+Attribute splatValue(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
+    auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+    return dense && dense.isSplat() ? dense.getSplatValue<Attribute>() : Attribute();
+  }
+  if (isa_and_nonnull<ReshapeOp, BroadcastInDimOp>(def))
+    return splatValue(def->getOperand(0));
+  return {};
+}
+
+/// Whether a kernel for `op` can be split into independent pieces along
+/// dimension 0 of its results (every result has the same dim 0 size n),
+/// each piece reading rows of some operands (`sliced[i]`) and all of the
+/// others. Ops whose values depend on the linear element index (iota,
+/// random, dropout) or that mix rows (reductions over dim 0, concat, ...)
+/// are not split.
+bool rowSplittable(Operation *op, SmallVectorImpl<bool> &sliced) {
+  if (op->getNumResults() == 0 || isa<DropoutOp, RandomOp, IotaOp>(op))
+    return false;
+  auto first = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!first || first.getRank() == 0)
+    return false;
+  int64_t n = first.getDimSize(0);
+  for (Value r : op->getResults()) {
+    auto t = cast<RankedTensorType>(r.getType());
+    if (t.getRank() == 0 || t.getDimSize(0) != n)
+      return false;
+  }
+  auto rows = [&](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return t.getRank() >= 1 && t.getDimSize(0) == n;
+  };
+  auto intAttr = [&](StringRef name) {
+    auto a = op->getAttrOfType<IntegerAttr>(name);
+    return a ? a.getInt() : int64_t(-1);
+  };
+  sliced.assign(op->getNumOperands(), false);
+  if (isElementwise(op)) {
+    for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+      if (!rows(v))
+        return false;
+      sliced[i] = true;
+    }
+    return true;
+  }
+  if (isa<SoftmaxOp, LogSoftmaxOp>(op)) {
+    sliced[0] = true;
+    return intAttr("axis") != 0;
+  }
+  if (isa<LayerNormOp>(op)) { // over the last axis; scale and bias whole
+    sliced[0] = true;
+    return first.getRank() >= 2;
+  }
+  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
+    auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes");
+    sliced[0] = true;
+    return axes && !llvm::is_contained(axes.asArrayRef(), 0);
+  }
+  if (auto t = dyn_cast<TransposeOp>(op)) {
+    sliced[0] = true;
+    return t.getPermutation()[0] == 0;
+  }
+  if (auto bc = dyn_cast<BroadcastInDimOp>(op)) {
+    ArrayRef<int64_t> dims = bc.getDims();
+    auto in = cast<RankedTensorType>(bc.getOperand().getType());
+    auto k = llvm::find(dims, 0);
+    if (k == dims.end())
+      return true; // result rows repeat the whole operand
+    int64_t d = k - dims.begin();
+    if (in.getDimSize(d) == 1)
+      return true;
+    sliced[0] = true;
+    return d == 0 && in.getDimSize(0) == n;
+  }
+  if (auto g = dyn_cast<GatherOp>(op)) { // rows of the indices, whole table
+    sliced[1] = true;
+    return g.getAxis() == 0 && rows(g.getIndices());
+  }
+  return false;
+}
+
+/// Pieces to split a kernel into: the largest divisor c of n with c <= 64
+/// and at least 4096 result elements per piece (1: do not split).
+int64_t chooseChunks(Operation *op) {
+  auto t = cast<RankedTensorType>(op->getResult(0).getType());
+  int64_t n = t.getDimSize(0), elems = t.getNumElements();
+  for (int64_t c = std::min<int64_t>(n, 64); c > 1; --c)
+    if (n % c == 0 && elems / c >= 4096)
+      return c;
+  return 1;
+}
+
 /// One step before buffers are assigned: operands and results are values.
 struct VStep {
   Step::Kind kind;
@@ -197,6 +292,31 @@ private:
     for (Value r : op->getResults())
       step.outs.push_back(r);
 
+    // Row pieces: every operand position of an input agrees on slicing,
+    // and every sliced cloneable operand is a splat (rebuilt per piece).
+    SmallVector<bool> sliced;
+    int64_t chunks = rowSplittable(op, sliced) ? chooseChunks(op) : 1;
+    llvm::DenseMap<Value, bool> inputSliced;
+    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+      if (chunks == 1)
+        break;
+      if (isCloneable(operand)) {
+        if (sliced[i] && !splatValue(operand))
+          chunks = 1;
+        continue;
+      }
+      auto [it, fresh] = inputSliced.try_emplace(operand, sliced[i]);
+      if (!fresh && it->second != sliced[i])
+        chunks = 1;
+    }
+    int64_t rows = chunks > 1 ? cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(0) / chunks : 0;
+    auto piece = [&](Type t) { // the type of one piece of a sliced value
+      auto rt = cast<RankedTensorType>(t);
+      SmallVector<int64_t> shape(rt.getShape());
+      shape[0] = rows;
+      return RankedTensorType::get(shape, rt.getElementType());
+    };
+
     OpBuilder b(ctx_);
     b.setInsertionPointToEnd(kernels_->getBody());
     SmallVector<Type> argTypes;
@@ -208,26 +328,54 @@ private:
       argTypes.push_back(memrefOf(v));
     for (Value v : step.outs)
       argTypes.push_back(memrefOf(v));
+    if (chunks > 1)
+      argTypes.push_back(b.getIndexType()); // which piece
     Location loc = UnknownLoc::get(ctx_);
     auto fn = b.create<func::FuncOp>(loc, "kernel", b.getFunctionType(argTypes, {}));
     Block *body = fn.addEntryBlock();
     b.setInsertionPointToStart(body);
+    Value offset;
+    if (chunks > 1)
+      offset = b.create<arith::MulIOp>(
+          loc, body->getArguments().back(),
+          b.create<arith::ConstantIndexOp>(loc, rows));
+    // A memref argument, or the rows [offset, offset + rows) of it.
+    auto view = [&](Value memref, bool slice) -> Value {
+      if (!slice)
+        return memref;
+      auto mt = cast<MemRefType>(memref.getType());
+      SmallVector<OpFoldResult> offsets(mt.getRank(), b.getIndexAttr(0));
+      SmallVector<OpFoldResult> sizes, strides(mt.getRank(), b.getIndexAttr(1));
+      offsets[0] = offset;
+      for (int64_t d = 0; d < mt.getRank(); ++d)
+        sizes.push_back(b.getIndexAttr(d == 0 ? rows : mt.getDimSize(d)));
+      return b.create<memref::SubViewOp>(loc, memref, offsets, sizes, strides);
+    };
     IRMapping map;
     for (auto [i, v] : llvm::enumerate(step.ins)) {
+      bool slice = chunks > 1 && inputSliced.lookup(v);
       Value t = b.create<bufferization::ToTensorOp>(
-          loc, cast<RankedTensorType>(v.getType()), body->getArgument(i),
-          /*restrict=*/true, /*writable=*/false);
+          loc, slice ? piece(v.getType()) : cast<RankedTensorType>(v.getType()),
+          view(body->getArgument(i), slice), /*restrict=*/true, /*writable=*/false);
       map.map(v, t);
     }
-    for (Value operand : op->getOperands()) {
-      if (isCloneable(operand))
+    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+      if (!isCloneable(operand))
+        continue;
+      if (chunks > 1 && sliced[i])
+        map.map(operand, b.create<ConstantOp>(
+                             loc, DenseElementsAttr::get(piece(operand.getType()),
+                                                         splatValue(operand))));
+      else
         cloneInto(b, operand, map);
-
     }
     Operation *clone = b.clone(*op, map);
+    if (chunks > 1)
+      for (Value r : clone->getResults())
+        r.setType(piece(r.getType()));
     for (auto [i, r] : llvm::enumerate(clone->getResults())) {
       auto m = b.create<bufferization::MaterializeInDestinationOp>(
-          loc, TypeRange{}, r, body->getArgument(step.ins.size() + i));
+          loc, TypeRange{}, r, view(body->getArgument(step.ins.size() + i), chunks > 1));
       m.setRestrict(true);
       m.setWritable(true);
     }
@@ -261,8 +409,9 @@ private:
       program::Kernel k;
       k.symbol = name;
       k.op = op->getName().getStringRef().str();
-      k.numArgs = int(argTypes.size());
-      k.inPlaceSafe = isElementwise(op);
+      k.numArgs = int(step.ins.size() + step.outs.size());
+      k.chunks = int(chunks);
+      k.inPlaceSafe = isElementwise(op); // piece by piece too: same rows
       prog_.kernels.push_back(k);
       kernelByKey_[key] = index;
       step.kernel = index;
@@ -569,14 +718,16 @@ LogicalResult lowerKernels(ModuleOp kernels, std::string &error) {
   return success();
 }
 
-/// Adds `void <symbol>(ptr %buffers)` around each `<symbol>_body`.
+/// Adds `void <symbol>(ptr %buffers, i64 %piece)` around each
+/// `<symbol>_body` (which takes the piece index only when it is split).
 void addPackedEntryPoints(llvm::Module &m, const program::Program &p) {
   llvm::LLVMContext &c = m.getContext();
   llvm::Type *ptr = llvm::PointerType::get(c, 0);
   for (const program::Kernel &k : p.kernels) {
     llvm::Function *body = m.getFunction(k.symbol + "_body");
     body->setLinkage(llvm::GlobalValue::InternalLinkage);
-    auto *fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr}, false);
+    auto *fty = llvm::FunctionType::get(llvm::Type::getVoidTy(c),
+                                        {ptr, llvm::Type::getInt64Ty(c)}, false);
     auto *f = llvm::Function::Create(fty, llvm::GlobalValue::ExternalLinkage,
                                      k.symbol, m);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", f));
@@ -585,6 +736,8 @@ void addPackedEntryPoints(llvm::Module &m, const program::Program &p) {
       llvm::Value *slot = b.CreateConstInBoundsGEP1_64(ptr, f->getArg(0), i);
       args.push_back(b.CreateLoad(ptr, slot));
     }
+    if (k.chunks > 1)
+      args.push_back(f->getArg(1));
     b.CreateCall(body, args);
     b.CreateRetVoid();
   }
@@ -645,7 +798,11 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                     "optimizer state), scratch peak {} bytes\n",
                     p.arenaBytes, mib(p.arenaBytes), p.persistentBytes,
                     p.arenaBytes - p.persistentBytes);
-  os << fmt::format("kernels: {} distinct\n", p.kernels.size());
+  int64_t split = 0;
+  for (const program::Kernel &k : p.kernels)
+    split += k.chunks > 1;
+  os << fmt::format("kernels: {} distinct, {} of them split into row pieces for threads\n",
+                    p.kernels.size(), split);
   auto shapeStr = [](const Buffer &b) {
     std::string s = program::dtypeName(b.dtype);
     s += "[";
@@ -668,7 +825,11 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                       f.scratchBytes, mib(f.scratchBytes), temps);
     for (size_t i = 0; i < f.steps.size(); ++i) {
       const Step &s = f.steps[i];
-      std::string what = s.kind == Step::Kernel ? p.kernels[s.kernel].symbol
+      std::string what = s.kind == Step::Kernel
+                             ? p.kernels[s.kernel].symbol +
+                                   (p.kernels[s.kernel].chunks > 1
+                                        ? fmt::format(" x{}", p.kernels[s.kernel].chunks)
+                                        : "")
                          : s.kind == Step::Gemm ? "gemm"
                                                 : "copy";
       std::string args;

@@ -62,6 +62,7 @@ std::string Program::toJson() const {
   json ks = json::array();
   for (const Kernel &k : kernels)
     ks.push_back({{"symbol", k.symbol}, {"op", k.op}, {"num_args", k.numArgs},
+                  {"chunks", k.chunks},
                   {"in_place_safe", k.inPlaceSafe}, {"locs", k.locs}});
   j["kernels"] = ks;
   json fs = json::array();
@@ -196,6 +197,9 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
         !r.boolean(e, "in_place_safe", k.inPlaceSafe))
       return bad(r.error);
     k.numArgs = int(n);
+    if (!r.i64(e, "chunks", n, 1, 4096))
+      return bad(r.error);
+    k.chunks = int(n);
     if (e.contains("locs") && e["locs"].is_array())
       for (const json &l : e["locs"])
         if (l.is_string())

@@ -5,7 +5,7 @@
 // @eval_step, @predict) as an ordered list of steps, and the kernel table
 // with provenance. A step is one of
 //   - kernel: call a generated kernel with buffer pointers (inputs, then
-//     outputs) in the order of its signature;
+//     outputs) in the order of its signature, once per piece;
 //   - gemm:   a library matrix product (kiln.matmul semantics, Gemm.h);
 //   - copy:   copy one buffer into another (a parameter update that could
 //             not be done in place).
@@ -68,9 +68,12 @@ struct Function {
 };
 
 struct Kernel {
-  std::string symbol; ///< packed entry point: void symbol(void **args)
+  std::string symbol; ///< entry point: void symbol(void **args, int64_t piece)
   std::string op;     ///< main op, e.g. "kiln.softmax"
   int numArgs = 0;
+  /// Independent pieces (row blocks of dim 0) the kernel is split into; the
+  /// runtime runs pieces 0..chunks-1 in any order, on any threads.
+  int chunks = 1;
   bool inPlaceSafe = false;      ///< an output may alias a same-shape input
   std::vector<std::string> locs; ///< every model-file location it serves
 };

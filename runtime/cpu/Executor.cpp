@@ -38,6 +38,7 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   e->kernelSeconds_.assign(program.kernels.size(), 0.0);
   e->kernelCalls_.assign(program.kernels.size(), 0);
   openblas_set_num_threads(std::max(threads, 1));
+  e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
   return e;
 }
 
@@ -55,7 +56,17 @@ Status Executor::run(const std::string &name) {
     case program::Step::Kernel: {
       for (size_t i = 0; i < s.args.size(); ++i)
         ptrs[i] = data(s.args[i]);
-      fns_[s.kernel](ptrs);
+      KernelFn fn = fns_[s.kernel];
+      int64_t chunks = program_.kernels[s.kernel].chunks;
+      if (chunks == 1 || pool_->threads() == 1) {
+        for (int64_t c = 0; c < chunks; ++c)
+          fn(ptrs, c);
+      } else {
+        pool_->parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+          for (int64_t c = begin; c < end; ++c)
+            fn(ptrs, c);
+        });
+      }
       break;
     }
     case program::Step::Gemm: {

@@ -4,7 +4,8 @@
 // run(name) walks an entry point's steps: generated kernels get the buffer
 // pointers their signature lists, GEMMs go to BLAS, copies are memcpy.
 // Results are deterministic for a given thread count (no step depends on
-// timing: kernels are sequential code, BLAS splits work by thread count).
+// timing: a split kernel's pieces are fixed by the compiler and write
+// disjoint rows, BLAS splits work by thread count).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CPU_EXECUTOR_H
@@ -12,6 +13,7 @@
 
 #include "runtime/core/Program.h"
 #include "runtime/cpu/Jit.h"
+#include "runtime/cpu/ThreadPool.h"
 
 #include <memory>
 #include <vector>
@@ -20,7 +22,8 @@ namespace kiln::cpu {
 
 class Executor {
 public:
-  /// Resolves every kernel symbol in `lib`; `threads` >= 1 sets BLAS threads.
+  /// Resolves every kernel symbol in `lib`; `threads` >= 1 threads run the
+  /// pieces of split kernels and BLAS.
   static Expected<std::unique_ptr<Executor>>
   create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
          int threads);
@@ -44,6 +47,7 @@ private:
   std::unique_ptr<KernelLibrary> lib_;
   std::vector<KernelFn> fns_;
   char *arena_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_;
   bool profiling_ = false;
   std::vector<double> kernelSeconds_;
   std::vector<int64_t> kernelCalls_;

@@ -15,12 +15,14 @@
 
 #include "runtime/core/Status.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 namespace kiln::cpu {
 
-using KernelFn = void (*)(void **buffers);
+/// A kernel entry point: buffer pointers, and the piece to compute.
+using KernelFn = void (*)(void **buffers, int64_t piece);
 
 struct JitOptions {
   std::string cacheDir; ///< "" disables the disk cache

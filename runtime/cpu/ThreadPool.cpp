@@ -2,6 +2,7 @@
 #include "runtime/cpu/ThreadPool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace kiln::cpu {
 
@@ -14,6 +15,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stopping_ = true;
   }
   wake_.notify_all();
   for (std::thread &t : workers_)
@@ -37,6 +39,24 @@ ThreadPool::chunks(int64_t n, int64_t grain, int threads) {
   return out;
 }
 
+namespace {
+/// Spins up to ~200 us for `ready` before the caller blocks: kernels are
+/// often tens of microseconds long, far shorter than a futex sleep/wake.
+template <typename Ready> bool spinUntil(Ready ready) {
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (ready())
+      return true;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 &&
+        std::chrono::steady_clock::now() - start > std::chrono::microseconds(200))
+      return false;
+  }
+}
+} // namespace
+
 void ThreadPool::parallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)> &body) {
   std::vector<std::pair<int64_t, int64_t>> parts = chunks(n, grain, threads());
@@ -52,13 +72,19 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   busy_ = true;
   body_ = &body;
   work_ = parts;
-  pending_ = int(parts.size()) - 1; // chunk 0 is the caller's
-  ++generation_;
+  pending_.store(int(parts.size()) - 1); // chunk 0 is the caller's
+  generation_.fetch_add(1, std::memory_order_release);
+  bool wake = sleepers_ > 0;
   lock.unlock();
-  wake_.notify_all();
+  if (wake)
+    wake_.notify_all();
   body(parts[0].first, parts[0].second);
+  if (!spinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    lock.lock();
+    done_.wait(lock, [&] { return pending_.load() == 0; });
+    lock.unlock();
+  }
   lock.lock();
-  done_.wait(lock, [&] { return pending_ == 0; });
   busy_ = false;
   body_ = nullptr;
 }
@@ -68,22 +94,27 @@ void ThreadPool::workerLoop(int index) {
   while (true) {
     std::pair<int64_t, int64_t> chunk;
     const std::function<void(int64_t, int64_t)> *body;
+    spinUntil([&] {
+      return stopping_.load(std::memory_order_relaxed) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    });
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      ++sleepers_;
+      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      --sleepers_;
       if (stop_)
         return;
-      seen = generation_;
+      seen = generation_.load();
       if (size_t(index) >= work_.size())
         continue; // fewer chunks than threads this time
       chunk = work_[size_t(index)];
       body = body_;
     }
     (*body)(chunk.first, chunk.second);
-    {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0)
-        done_.notify_all();
+      done_.notify_all();
     }
   }
 }

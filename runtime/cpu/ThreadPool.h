@@ -10,6 +10,7 @@
 #ifndef KILN_RUNTIME_CPU_THREADPOOL_H
 #define KILN_RUNTIME_CPU_THREADPOOL_H
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -48,8 +49,10 @@ private:
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)> *body_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> work_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stopping_{false};
+  int sleepers_ = 0; ///< workers blocked on wake_ (guarded by mu_)
   bool stop_ = false;
   bool busy_ = false;
 };
