@@ -99,13 +99,13 @@ std::vector<Executor::Timing> Executor::timings() const {
   std::vector<Timing> out;
   for (size_t k = 0; k < program_.kernels.size(); ++k)
     if (kernelCalls_[k])
-      out.push_back({program_.kernels[k].symbol,
+      out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
                      program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
                      kernelSeconds_[k], kernelCalls_[k]});
   if (gemmCalls_)
-    out.push_back({"gemm (BLAS)", "", gemmTotal_, gemmCalls_});
+    out.push_back({"gemm (BLAS)", "gemm (BLAS)", "", gemmTotal_, gemmCalls_});
   if (copyCalls_)
-    out.push_back({"copy", "", copySeconds_, copyCalls_});
+    out.push_back({"copy", "copy", "", copySeconds_, copyCalls_});
   return out;
 }
 

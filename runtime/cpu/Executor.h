@@ -38,7 +38,7 @@ public:
   /// Per-step timing (off by default): seconds per kernel symbol ("gemm",
   /// "copy" for library steps), accumulated over runs.
   void setProfiling(bool on) { profiling_ = on; }
-  struct Timing { std::string name, loc; double seconds = 0; int64_t calls = 0; };
+  struct Timing { std::string name, op, loc; double seconds = 0; int64_t calls = 0; };
   std::vector<Timing> timings() const;
 
 private:

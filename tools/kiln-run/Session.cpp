@@ -761,6 +761,18 @@ int trainCommand(const std::vector<std::string> &args) {
     for (size_t i = 0; i < std::min<size_t>(t.size(), 25); ++i)
       fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {:<36} {}\n", 100 * t[i].seconds / sum,
                  t[i].seconds, t[i].calls, t[i].name, t[i].loc);
+    std::map<std::string, std::pair<double, int64_t>> byOp;
+    for (auto &x : t) {
+      byOp[x.op].first += x.seconds;
+      byOp[x.op].second += x.calls;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> ops(byOp.begin(), byOp.end());
+    std::sort(ops.begin(), ops.end(),
+              [](auto &a, auto &b) { return a.second.first > b.second.first; });
+    fmt::print("by op:\n");
+    for (auto &[op, v] : ops)
+      fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {}\n", 100 * v.first / sum, v.first,
+                 v.second, op);
   }
   return 0;
 }
