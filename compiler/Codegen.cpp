@@ -33,7 +33,10 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -43,6 +46,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/IRBuilder.h"
@@ -52,6 +56,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <numeric>
 #include <set>
 
 using namespace mlir;
@@ -206,6 +212,52 @@ int64_t chooseChunks(Operation *op) {
   return 1;
 }
 
+/// Ops that join a loop-fusion group: elementwise ops and broadcasts (one
+/// iteration space, the group's anchor shape).
+bool loopFusible(Operation *op) {
+  return isElementwise(op) ||
+         (isa<BroadcastInDimOp>(op) && !isCloneable(op->getResult(0)));
+}
+
+/// Reduction-like ops that may end a group, with its elementwise ops as
+/// their prologue (read through their first operand).
+bool reductionFusible(Operation *op) {
+  return isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, SoftmaxOp, LogSoftmaxOp,
+             LayerNormOp, CrossEntropyOp>(op);
+}
+
+std::string shapeString(Type t) {
+  auto rt = cast<RankedTensorType>(t);
+  std::string s = "[";
+  for (int64_t i = 0; i < rt.getRank(); ++i)
+    s += (i ? "x" : "") + std::to_string(rt.getDimSize(i));
+  return s + "]";
+}
+
+/// Estimated floating-point operations of one op (for the fusion report):
+/// 1 per element for arithmetic, 10 for transcendental functions, a few per
+/// input element for reductions and the composite ops.
+int64_t estimateFlops(Operation *op) {
+  auto elems = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getNumElements();
+  };
+  int64_t out = elems(op->getResult(0));
+  if (isa<ExpOp, LogOp, TanhOp, SigmoidOp, ErfOp, GeluOp, SqrtOp, RsqrtOp, PowOp,
+          SinOp, CosOp>(op))
+    return 10 * out;
+  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op))
+    return elems(op->getOperand(0));
+  if (isa<SoftmaxOp, LogSoftmaxOp>(op))
+    return 14 * out;
+  if (isa<LayerNormOp>(op))
+    return 8 * out;
+  if (isa<CrossEntropyOp>(op))
+    return 14 * elems(op->getOperand(0));
+  if (isElementwise(op))
+    return out;
+  return 0; // data movement
+}
+
 /// One step before buffers are assigned: operands and results are values.
 struct VStep {
   Step::Kind kind;
@@ -217,8 +269,8 @@ struct VStep {
 
 class Generator {
 public:
-  Generator(ModuleOp module, std::string &error)
-      : module_(module), ctx_(module.getContext()), error_(error) {
+  Generator(ModuleOp module, bool fusion, std::string &error)
+      : module_(module), ctx_(module.getContext()), error_(error), fusion_(fusion) {
     kernels_ = ModuleOp::create(UnknownLoc::get(ctx_));
   }
 
@@ -239,6 +291,7 @@ public:
   }
 
   program::Program takeProgram() { return std::move(prog_); }
+  std::vector<Refusal> takeRefusals() { return std::move(refusals_); }
   OwningOpRef<ModuleOp> takeKernels() { return std::move(kernels_); }
 
 private:
@@ -284,32 +337,68 @@ private:
     return c->getResult(cast<OpResult>(v).getResultNumber());
   }
 
-  /// Creates (or reuses) the kernel for `op`; fills the step's ins/outs.
-  LogicalResult makeKernel(Operation *op, VStep &step) {
-    for (Value operand : op->getOperands())
-      if (!isCloneable(operand) && !llvm::is_contained(step.ins, operand))
-        step.ins.push_back(operand); // its own type; the buffer is its root's
-    for (Value r : op->getResults())
-      step.outs.push_back(r);
+  /// Creates (or reuses) the kernel for a group of ops (in schedule order;
+  /// one op without fusion); fills the step's ins and outs: values read
+  /// from outside the group, and member results used outside it.
+  LogicalResult makeKernel(ArrayRef<Operation *> ops, VStep &step) {
+    llvm::SmallPtrSet<Operation *, 8> members(ops.begin(), ops.end());
+    auto inside = [&](Value v) {
+      Operation *d = v.getDefiningOp();
+      return d && members.count(d);
+    };
+    for (Operation *op : ops)
+      for (Value operand : op->getOperands())
+        if (!inside(operand) && !isCloneable(operand) &&
+            !llvm::is_contained(step.ins, operand))
+          step.ins.push_back(operand); // its own type; the buffer is its root's
+    for (Operation *op : ops)
+      for (Value r : op->getResults())
+        if (ops.size() == 1 || llvm::any_of(r.getUsers(), [&](Operation *u) {
+              return !members.count(u);
+            }))
+          step.outs.push_back(r);
 
-    // Row pieces: every operand position of an input agrees on slicing,
-    // and every sliced cloneable operand is a splat (rebuilt per piece).
-    SmallVector<bool> sliced;
-    int64_t chunks = rowSplittable(op, sliced) ? chooseChunks(op) : 1;
-    llvm::DenseMap<Value, bool> inputSliced;
-    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-      if (chunks == 1)
+    // Row pieces: every member splits along dim 0 with the same row count;
+    // values passed between members are pieces; every use of an input
+    // agrees on slicing; every sliced cloneable operand is a splat.
+    llvm::DenseMap<Operation *, SmallVector<bool>> sliced;
+    int64_t chunks = 1, n = -1;
+    Operation *anchor = ops.front();
+    bool split = true;
+    for (Operation *op : ops) {
+      SmallVector<bool> sl;
+      if (!rowSplittable(op, sl)) {
+        split = false;
         break;
-      if (isCloneable(operand)) {
-        if (sliced[i] && !splatValue(operand))
-          chunks = 1;
-        continue;
       }
-      auto [it, fresh] = inputSliced.try_emplace(operand, sliced[i]);
-      if (!fresh && it->second != sliced[i])
-        chunks = 1;
+      int64_t rows0 = cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(0);
+      if (n >= 0 && rows0 != n)
+        split = false;
+      n = rows0;
+      if (cast<RankedTensorType>(op->getResult(0).getType()).getNumElements() >
+          cast<RankedTensorType>(anchor->getResult(0).getType()).getNumElements())
+        anchor = op;
+      sliced[op] = sl;
     }
-    int64_t rows = chunks > 1 ? cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(0) / chunks : 0;
+    llvm::DenseMap<Value, bool> inputSliced;
+    for (Operation *op : ops) {
+      if (!split)
+        break;
+      for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+        bool sl = sliced[op][i];
+        if (inside(operand)) {
+          split &= sl;
+        } else if (isCloneable(operand)) {
+          split &= !sl || bool(splatValue(operand));
+        } else {
+          auto [it, fresh] = inputSliced.try_emplace(operand, sl);
+          split &= fresh || it->second == sl;
+        }
+      }
+    }
+    if (split)
+      chunks = chooseChunks(anchor);
+    int64_t rows = chunks > 1 ? n / chunks : 0;
     auto piece = [&](Type t) { // the type of one piece of a sliced value
       auto rt = cast<RankedTensorType>(t);
       SmallVector<int64_t> shape(rt.getShape());
@@ -359,23 +448,30 @@ private:
           view(body->getArgument(i), slice), /*restrict=*/true, /*writable=*/false);
       map.map(v, t);
     }
-    for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-      if (!isCloneable(operand))
-        continue;
-      if (chunks > 1 && sliced[i])
-        map.map(operand, b.create<ConstantOp>(
-                             loc, DenseElementsAttr::get(piece(operand.getType()),
-                                                         splatValue(operand))));
-      else
-        cloneInto(b, operand, map);
+    for (Operation *op : ops) {
+      // Cloneable operands per use: a piece-shaped splat where sliced.
+      IRMapping local = map;
+      for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+        if (!isCloneable(operand))
+          continue;
+        if (chunks > 1 && sliced[op][i])
+          local.map(operand, b.create<ConstantOp>(
+                                 loc, DenseElementsAttr::get(piece(operand.getType()),
+                                                             splatValue(operand))));
+        else
+          cloneInto(b, operand, local);
+      }
+      Operation *clone = b.clone(*op, local);
+      for (auto [r, c] : llvm::zip(op->getResults(), clone->getResults())) {
+        if (chunks > 1)
+          c.setType(piece(c.getType()));
+        map.map(r, c);
+      }
     }
-    Operation *clone = b.clone(*op, map);
-    if (chunks > 1)
-      for (Value r : clone->getResults())
-        r.setType(piece(r.getType()));
-    for (auto [i, r] : llvm::enumerate(clone->getResults())) {
+    for (auto [i, r] : llvm::enumerate(step.outs)) {
       auto m = b.create<bufferization::MaterializeInDestinationOp>(
-          loc, TypeRange{}, r, view(body->getArgument(step.ins.size() + i), chunks > 1));
+          loc, TypeRange{}, map.lookup(r),
+          view(body->getArgument(step.ins.size() + i), chunks > 1));
       m.setRestrict(true);
       m.setWritable(true);
     }
@@ -390,6 +486,7 @@ private:
       flags.printGenericOpForm();
       fn->print(os, flags);
     }
+    Operation *op = ops.back();
     std::string where = locString(op->getLoc());
     auto it = kernelByKey_.find(key);
     if (it != kernelByKey_.end()) {
@@ -404,21 +501,38 @@ private:
         if (l != std::string::npos)
           line = "_L" + where.substr(l + 1, c - l - 1);
       }
-      std::string name = fmt::format("k{}_{}{}", index, opName, line);
+      std::string name =
+          ops.size() == 1
+              ? fmt::format("k{}_{}{}", index, opName, line)
+              : fmt::format("k{}_fused{}_{}{}", index, ops.size(), opName, line);
       fn.setSymName(name + "_body");
       program::Kernel k;
       k.symbol = name;
       k.op = op->getName().getStringRef().str();
       k.numArgs = int(step.ins.size() + step.outs.size());
       k.chunks = int(chunks);
-      k.inPlaceSafe = isElementwise(op); // piece by piece too: same rows
+      // An output may overwrite a same-shape input only when the kernel is one
+      // elementwise op (one loop reading element i before writing it); in a
+      // fused kernel a member may be recomputed after an output was written.
+      k.inPlaceSafe = ops.size() == 1 && isElementwise(op);
+      for (Operation *m : ops) {
+        k.ops.push_back(m->getName().getStringRef().str());
+        k.flops += estimateFlops(m);
+      }
+      k.kind = ops.size() > 1 && reductionFusible(ops.back()) ? "reduction+prologue"
+               : ops.size() > 1                                ? "loop-fusion"
+               : isElementwise(op)                             ? "elementwise"
+                                                               : "single-op";
       prog_.kernels.push_back(k);
       kernelByKey_[key] = index;
       step.kernel = index;
     }
     auto &locs = prog_.kernels[step.kernel].locs;
-    if (!where.empty() && !llvm::is_contained(locs, where))
-      locs.push_back(where);
+    for (Operation *m : ops) {
+      std::string l = locString(m->getLoc());
+      if (!l.empty() && !llvm::is_contained(locs, l))
+        locs.push_back(l);
+    }
     return success();
   }
 
@@ -427,11 +541,133 @@ private:
     return it == alias_.end() ? v : it->second;
   }
 
+  /// Forms fusion groups over the body in schedule order. A group is open
+  /// while more ops may join it; it closes when one of its values is read
+  /// by an op outside it (that op runs first, so a later member would
+  /// create a cycle) or when a reduction ends it. Every producer->consumer
+  /// edge that is not fused is recorded with the rule that refused it.
+  void formGroups(func::FuncOp fn, std::vector<SmallVector<Operation *>> &groups,
+                  llvm::DenseMap<Operation *, int> &groupOf) {
+    std::vector<bool> open;
+    std::vector<Type> anchor;
+    std::vector<std::string> closedBy;
+    Block &block = fn.getBody().front();
+    auto refuse = [&](Operation *producer, Operation *consumer, std::string rule) {
+      if (!fusion_)
+        return;
+      Refusal r;
+      r.function = fn.getSymName().str();
+      r.producer = producer->getName().getStringRef().str();
+      r.producerLoc = locString(producer->getLoc());
+      r.consumer = consumer->getName().getStringRef().str();
+      r.consumerLoc = locString(consumer->getLoc());
+      r.rule = std::move(rule);
+      refusals_.push_back(std::move(r));
+    };
+    for (Operation &op : block) {
+      if (isa<ConstantOp>(op) ||
+          (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0))))
+        continue;
+      bool member = fusion_ && loopFusible(&op), terminal = fusion_ && reductionFusible(&op);
+      int target = -1;
+      SmallVector<int> candidates;
+      for (auto [j, operand] : llvm::enumerate(op.getOperands())) {
+        Operation *def = operand.getDefiningOp();
+        if (!def || !groupOf.count(def))
+          continue;
+        int g = groupOf[def];
+        if (target == g)
+          continue;
+        if (!member && !terminal) {
+          refuse(def, &op,
+                 isa<MatmulOp>(op) ? "consumer-is-gemm: a library GEMM reads whole buffers"
+                 : isa<func::ReturnOp>(op) ? "result: the value leaves the function"
+                 : isa<ReshapeOp, OptimizationBarrierOp>(op)
+                     ? "alias: a reshape shares the producer's buffer"
+                     : "consumer-kind: " + op.getName().getStringRef().str() +
+                           " has no fusible kernel form yet (gather, scatter, "
+                           "transpose, slice, pad, concat, iota, random, dropout)");
+          continue;
+        }
+        if (!open[g]) {
+          refuse(def, &op, closedBy[g]);
+          continue;
+        }
+        auto shapeOf = [](Type t) { return cast<RankedTensorType>(t).getShape(); };
+        if (member && shapeOf(op.getResult(0).getType()) != shapeOf(anchor[g])) {
+          refuse(def, &op, "shape: iteration spaces differ (" +
+                               shapeString(op.getResult(0).getType()) + " vs " +
+                               shapeString(anchor[g]) + ")");
+          continue;
+        }
+        if (terminal &&
+            (j != 0 || shapeOf(operand.getType()) != shapeOf(anchor[g]) || target >= 0)) {
+          refuse(def, &op, "reduction-operand: only a reduction's first operand, of "
+                           "the group's shape, takes an elementwise prologue");
+          continue;
+        }
+        candidates.push_back(g);
+        target = std::max(target, g);
+      }
+      // Several open groups of the same shape feed this op: merge them
+      // (none of their values is read outside yet, so no cycle forms).
+      for (int g : candidates) {
+        if (g == target || groups[g].empty())
+          continue;
+        for (Operation *m : groups[g])
+          groupOf[m] = target;
+        groups[target].append(groups[g].begin(), groups[g].end());
+        groups[g].clear();
+        llvm::sort(groups[target], [](Operation *a, Operation *b) {
+          return a->isBeforeInBlock(b);
+        });
+      }
+      // Values of other groups read here: those groups are complete.
+      for (Value operand : op.getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (def && groupOf.count(def) && groupOf[def] != target && open[groupOf[def]]) {
+          open[groupOf[def]] = false;
+          closedBy[groupOf[def]] =
+              "cycle: a value of the producer's kernel is already read by " +
+              op.getName().getStringRef().str() +
+              (locString(op.getLoc()).empty() ? "" : " at " + locString(op.getLoc())) +
+              ", which runs before this op; fusing would need it earlier";
+        }
+      }
+      if (isa<func::ReturnOp>(op))
+        break;
+      if (target >= 0) {
+        groups[target].push_back(&op);
+        groupOf[&op] = target;
+        if (terminal) {
+          open[target] = false;
+          closedBy[target] = "reduction-epilogue: the producer's kernel ends in a "
+                             "reduction; ops after a reduction start a new kernel";
+        }
+        continue;
+      }
+      groupOf[&op] = int(groups.size());
+      groups.push_back({&op});
+      open.push_back(member);
+      anchor.push_back(op.getNumResults() ? op.getResult(0).getType() : Type());
+      closedBy.push_back(
+          terminal ? "reduction-epilogue: the producer's kernel ends in a reduction; "
+                     "ops after a reduction start a new kernel"
+          : isa<MatmulOp>(op)
+              ? "producer-is-gemm: a library GEMM writes whole buffers (no epilogue yet)"
+              : "producer-kind: " + op.getName().getStringRef().str() +
+                    " has no fusible kernel form yet");
+    }
+  }
+
   LogicalResult compileFunction(func::FuncOp fn) {
     alias_.clear();
     std::vector<VStep> steps;
     Block &block = fn.getBody().front();
     auto ret = cast<func::ReturnOp>(block.getTerminator());
+    std::vector<SmallVector<Operation *>> groups;
+    llvm::DenseMap<Operation *, int> groupOf;
+    formGroups(fn, groups, groupOf);
 
     // A kernel that only materialises a cloneable value (returned
     // constants, GEMM operands that are constants).
@@ -444,7 +680,7 @@ private:
       s.loc = locString(v.getLoc());
       // A kernel whose body is the cloned chain ending in `v`: use the
       // defining op with its cloneable operands.
-      if (failed(makeKernel(v.getDefiningOp(), s)))
+      if (failed(makeKernel({v.getDefiningOp()}, s)))
         return failure();
       materialized.insert(v);
       steps.push_back(std::move(s));
@@ -498,8 +734,12 @@ private:
           continue;
         }
       }
+      // A fused group becomes one kernel at its last member's position.
+      const SmallVector<Operation *> &group = groups[groupOf.lookup(&op)];
+      if (group.back() != &op)
+        continue;
       s.kind = Step::Kernel;
-      if (failed(makeKernel(&op, s)))
+      if (failed(makeKernel(group, s)))
         return failure();
       steps.push_back(std::move(s));
     }
@@ -666,6 +906,23 @@ private:
   llvm::StringMap<int> kernelByKey_;
   llvm::DenseMap<Value, Value> alias_;
   std::vector<int> scratchIds_; ///< offsets relative to the scratch base
+  bool fusion_ = true;
+  std::vector<Refusal> refusals_;
+};
+
+/// float32 exp, erf, tanh, log, sin, cos, ... as polynomial and rational
+/// approximations in plain arith ops (upstream MLIR's), which the loop
+/// vectorizer can vectorize; a libm call per element cannot be.
+struct PolynomialMathPass
+    : PassWrapper<PolynomialMathPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PolynomialMathPass)
+  StringRef getArgument() const override { return "kiln-polynomial-math"; }
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateMathPolynomialApproximationPatterns(patterns);
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
 };
 
 /// Lowers the kernel module (kiln on memrefs) to the LLVM dialect.
@@ -701,8 +958,11 @@ LogicalResult lowerKernels(ModuleOp kernels, std::string &error) {
   pm.addPass(createConvertSCFToCFPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
-  pm.addPass(createConvertMathToLibmPass());
+  pm.addPass(std::make_unique<PolynomialMathPass>());
+  // LLVM intrinsics first (fma, sqrt, ... vectorize); libm only for what
+  // has no intrinsic (float64 erf, ...).
   pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertMathToLibmPass());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertIndexToLLVMPass());
@@ -762,12 +1022,13 @@ FailureOr<CompiledProgram> compileProgram(ModuleOp module,
   ctx->appendDialectRegistry(registry);
   ctx->loadDialect<bufferization::BufferizationDialect, memref::MemRefDialect,
                    arith::ArithDialect>();
-  Generator gen(module, error);
+  Generator gen(module, options.fusion, error);
   if (failed(gen.run()))
     return failure();
   CompiledProgram out;
   out.program = gen.takeProgram();
   out.kernels = gen.takeKernels();
+  out.refusals = gen.takeRefusals();
   if (!options.emitLLVM)
     return out;
 
@@ -844,6 +1105,93 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
       os << "\n";
     }
   }
+}
+
+void printFusionReport(const program::Program &p, const std::vector<Refusal> &refusals,
+                       llvm::raw_ostream &os) {
+  const program::Function *f = p.function("train_step");
+  if (!f)
+    f = p.functions.empty() ? nullptr : &p.functions.front();
+  if (!f)
+    return;
+  int64_t kernels = 0, gemms = 0, copies = 0, flops = 0, bytes = 0, fused = 0;
+  std::map<std::string, int64_t> byKind;
+  std::string lines;
+  for (size_t i = 0; i < f->steps.size(); ++i) {
+    const Step &s = f->steps[i];
+    int64_t moved = 0;
+    for (int id : s.args)
+      moved += p.buffers[id].bytes;
+    bytes += moved;
+    if (s.kind == Step::Gemm) {
+      ++gemms;
+      int64_t fl = 2 * s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k;
+      flops += fl;
+      lines += fmt::format("  {:4} gemm                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                           fmt::format("[{}x{}x{}]x{}{}{}", s.gemm.m, s.gemm.n, s.gemm.k,
+                                       s.gemm.batch, s.gemm.transposeLhs ? " tA" : "",
+                                       s.gemm.transposeRhs ? " tB" : ""),
+                           fl, moved, s.loc);
+      continue;
+    }
+    if (s.kind == Step::Copy) {
+      ++copies;
+      lines += fmt::format("  {:4} copy                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                           p.buffers[s.args[1]].name, 0, moved,
+                           "fused update is not in place");
+      continue;
+    }
+    ++kernels;
+    const program::Kernel &k = p.kernels[s.kernel];
+    flops += k.flops;
+    byKind[k.kind]++;
+    fused += k.ops.size() > 1;
+    std::string ops;
+    for (size_t j = 0; j < k.ops.size(); ++j)
+      ops += (j ? " " : "") + llvm::StringRef(k.ops[j]).drop_front(5).str();
+    std::vector<std::string> fileLines; // "file:line", without directories
+    for (const std::string &loc : k.locs) {
+      llvm::StringRef l(loc);
+      size_t c = l.rfind(':');
+      l = c == llvm::StringRef::npos ? l : l.take_front(c);
+      size_t slash = l.rfind('/');
+      std::string fl = (slash == llvm::StringRef::npos ? l : l.drop_front(slash + 1)).str();
+      if (!llvm::is_contained(fileLines, fl))
+        fileLines.push_back(fl);
+    }
+    std::string where;
+    for (size_t j = 0; j < fileLines.size() && j < 4; ++j)
+      where += (j ? ", " : "") + fileLines[j];
+    if (fileLines.size() > 4)
+      where += ", ...";
+    lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i, k.kind,
+                         k.symbol, k.flops, moved, where);
+    if (k.ops.size() > 1)
+      lines += fmt::format("       ops: {}\n", ops);
+  }
+  os << fmt::format("fusion report for @{}: {} kernels ({} fused from several ops), {} "
+                    "GEMMs, {} copies; {:.2f} GFLOP and {:.1f} MB of buffer traffic per call "
+                    "(estimates)\n",
+                    f->name, kernels, fused, gemms, copies, double(flops) / 1e9,
+                    double(bytes) / 1e6);
+  os << "kernels by kind:";
+  for (auto &[kind, n] : byKind)
+    os << fmt::format(" {} {}", kind, n);
+  os << "\n\n" << lines;
+  std::map<std::string, int64_t> byRule;
+  for (const Refusal &r : refusals)
+    if (r.function == f->name)
+      byRule[r.rule.substr(0, r.rule.find(':'))]++;
+  os << fmt::format("\nfusions refused in @{}: {}\n", f->name,
+                    std::accumulate(byRule.begin(), byRule.end(), int64_t(0),
+                                    [](int64_t a, auto &kv) { return a + kv.second; }));
+  for (auto &[rule, n] : byRule)
+    os << fmt::format("  {:<20} {}\n", rule, n);
+  os << "\n";
+  for (const Refusal &r : refusals)
+    if (r.function == f->name)
+      os << fmt::format("  refused {} ({}) -> {} ({}): {}\n", r.producer, r.producerLoc,
+                        r.consumer, r.consumerLoc, r.rule);
 }
 
 } // namespace kiln

@@ -30,16 +30,25 @@
 
 namespace kiln {
 
+/// A producer -> consumer edge the fusion pass did not fuse, and why.
+struct Refusal {
+  std::string function, producer, producerLoc, consumer, consumerLoc;
+  std::string rule; ///< "rule-name: explanation"
+};
+
 struct CompiledProgram {
   program::Program program;
   mlir::OwningOpRef<mlir::ModuleOp> kernels; ///< kernel module (kiln level)
   std::string bitcode;                       ///< LLVM bitcode of every kernel
   std::string llvmIR;                        ///< textual IR, when asked for
+  std::vector<Refusal> refusals;             ///< fusions not done
 };
 
 struct CodegenOptions {
   bool emitLLVM = true;     ///< lower to LLVM and produce bitcode
   bool keepLLVMText = false;
+  /// Group ops into fused kernels; false keeps one op per kernel.
+  bool fusion = true;
 };
 
 /// Needs a module on which buildTrainProgram() ran. Returns failure with
@@ -50,6 +59,12 @@ mlir::FailureOr<CompiledProgram> compileProgram(mlir::ModuleOp module,
 
 /// The schedule and memory plan, for humans (kilnc --emit=plan).
 void printPlan(const program::Program &program, llvm::raw_ostream &os);
+
+/// Every kernel of @train_step (kind, ops, model lines, estimated FLOPs and
+/// bytes moved) and every fusion the pass refused, with its rule
+/// (kilnc --fusion-report).
+void printFusionReport(const program::Program &program,
+                       const std::vector<Refusal> &refusals, llvm::raw_ostream &os);
 
 /// "file:line:col" of the first file location inside `loc`, or "".
 std::string locString(mlir::Location loc);

@@ -62,7 +62,8 @@ std::string Program::toJson() const {
   json ks = json::array();
   for (const Kernel &k : kernels)
     ks.push_back({{"symbol", k.symbol}, {"op", k.op}, {"num_args", k.numArgs},
-                  {"chunks", k.chunks},
+                  {"chunks", k.chunks}, {"ops", k.ops}, {"kind", k.kind},
+                  {"flops", k.flops},
                   {"in_place_safe", k.inPlaceSafe}, {"locs", k.locs}});
   j["kernels"] = ks;
   json fs = json::array();
@@ -200,6 +201,14 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
     if (!r.i64(e, "chunks", n, 1, 4096))
       return bad(r.error);
     k.chunks = int(n);
+    if (e.contains("kind") && e["kind"].is_string())
+      k.kind = e["kind"].get<std::string>();
+    if (e.contains("flops") && e["flops"].is_number_integer())
+      k.flops = e["flops"].get<int64_t>();
+    if (e.contains("ops") && e["ops"].is_array())
+      for (const json &o : e["ops"])
+        if (o.is_string())
+          k.ops.push_back(o.get<std::string>());
     if (e.contains("locs") && e["locs"].is_array())
       for (const json &l : e["locs"])
         if (l.is_string())

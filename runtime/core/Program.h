@@ -69,7 +69,11 @@ struct Function {
 
 struct Kernel {
   std::string symbol; ///< entry point: void symbol(void **args, int64_t piece)
-  std::string op;     ///< main op, e.g. "kiln.softmax"
+  std::string op;     ///< main (last) op, e.g. "kiln.softmax"
+  std::vector<std::string> ops; ///< every op it computes, in order
+  /// loop-fusion, reduction+prologue, elementwise or single-op
+  std::string kind;
+  int64_t flops = 0; ///< estimated floating-point operations per call
   int numArgs = 0;
   /// Independent pieces (row blocks of dim 0) the kernel is split into; the
   /// runtime runs pieces 0..chunks-1 in any order, on any threads.

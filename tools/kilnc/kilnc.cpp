@@ -94,6 +94,15 @@ cl::opt<std::string> outputFile("o", cl::desc("Write output to <file>"),
                                 cl::value_desc("file"), cl::init("-"),
                                 cl::cat(kilncCategory));
 
+cl::opt<bool> noFusion("no-fusion",
+                       cl::desc("One op per kernel (for comparison and debugging)"),
+                       cl::init(false), cl::cat(kilncCategory));
+cl::opt<bool> fusionReport("fusion-report",
+                           cl::desc("Print every kernel of the train step (kind, ops, "
+                                    "model lines, FLOPs, bytes) and every refused "
+                                    "fusion with its rule"),
+                           cl::init(false), cl::cat(kilncCategory));
+
 cl::opt<std::string> target("target", cl::desc("Code generation target: cpu (default)"),
                            cl::init("cpu"), cl::cat(kilncCategory));
 
@@ -271,6 +280,8 @@ int main(int argc, char **argv) {
     emit = Emit::Package;
   if (target != "cpu")
     return userError("--target=" + target + " is not supported yet; use --target=cpu");
+  if (fusionReport)
+    emit = Emit::Plan; // the report replaces the plan's listing below
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
       emit == Emit::Package) {
     if (mlir::failed(kiln::buildTrainProgram(*module))) {
@@ -282,6 +293,7 @@ int main(int argc, char **argv) {
     kiln::CodegenOptions co;
     co.emitLLVM = emit == Emit::LLVM || emit == Emit::Package;
     co.keepLLVMText = emit == Emit::LLVM;
+    co.fusion = !noFusion;
     std::string err;
     auto compiled = kiln::compileProgram(*module, co, err);
     if (mlir::failed(compiled)) {
@@ -324,7 +336,9 @@ int main(int argc, char **argv) {
     auto output = mlir::openOutputFile(outputFile, &error);
     if (!output)
       return userError(error);
-    if (emit == Emit::Plan)
+    if (fusionReport)
+      kiln::printFusionReport(compiled->program, compiled->refusals, output->os());
+    else if (emit == Emit::Plan)
       kiln::printPlan(compiled->program, output->os());
     else if (emit == Emit::Kernels)
       compiled->kernels->print(output->os());

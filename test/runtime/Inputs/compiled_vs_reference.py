@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--loss-rtol", type=float, default=1e-5)
     ap.add_argument("--param-rtol", type=float, default=1e-4)
+    ap.add_argument("--compare-unfused", action="store_true",
+                    help="also run a --no-fusion build and compare it with the fused one")
     args, extra = ap.parse_known_args()
     w = args.workdir
     shutil.rmtree(w, ignore_errors=True)
@@ -95,6 +97,22 @@ def main():
             print(f"FAIL param {name}: rel err {err:.2e} > {args.param_rtol}")
             ok = False
     print(f"{'ok  ' if worst <= args.param_rtol else 'FAIL'} final parameters: worst rel err {worst:.2e} over {len(manifest['params'])} tensors")
+    if args.compare_unfused:
+        unfused = os.path.join(w, "unfused.kpack")
+        subprocess.run([args.kilnc, args.model, "-o", unfused, "--seed", str(args.seed),
+                        "--no-fusion"] + extra, check=True)
+        log2, ckpt2 = os.path.join(w, "unfused.log"), os.path.join(w, "unfused.safetensors")
+        subprocess.run([args.kiln_run, "train", unfused, "--data", data, "--in-order", "--steps",
+                        str(args.steps), "--loss-log", log2, "--checkpoint", ckpt2, "--threads",
+                        "1", "--eval-interval", "0", "--quiet"], check=True)
+        l2 = [float(l.split()[1]) for l in open(log2)]
+        lerr = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, l2))
+        p2, _ = read_safetensors(ckpt2)
+        perr = max(np.max(np.abs(params[n].astype(np.float64) - p2[n])) /
+                   max(np.max(np.abs(p2[n])), 1e-30) for n in manifest["params"])
+        good = lerr <= args.loss_rtol and perr <= args.param_rtol
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} fused vs unfused: loss rel err {lerr:.2e}, parameters rel err {perr:.2e}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
