@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace kiln::cpu {
 
@@ -40,6 +41,10 @@ ThreadPool::chunks(int64_t n, int64_t grain, int threads) {
 }
 
 namespace {
+int spinMicros() {
+  static int us = std::getenv("KILN_SPIN_US") ? std::atoi(std::getenv("KILN_SPIN_US")) : 200;
+  return us;
+}
 /// Spins up to ~200 us for `ready` before the caller blocks: kernels are
 /// often tens of microseconds long, far shorter than a futex sleep/wake.
 template <typename Ready> bool spinUntil(Ready ready) {
@@ -51,7 +56,7 @@ template <typename Ready> bool spinUntil(Ready ready) {
     __builtin_ia32_pause();
 #endif
     if ((i & 63) == 63 &&
-        std::chrono::steady_clock::now() - start > std::chrono::microseconds(200))
+        std::chrono::steady_clock::now() - start > std::chrono::microseconds(spinMicros()))
       return false;
   }
 }
