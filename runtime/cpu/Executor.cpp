@@ -37,7 +37,9 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   std::memset(e->arena_, 0, bytes);
   e->kernelSeconds_.assign(program.kernels.size(), 0.0);
   e->kernelCalls_.assign(program.kernels.size(), 0);
-  openblas_set_num_threads(std::max(threads, 1));
+  // BLAS runs single-threaded inside the pool's parts (one pool, no
+  // second set of spinning threads; results independent of the count).
+  openblas_set_num_threads(1);
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
   return e;
 }
@@ -70,7 +72,17 @@ Status Executor::run(const std::string &name) {
       break;
     }
     case program::Step::Gemm: {
-      matmul(s.gemm, as<float>(s.args[0]), as<float>(s.args[1]), as<float>(s.args[2]));
+      const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
+      float *out = as<float>(s.args[2]);
+      int64_t parts = pool_->threads();
+      if (parts == 1 || s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k < (1 << 18)) {
+        matmul(s.gemm, lhs, rhs, out);
+      } else {
+        pool_->parallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+          for (int64_t p = begin; p < end; ++p)
+            matmulPart(s.gemm, lhs, rhs, out, p, parts);
+        });
+      }
       break;
     }
     case program::Step::Copy:

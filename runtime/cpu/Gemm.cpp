@@ -5,25 +5,46 @@
 
 namespace kiln::cpu {
 
-void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out) {
+namespace {
+/// Rows [r0, r1) of op(A) times op(B) into the same rows of C, for one
+/// [m, k] x [k, n] product (ld* are the stored row lengths).
+void rows(const MatmulShape &s, int64_t m, const float *a, const float *b, float *c,
+          int64_t r0, int64_t r1) {
+  if (r1 <= r0)
+    return;
+  // Row r of op(A): row r of A, or column r of a transposed A ([k, m]).
+  const float *ar = s.transposeLhs ? a + r0 : a + r0 * s.k;
+  cblas_sgemm(CblasRowMajor, s.transposeLhs ? CblasTrans : CblasNoTrans,
+              s.transposeRhs ? CblasTrans : CblasNoTrans, int(r1 - r0), int(s.n),
+              int(s.k), 1.0f, ar, s.transposeLhs ? int(m) : int(s.k), b,
+              s.transposeRhs ? int(s.k) : int(s.n), 0.0f, c + r0 * s.n, int(s.n));
+}
+} // namespace
+
+void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
+                int64_t part, int64_t parts) {
+  auto share = [&](int64_t n, int64_t p) { return n * p / parts; };
   // A weight shared by the whole batch with an untransposed, batched lhs is
-  // one large GEMM: [batch*m, k] x [k, n].
+  // one large GEMM: [batch*m, k] x [k, n]; parts take blocks of its rows.
   if (s.lhsBatched && !s.rhsBatched && !s.transposeLhs) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans,
-                s.transposeRhs ? CblasTrans : CblasNoTrans, int(s.batch * s.m),
-                int(s.n), int(s.k), 1.0f, lhs, int(s.k), rhs,
-                s.transposeRhs ? int(s.k) : int(s.n), 0.0f, out, int(s.n));
+    int64_t total = s.batch * s.m;
+    rows(s, total, lhs, rhs, out, share(total, part), share(total, part + 1));
     return;
   }
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const float *a = lhs + (s.lhsBatched ? b * s.m * s.k : 0);
-    const float *c = rhs + (s.rhsBatched ? b * s.k * s.n : 0);
-    cblas_sgemm(CblasRowMajor, s.transposeLhs ? CblasTrans : CblasNoTrans,
-                s.transposeRhs ? CblasTrans : CblasNoTrans, int(s.m), int(s.n),
-                int(s.k), 1.0f, a, s.transposeLhs ? int(s.m) : int(s.k), c,
-                s.transposeRhs ? int(s.k) : int(s.n), 0.0f, out + b * s.m * s.n,
-                int(s.n));
+  if (s.batch >= parts) { // parts take whole batches
+    for (int64_t b = share(s.batch, part); b < share(s.batch, part + 1); ++b)
+      rows(s, s.m, lhs + (s.lhsBatched ? b * s.m * s.k : 0),
+           rhs + (s.rhsBatched ? b * s.k * s.n : 0), out + b * s.m * s.n, 0, s.m);
+    return;
   }
+  for (int64_t b = 0; b < s.batch; ++b) // parts take blocks of rows
+    rows(s, s.m, lhs + (s.lhsBatched ? b * s.m * s.k : 0),
+         rhs + (s.rhsBatched ? b * s.k * s.n : 0), out + b * s.m * s.n,
+         share(s.m, part), share(s.m, part + 1));
+}
+
+void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out) {
+  matmulPart(s, lhs, rhs, out, 0, 1);
 }
 
 } // namespace kiln::cpu

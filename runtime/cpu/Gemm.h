@@ -23,6 +23,12 @@ using MatmulShape = program::GemmParams;
 /// C[b] = op(A[b or 0]) * op(B[b or 0]) for every batch b; C is overwritten.
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out);
 
+/// Part `part` of `parts` of matmul(): disjoint blocks of output rows (or
+/// whole batches), each one BLAS call with the full K, so the result does
+/// not depend on how many parts run (or on which threads).
+void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
+                int64_t part, int64_t parts);
+
 } // namespace kiln::cpu
 
 #endif // KILN_RUNTIME_CPU_GEMM_H
