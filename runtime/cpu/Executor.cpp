@@ -74,9 +74,10 @@ Status Executor::run(const std::string &name) {
     case program::Step::Gemm: {
       const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
       float *out = as<float>(s.args[2]);
-      int64_t parts = pool_->threads();
-      if (parts == 1 || s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k < (1 << 18)) {
-        matmul(s.gemm, lhs, rhs, out);
+      int64_t parts = gemmParts(s.gemm);
+      if (parts == 1 || pool_->threads() == 1) {
+        for (int64_t p = 0; p < parts; ++p)
+          matmulPart(s.gemm, lhs, rhs, out, p, parts);
       } else {
         pool_->parallelFor(parts, 1, [&](int64_t begin, int64_t end) {
           for (int64_t p = begin; p < end; ++p)

@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 namespace kiln::cpu {
 
 namespace {
@@ -26,7 +28,7 @@ void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float 
   auto share = [&](int64_t n, int64_t p) { return n * p / parts; };
   // A weight shared by the whole batch with an untransposed, batched lhs is
   // one large GEMM: [batch*m, k] x [k, n]; parts take blocks of its rows.
-  if (s.lhsBatched && !s.rhsBatched && !s.transposeLhs) {
+  if (foldsBatch(s)) {
     int64_t total = s.batch * s.m;
     rows(s, total, lhs, rhs, out, share(total, part), share(total, part + 1));
     return;
@@ -45,6 +47,23 @@ void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float 
 
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out) {
   matmulPart(s, lhs, rhs, out, 0, 1);
+}
+
+bool foldsBatch(const MatmulShape &s) {
+  return s.lhsBatched && !s.rhsBatched && !s.transposeLhs;
+}
+
+int64_t gemmParts(const MatmulShape &s) {
+  if (s.batch * s.m * s.n * s.k < (int64_t(1) << 18))
+    return 1;
+  if (!foldsBatch(s) && s.batch >= 2)
+    return std::min<int64_t>(s.batch, 64); // whole batches: any count
+  // A power of two (balanced on 2, 4 or 8 threads), at most 8, with at
+  // least 128 rows per part.
+  int64_t rows = foldsBatch(s) ? s.batch * s.m : s.m, parts = 1;
+  while (parts < 8 && rows / (parts * 2) >= 128)
+    parts *= 2;
+  return parts;
 }
 
 } // namespace kiln::cpu

@@ -23,11 +23,22 @@ using MatmulShape = program::GemmParams;
 /// C[b] = op(A[b or 0]) * op(B[b or 0]) for every batch b; C is overwritten.
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out);
 
-/// Part `part` of `parts` of matmul(): disjoint blocks of output rows (or
-/// whole batches), each one BLAS call with the full K, so the result does
-/// not depend on how many parts run (or on which threads).
+/// Whether matmul() runs the batch as one GEMM of batch*m rows (a weight
+/// shared by a batched, untransposed lhs).
+bool foldsBatch(const MatmulShape &s);
+
+/// Part `part` of `parts` of matmul(): whole batches when the batch is not
+/// folded and has at least `parts` entries, otherwise blocks of output rows,
+/// each one BLAS call with the full K.
 void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
                 int64_t part, int64_t parts);
+
+/// How many parts the executor splits a GEMM into: a function of the shape
+/// only, never of the thread count. Splitting by whole batches gives the
+/// same bits as one call; splitting rows may not (OpenBLAS picks kernels by
+/// size), so the row split is fixed per shape and results stay independent
+/// of the number of threads that run the parts.
+int64_t gemmParts(const MatmulShape &s);
 
 } // namespace kiln::cpu
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <numeric>
+#include <cstring>
 #include <random>
 
 using namespace kiln::cpu;
@@ -117,6 +118,48 @@ TEST(Gemm, AllTransposeAndBatchCombinations) {
                                         << " lhs batched " << ab << " rhs batched " << bb);
         checkMatmul(s);
       }
+}
+
+// Splitting a batched GEMM into parts of whole batches gives the same bits
+// as one call, for every layout and part count; row splits (the folded
+// batch, or batch 1) give the right values, and the executor fixes their
+// part count by shape (gemmParts), never by thread count.
+TEST(Gemm, PartsMatchOneCall) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [ab, bb] : {std::pair{true, true}, {true, false}, {false, true}})
+        for (int64_t batch : {1, 3}) {
+          MatmulShape s;
+          s.batch = batch;
+          s.m = 150;
+          s.n = 19;
+          s.k = 53;
+          s.transposeLhs = ta;
+          s.transposeRhs = tb;
+          s.lhsBatched = ab;
+          s.rhsBatched = bb;
+          int64_t aSize = (ab ? batch : 1) * s.m * s.k, bSize = (bb ? batch : 1) * s.k * s.n;
+          std::vector<float> a(aSize), b(bSize);
+          std::mt19937 rng(11);
+          std::uniform_real_distribution<float> dist(-1, 1);
+          for (float &v : a) v = dist(rng);
+          for (float &v : b) v = dist(rng);
+          std::vector<float> whole(batch * s.m * s.n);
+          matmul(s, a.data(), b.data(), whole.data());
+          for (int64_t parts : {2, 3, 5}) {
+            std::vector<float> split(whole.size(), NAN);
+            for (int64_t p = 0; p < parts; ++p)
+              matmulPart(s, a.data(), b.data(), split.data(), p, parts);
+            bool wholeBatches = !foldsBatch(s) && batch >= parts;
+            for (size_t i = 0; i < whole.size(); ++i) {
+              if (wholeBatches)
+                ASSERT_EQ(whole[i], split[i]) << "element " << i << " parts " << parts;
+              else
+                ASSERT_NEAR(whole[i], split[i], 1e-5 * std::max(1.0f, std::fabs(whole[i])))
+                    << "element " << i << " parts " << parts;
+            }
+          }
+        }
 }
 
 } // namespace
