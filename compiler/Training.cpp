@@ -361,8 +361,12 @@ bool exportReference(ModuleOp module, const std::string &dir, int steps,
   std::vector<Tensor> stepInputs;
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     auto name = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
-    if (name && name.getValue() != "step")
+    if (name && name.getValue() != "step") {
       stepInputs.push_back(randomInput(step.getArgument(i), name.getValue(), seed));
+      // What a runtime needs to repeat these steps (kiln-run's .npy data).
+      if (!save(file("step_input", name.getValue().str()), stepInputs.back()))
+        return false;
+    }
   }
   manifest += "],\n  \"steps\": [";
   for (int s = 0; s < steps; ++s) {

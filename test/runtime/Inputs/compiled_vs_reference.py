@@ -70,7 +70,8 @@ def main():
     for name in manifest["inputs"]:
         if name == "dropout_seed":
             continue
-        shutil.copy(os.path.join(ref, f"input.{name}.npy"), os.path.join(data, f"{name}.npy"))
+        # The train step's own batch (K times @grad's with grad_accum = K).
+        shutil.copy(os.path.join(ref, f"step_input.{name}.npy"), os.path.join(data, f"{name}.npy"))
     log = os.path.join(w, "loss.log")
     ckpt = os.path.join(w, "final.safetensors")
     subprocess.run([args.kiln_run, "train", kpack, "--data", data, "--in-order", "--steps",
