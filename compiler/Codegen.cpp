@@ -258,6 +258,27 @@ int64_t estimateFlops(Operation *op) {
   return 0; // data movement
 }
 
+/// A float32 [0, 2, 1, 3] transpose of a rank-4 tensor: the head split or
+/// merge of attention, which a GEMM can read or write in place.
+bool isHeadTranspose(Operation *op) {
+  auto t = dyn_cast_or_null<TransposeOp>(op);
+  if (!t)
+    return false;
+  auto type = cast<RankedTensorType>(t.getType());
+  ArrayRef<int64_t> perm = t.getPermutation();
+  return type.getRank() == 4 && type.getElementType().isF32() &&
+         perm == ArrayRef<int64_t>{0, 2, 1, 3};
+}
+
+/// A float32 matmul of rank-4 operands with two batch dimensions on both.
+bool isHeadMatmul(Operation *op) {
+  auto mm = dyn_cast_or_null<MatmulOp>(op);
+  return mm && cast<RankedTensorType>(mm.getType()).getElementType().isF32() &&
+         cast<RankedTensorType>(mm.getLhs().getType()).getRank() == 4 &&
+         cast<RankedTensorType>(mm.getRhs().getType()).getRank() == 4 &&
+         cast<RankedTensorType>(mm.getType()).getRank() == 4;
+}
+
 /// One step before buffers are assigned: operands and results are values.
 struct VStep {
   Step::Kind kind;
@@ -555,6 +576,10 @@ private:
     auto refuse = [&](Operation *producer, Operation *consumer, std::string rule) {
       if (!fusion_)
         return;
+      if (foldedIn.count(producer) || foldedIn.count(consumer) ||
+          foldedOut.count(producer) || foldedOut.count(consumer))
+        rule = "transpose-folded: a GEMM reads or writes this head transpose in "
+               "place (strided layout), so it is no kernel of its own";
       Refusal r;
       r.function = fn.getSymName().str();
       r.producer = producer->getName().getStringRef().str();
@@ -665,9 +690,30 @@ private:
     std::vector<VStep> steps;
     Block &block = fn.getBody().front();
     auto ret = cast<func::ReturnOp>(block.getTerminator());
+    // Head-split transposes folded into GEMMs (a prologue decision): a
+    // transpose read only by such GEMMs is never materialised, the GEMM
+    // reads its operand in place; a GEMM whose only reader is such a
+    // transpose writes the transposed layout directly.
+    foldedIn.clear();
+    foldedOut.clear();
+    for (Operation &op : block) {
+      if (!fusion_ || !isHeadTranspose(&op) || isCloneable(op.getOperand(0)))
+        continue;
+      if (!op.getResult(0).use_empty() &&
+          llvm::all_of(op.getResult(0).getUsers(), [](Operation *u) { return isHeadMatmul(u); }))
+        foldedIn.insert(&op);
+    }
+    for (Operation &op : block) {
+      if (!fusion_ || !isHeadMatmul(&op) || !op.getResult(0).hasOneUse())
+        continue;
+      Operation *user = *op.getResult(0).getUsers().begin();
+      if (isHeadTranspose(user) && !foldedIn.count(user))
+        foldedOut.insert(user);
+    }
     std::vector<SmallVector<Operation *>> groups;
     llvm::DenseMap<Operation *, int> groupOf;
     formGroups(fn, groups, groupOf);
+
 
     // A kernel that only materialises a cloneable value (returned
     // constants, GEMM operands that are constants).
@@ -692,6 +738,8 @@ private:
         continue;
       if (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0)))
         continue;
+      if (foldedIn.count(&op) || foldedOut.count(&op))
+        continue; // done by the GEMM that reads or writes it
       if (isa<ReshapeOp, OptimizationBarrierOp>(op)) {
         if (failed(materialize(op.getOperand(0))))
           return failure();
@@ -718,6 +766,35 @@ private:
           s.ins = {root(mm.getLhs()), root(mm.getRhs())};
           s.outs = {mm.getResult()};
           program::GemmParams &g = s.gemm;
+          // Folded head transposes: read the transpose's operand, or write
+          // the transpose's result, with strided layouts.
+          Operation *outT = mm.getResult().hasOneUse()
+                                ? *mm.getResult().getUsers().begin() : nullptr;
+          bool strided = isHeadMatmul(mm) &&
+                         (foldedIn.count(mm.getLhs().getDefiningOp()) ||
+                          foldedIn.count(mm.getRhs().getDefiningOp()) ||
+                          (outT && foldedOut.count(outT)));
+          if (strided) {
+            auto layoutOf = [&](Value v, program::MatrixLayout &l) -> Value {
+              auto t = cast<RankedTensorType>(v.getType()); // [B, H, R, C]
+              int64_t h = t.getDimSize(1), r = t.getDimSize(2), c = t.getDimSize(3);
+              if (foldedIn.count(v.getDefiningOp())) { // stored as [B, R, H, C]
+                l = {r * h * c, c, h * c};
+                return root(v.getDefiningOp()->getOperand(0));
+              }
+              l = {h * r * c, r * c, c};
+              return root(v);
+            };
+            s.ins = {layoutOf(mm.getLhs(), g.lhsLayout), layoutOf(mm.getRhs(), g.rhsLayout)};
+            int64_t h = ot.getDimSize(1), rr = ot.getDimSize(2), cc = ot.getDimSize(3);
+            if (outT && foldedOut.count(outT)) { // write [B, M, H, N]
+              g.outLayout = {rr * h * cc, cc, h * cc};
+              s.outs = {outT->getResult(0)};
+            } else {
+              g.outLayout = {h * rr * cc, rr * cc, cc};
+            }
+            g.heads = h;
+          }
           int64_t r = ot.getRank();
           g.m = ot.getDimSize(r - 2);
           g.n = ot.getDimSize(r - 1);
@@ -908,6 +985,8 @@ private:
   std::vector<int> scratchIds_; ///< offsets relative to the scratch base
   bool fusion_ = true;
   std::vector<Refusal> refusals_;
+  /// Head transposes a GEMM reads (foldedIn) or writes (foldedOut) in place.
+  llvm::DenseSet<Operation *> foldedIn, foldedOut;
 };
 
 /// float32 exp, erf, tanh, log, sin, cos, ... as polynomial and rational

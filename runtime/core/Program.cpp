@@ -79,6 +79,15 @@ std::string Program::toJson() const {
                      {"transpose_rhs", s.gemm.transposeRhs},
                      {"lhs_batched", s.gemm.lhsBatched},
                      {"rhs_batched", s.gemm.rhsBatched}};
+      if (s.kind == Step::Gemm && s.gemm.heads > 0) {
+        auto layout = [](const MatrixLayout &l) {
+          return json{{"outer", l.outer}, {"inner", l.inner}, {"ld", l.ld}};
+        };
+        e["gemm"]["heads"] = s.gemm.heads;
+        e["gemm"]["lhs_layout"] = layout(s.gemm.lhsLayout);
+        e["gemm"]["rhs_layout"] = layout(s.gemm.rhsLayout);
+        e["gemm"]["out_layout"] = layout(s.gemm.outLayout);
+      }
       steps.push_back(e);
     }
     fs.push_back({{"name", f.name}, {"args", f.args}, {"results", f.results},
@@ -256,10 +265,34 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
           return p.buffers[id].dtype == DType::F32 &&
                  p.buffers[id].numElements() == elems;
         };
-        if (!fits(s.args[0], (gp.lhsBatched ? gp.batch : 1) * gp.m * gp.k) ||
-            !fits(s.args[1], (gp.rhsBatched ? gp.batch : 1) * gp.k * gp.n) ||
-            !fits(s.args[2], gp.batch * gp.m * gp.n))
+        if (g.contains("heads")) {
+          // Strided layouts: every matrix of every operand must lie inside
+          // its buffer (largest start + last row + row length).
+          if (!r.i64(g, "heads", gp.heads, 1, gp.batch) || gp.batch % gp.heads != 0 ||
+              !gp.lhsBatched || !gp.rhsBatched)
+            return bad(r.error.empty() ? "a strided gemm step has bad heads" : r.error);
+          struct Operand { const char *key; MatrixLayout *l; int id; int64_t rows, cols; };
+          Operand ops[] = {
+              {"lhs_layout", &gp.lhsLayout, s.args[0], gp.transposeLhs ? gp.k : gp.m,
+               gp.transposeLhs ? gp.m : gp.k},
+              {"rhs_layout", &gp.rhsLayout, s.args[1], gp.transposeRhs ? gp.n : gp.k,
+               gp.transposeRhs ? gp.k : gp.n},
+              {"out_layout", &gp.outLayout, s.args[2], gp.m, gp.n}};
+          for (Operand &o : ops) {
+            const json &l = g.contains(o.key) ? g[o.key] : json();
+            if (!r.i64(l, "outer", o.l->outer) || !r.i64(l, "inner", o.l->inner) ||
+                !r.i64(l, "ld", o.l->ld, o.cols))
+              return bad(r.error);
+            int64_t last = (gp.batch / gp.heads - 1) * o.l->outer +
+                           (gp.heads - 1) * o.l->inner + (o.rows - 1) * o.l->ld + o.cols;
+            if (p.buffers[o.id].dtype != DType::F32 || last > p.buffers[o.id].numElements())
+              return bad("a strided gemm step reads or writes outside its buffers");
+          }
+        } else if (!fits(s.args[0], (gp.lhsBatched ? gp.batch : 1) * gp.m * gp.k) ||
+                   !fits(s.args[1], (gp.rhsBatched ? gp.batch : 1) * gp.k * gp.n) ||
+                   !fits(s.args[2], gp.batch * gp.m * gp.n)) {
           return bad("a gemm step's buffers do not match its shape");
+        }
       } else if (kind == "copy") {
         s.kind = Step::Copy;
         if (s.args.size() != 2 ||

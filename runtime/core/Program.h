@@ -46,10 +46,22 @@ struct Buffer {
   int64_t numElements() const;
 };
 
+/// Where matrix b of a GEMM operand starts and how far apart its stored
+/// rows are, when the operand is read or written in place in a head-split
+/// layout (a [0, 2, 1, 3] transpose folded into the call): matrix b starts
+/// at (b / heads) * outer + (b % heads) * inner, rows ld elements apart.
+struct MatrixLayout {
+  int64_t outer = 0, inner = 0, ld = 0;
+};
+
 struct GemmParams {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transposeLhs = false, transposeRhs = false;
   bool lhsBatched = false, rhsBatched = false;
+  /// 0: dense batches (matrix b at b * rows * cols); otherwise the batch is
+  /// (batch / heads) x heads and the layouts below place each matrix.
+  int64_t heads = 0;
+  MatrixLayout lhsLayout, rhsLayout, outLayout;
 };
 
 struct Step {

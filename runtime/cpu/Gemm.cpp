@@ -9,40 +9,50 @@ namespace kiln::cpu {
 
 namespace {
 /// Rows [r0, r1) of op(A) times op(B) into the same rows of C, for one
-/// [m, k] x [k, n] product (ld* are the stored row lengths).
-void rows(const MatmulShape &s, int64_t m, const float *a, const float *b, float *c,
-          int64_t r0, int64_t r1) {
+/// product; lda/ldb/ldc are the stored row strides.
+void rows(const MatmulShape &s, const float *a, int64_t lda, const float *b, int64_t ldb,
+          float *c, int64_t ldc, int64_t r0, int64_t r1) {
   if (r1 <= r0)
     return;
   // Row r of op(A): row r of A, or column r of a transposed A ([k, m]).
-  const float *ar = s.transposeLhs ? a + r0 : a + r0 * s.k;
+  const float *ar = s.transposeLhs ? a + r0 : a + r0 * lda;
   cblas_sgemm(CblasRowMajor, s.transposeLhs ? CblasTrans : CblasNoTrans,
               s.transposeRhs ? CblasTrans : CblasNoTrans, int(r1 - r0), int(s.n),
-              int(s.k), 1.0f, ar, s.transposeLhs ? int(m) : int(s.k), b,
-              s.transposeRhs ? int(s.k) : int(s.n), 0.0f, c + r0 * s.n, int(s.n));
+              int(s.k), 1.0f, ar, int(lda), b, int(ldb), 0.0f, c + r0 * ldc, int(ldc));
+}
+
+/// Start of matrix `b` of an operand: dense, or per its strided layout.
+int64_t start(const MatmulShape &s, const program::MatrixLayout &l, int64_t b,
+              int64_t denseSize) {
+  return s.heads ? (b / s.heads) * l.outer + (b % s.heads) * l.inner : b * denseSize;
 }
 } // namespace
 
 void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
                 int64_t part, int64_t parts) {
   auto share = [&](int64_t n, int64_t p) { return n * p / parts; };
+  int64_t lda = s.heads ? s.lhsLayout.ld : (s.transposeLhs ? s.m : s.k);
+  int64_t ldb = s.heads ? s.rhsLayout.ld : (s.transposeRhs ? s.k : s.n);
+  int64_t ldc = s.heads ? s.outLayout.ld : s.n;
   // A weight shared by the whole batch with an untransposed, batched lhs is
   // one large GEMM: [batch*m, k] x [k, n]; parts take blocks of its rows.
   if (foldsBatch(s)) {
     int64_t total = s.batch * s.m;
-    rows(s, total, lhs, rhs, out, share(total, part), share(total, part + 1));
+    rows(s, lhs, lda, rhs, ldb, out, ldc, share(total, part), share(total, part + 1));
     return;
   }
+  auto one = [&](int64_t b, int64_t r0, int64_t r1) {
+    rows(s, lhs + (s.lhsBatched ? start(s, s.lhsLayout, b, s.m * s.k) : 0), lda,
+         rhs + (s.rhsBatched ? start(s, s.rhsLayout, b, s.k * s.n) : 0), ldb,
+         out + start(s, s.outLayout, b, s.m * s.n), ldc, r0, r1);
+  };
   if (s.batch >= parts) { // parts take whole batches
     for (int64_t b = share(s.batch, part); b < share(s.batch, part + 1); ++b)
-      rows(s, s.m, lhs + (s.lhsBatched ? b * s.m * s.k : 0),
-           rhs + (s.rhsBatched ? b * s.k * s.n : 0), out + b * s.m * s.n, 0, s.m);
+      one(b, 0, s.m);
     return;
   }
   for (int64_t b = 0; b < s.batch; ++b) // parts take blocks of rows
-    rows(s, s.m, lhs + (s.lhsBatched ? b * s.m * s.k : 0),
-         rhs + (s.rhsBatched ? b * s.k * s.n : 0), out + b * s.m * s.n,
-         share(s.m, part), share(s.m, part + 1));
+    one(b, share(s.m, part), share(s.m, part + 1));
 }
 
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out) {
@@ -50,7 +60,7 @@ void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out
 }
 
 bool foldsBatch(const MatmulShape &s) {
-  return s.lhsBatched && !s.rhsBatched && !s.transposeLhs;
+  return s.lhsBatched && !s.rhsBatched && !s.transposeLhs && s.heads == 0;
 }
 
 int64_t gemmParts(const MatmulShape &s) {

@@ -162,4 +162,39 @@ TEST(Gemm, PartsMatchOneCall) {
         }
 }
 
+// Head-split layouts (a [0, 2, 1, 3] transpose folded into the GEMM): Q and
+// K stored as [B, T, H, D], S = Q K^T per (b, h) written as [B, T, H, T].
+TEST(Gemm, StridedHeadLayouts) {
+  const int64_t B = 2, H = 3, T = 5, D = 4;
+  std::vector<float> q(B * T * H * D), k(B * T * H * D), out(B * T * H * T, NAN);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (float &v : q) v = dist(rng);
+  for (float &v : k) v = dist(rng);
+  MatmulShape s;
+  s.batch = B * H;
+  s.m = T;
+  s.n = T;
+  s.k = D;
+  s.transposeRhs = true;
+  s.lhsBatched = s.rhsBatched = true;
+  s.heads = H;
+  s.lhsLayout = {T * H * D, D, H * D};
+  s.rhsLayout = {T * H * D, D, H * D};
+  s.outLayout = {T * H * T, T, H * T};
+  for (int64_t parts : {1, 4})
+    for (int64_t p = 0; p < parts; ++p)
+      matmulPart(s, q.data(), k.data(), out.data(), p, parts);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          double ref = 0;
+          for (int64_t d = 0; d < D; ++d)
+            ref += double(q[((b * T + i) * H + h) * D + d]) * k[((b * T + j) * H + h) * D + d];
+          ASSERT_NEAR(out[((b * T + i) * H + h) * T + j], ref, 1e-5)
+              << "b " << b << " h " << h << " (" << i << ", " << j << ")";
+        }
+}
+
 } // namespace
