@@ -35,6 +35,8 @@
 #include <sys/stat.h>
 #include <thread>
 
+extern "C" char *openblas_get_corename(void);
+
 namespace kiln::run {
 
 namespace {
@@ -171,10 +173,10 @@ struct Model {
     if (!lib)
       return lib.status();
     if (!f.quiet)
-      fmt::print("kiln-run: {} kernels for {} ({}){}\n", pkg.program.kernels.size(),
-                 stats.cpu,
+      fmt::print("kiln-run: {} kernels for {} ({}), BLAS OpenBLAS {}{}\n",
+                 pkg.program.kernels.size(), stats.cpu,
                  stats.cacheHit ? "cached" : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
-                 stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
+                 openblas_get_corename(), stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
     auto created = cpu::Executor::create(pkg.program, std::move(*lib), f.threads);
     if (!created)
       return created.status();

@@ -164,29 +164,53 @@ int inspect(const std::vector<std::string> &args) {
 extern "C" char *openblas_get_corename(void);
 
 namespace {
-/// Debian's OpenBLAS (0.3.21) does not recognise recent Intel CPUs (Sapphire
-/// Rapids in the development VMs) and falls back to its generic "Prescott"
-/// kernels, 3x slower on the GPT's GEMMs than its SkylakeX kernels (measured
-/// with kiln-run --profile; docs/runtime.md). It reads OPENBLAS_CORETYPE only
-/// when it loads, so when it chose a generic core on a CPU with AVX2 or
-/// AVX-512 we set the variable and re-execute once. KILN_BLAS_CORETYPE=keep
-/// disables this.
+/// Debian's OpenBLAS (0.3.21) picks its kernels by CPU model and does not
+/// know recent CPUs: Sapphire Rapids gets the generic "Prescott" kernels, and
+/// AMD Zen 4/5 (which have AVX-512) get the AVX2 "Haswell" kernels. Measured
+/// on the GPT's GEMMs (docs/runtime.md): Prescott 2.55 s vs SkylakeX 0.81 s on
+/// Sapphire Rapids; on Zen 5, Haswell 110 vs SkylakeX 197 GFLOP/s per core
+/// (32.7 vs 22.4 ms per train step). So the choice follows the CPU's
+/// features: AVX-512 (F, BW, VL, DQ) -> SkylakeX unless OpenBLAS already
+/// chose one of its AVX-512 cores, otherwise AVX2 -> Haswell when it chose
+/// a pre-AVX2 core. OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so
+/// we set it and re-execute once. An OPENBLAS_CORETYPE already in the
+/// environment that names a weaker core than the CPU has is overridden too
+/// (some machine images export OPENBLAS_CORETYPE=Haswell for all programs);
+/// KILN_BLAS_CORETYPE=keep keeps OpenBLAS's own choice, any other value of
+/// it is used as the core type.
 void tuneBlas(char **argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("KILN_BLAS_CORETYPE"))
+  const char *kiln = std::getenv("KILN_BLAS_CORETYPE");
+  if (kiln && std::string(kiln) == "keep")
     return;
+  if (kiln) {
+    const char *cur = std::getenv("OPENBLAS_CORETYPE");
+    if (cur && std::string(cur) == kiln)
+      return; // already re-executed with it
+    ::setenv("OPENBLAS_CORETYPE", kiln, 1);
+    ::execv("/proc/self/exe", argv);
+    return;
+  }
   std::string core = openblas_get_corename();
   for (char &c : core)
     c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (core != "prescott" && core != "core2" && core != "nehalem" && core != "katmai")
-    return;
   __builtin_cpu_init();
-  const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
-                     : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  bool has512Core = core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
+  bool generic = core == "prescott" || core == "core2" || core == "nehalem" ||
+                 core == "katmai" || core == "sandybridge" || core == "barcelona" ||
+                 core == "bulldozer" || core == "piledriver" || core == "steamroller" ||
+                 core == "excavator";
+  const char *want = nullptr;
+  if (avx512 && !has512Core)
+    want = "SkylakeX";
+  else if (!avx512 && generic && __builtin_cpu_supports("avx2"))
+    want = "Haswell";
   if (!want)
     return;
   ::setenv("OPENBLAS_CORETYPE", want, 1);
   ::setenv("KILN_BLAS_CORETYPE", want, 1);
-  ::execv("/proc/self/exe", argv); // on failure, carry on with the generic core
+  ::execv("/proc/self/exe", argv); // on failure, carry on with OpenBLAS's choice
 }
 } // namespace
 
