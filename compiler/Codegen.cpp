@@ -3,6 +3,7 @@
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "passes/Fusion.h"
 #include "passes/Passes.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
@@ -64,18 +65,6 @@ using namespace mlir;
 
 namespace kiln {
 
-std::string locString(Location loc) {
-  std::string out;
-  loc->walk([&](Location l) {
-    if (auto f = dyn_cast<FileLineColLoc>(l)) {
-      out = fmt::format("{}:{}:{}", f.getFilename().str(), f.getLine(), f.getColumn());
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return out;
-}
-
 namespace {
 
 using program::Buffer;
@@ -95,30 +84,9 @@ bool toDType(Type t, DType &out) {
   return true;
 }
 
-/// Values that kernels recompute instead of reading from memory: constants
-/// and reshapes/broadcasts of them (cheap, and they would otherwise need
-/// buffers of their own).
-bool isCloneable(Value v) {
-  Operation *def = v.getDefiningOp();
-  if (!def)
-    return false;
-  if (isa<ConstantOp>(def))
-    return true;
-  if (isa<ReshapeOp, BroadcastInDimOp>(def))
-    return isCloneable(def->getOperand(0));
-  return false;
-}
+RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }
 
-/// Ops whose every output element depends only on the same element of each
-/// full-shape operand: an output may then overwrite such an operand.
-bool isElementwise(Operation *op) {
-  return op->hasTrait<OpTrait::Elementwise>() ||
-         isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, CompareOp,
-             SelectOp, CastOp>(op);
-}
-
-/// The splat value of a cloneable value (a splat constant, possibly
-/// reshaped or broadcast), or null.
+/// The splat value of a constant (possibly reshaped or broadcast), or null.
 Attribute splatValue(Value v) {
   Operation *def = v.getDefiningOp();
   if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
@@ -130,120 +98,16 @@ Attribute splatValue(Value v) {
   return {};
 }
 
-/// Whether a kernel for `op` can be split into independent pieces along
-/// dimension 0 of its results (every result has the same dim 0 size n),
-/// each piece reading rows of some operands (`sliced[i]`) and all of the
-/// others. Ops whose values depend on the linear element index (iota,
-/// random, dropout) or that mix rows (reductions over dim 0, concat, ...)
-/// are not split.
-bool rowSplittable(Operation *op, SmallVectorImpl<bool> &sliced) {
-  if (op->getNumResults() == 0 || isa<DropoutOp, RandomOp, IotaOp>(op))
-    return false;
-  auto first = dyn_cast<RankedTensorType>(op->getResult(0).getType());
-  if (!first || first.getRank() == 0)
-    return false;
-  int64_t n = first.getDimSize(0);
-  for (Value r : op->getResults()) {
-    auto t = cast<RankedTensorType>(r.getType());
-    if (t.getRank() == 0 || t.getDimSize(0) != n)
-      return false;
-  }
-  auto rows = [&](Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    return t.getRank() >= 1 && t.getDimSize(0) == n;
-  };
-  auto intAttr = [&](StringRef name) {
-    auto a = op->getAttrOfType<IntegerAttr>(name);
-    return a ? a.getInt() : int64_t(-1);
-  };
-  sliced.assign(op->getNumOperands(), false);
-  if (isElementwise(op)) {
-    for (auto [i, v] : llvm::enumerate(op->getOperands())) {
-      if (!rows(v))
-        return false;
-      sliced[i] = true;
-    }
-    return true;
-  }
-  if (isa<SoftmaxOp, LogSoftmaxOp>(op)) {
-    sliced[0] = true;
-    return intAttr("axis") != 0;
-  }
-  if (isa<LayerNormOp>(op)) { // over the last axis; scale and bias whole
-    sliced[0] = true;
-    return first.getRank() >= 2;
-  }
-  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
-    auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes");
-    sliced[0] = true;
-    return axes && !llvm::is_contained(axes.asArrayRef(), 0);
-  }
-  if (auto t = dyn_cast<TransposeOp>(op)) {
-    sliced[0] = true;
-    return t.getPermutation()[0] == 0;
-  }
-  if (auto bc = dyn_cast<BroadcastInDimOp>(op)) {
-    ArrayRef<int64_t> dims = bc.getDims();
-    auto in = cast<RankedTensorType>(bc.getOperand().getType());
-    auto k = llvm::find(dims, 0);
-    if (k == dims.end())
-      return true; // result rows repeat the whole operand
-    int64_t d = k - dims.begin();
-    if (in.getDimSize(d) == 1)
-      return true;
-    sliced[0] = true;
-    return d == 0 && in.getDimSize(0) == n;
-  }
-  if (auto g = dyn_cast<GatherOp>(op)) { // rows of the indices, whole table
-    sliced[1] = true;
-    return g.getAxis() == 0 && rows(g.getIndices());
-  }
-  return false;
-}
-
-/// Pieces to split a kernel into: the largest divisor c of n with c <= 64
-/// and at least 4096 result elements per piece (1: do not split).
-int64_t chooseChunks(Operation *op) {
-  auto t = cast<RankedTensorType>(op->getResult(0).getType());
-  int64_t n = t.getDimSize(0), elems = t.getNumElements();
-  for (int64_t c = std::min<int64_t>(n, 64); c > 1; --c)
-    if (n % c == 0 && elems / c >= 4096)
-      return c;
-  return 1;
-}
-
-/// Ops that join a loop-fusion group: elementwise ops and broadcasts (one
-/// iteration space, the group's anchor shape).
-bool loopFusible(Operation *op) {
-  return isElementwise(op) ||
-         (isa<BroadcastInDimOp>(op) && !isCloneable(op->getResult(0)));
-}
-
-/// Reduction-like ops that may end a group, with its elementwise ops as
-/// their prologue (read through their first operand).
-bool reductionFusible(Operation *op) {
-  return isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, SoftmaxOp, LogSoftmaxOp,
-             LayerNormOp, CrossEntropyOp>(op);
-}
-
-std::string shapeString(Type t) {
-  auto rt = cast<RankedTensorType>(t);
-  std::string s = "[";
-  for (int64_t i = 0; i < rt.getRank(); ++i)
-    s += (i ? "x" : "") + std::to_string(rt.getDimSize(i));
-  return s + "]";
-}
-
 /// Estimated floating-point operations of one op (for the fusion report):
 /// 1 per element for arithmetic, 10 for transcendental functions, a few per
 /// input element for reductions and the composite ops.
 int64_t estimateFlops(Operation *op) {
-  auto elems = [](Value v) {
-    return cast<RankedTensorType>(v.getType()).getNumElements();
-  };
+  if (op->getNumResults() == 0)
+    return 0;
+  auto elems = [](Value v) { return tensorOf(v).getNumElements(); };
   int64_t out = elems(op->getResult(0));
-  if (isa<ExpOp, LogOp, TanhOp, SigmoidOp, ErfOp, GeluOp, SqrtOp, RsqrtOp, PowOp,
-          SinOp, CosOp>(op))
+  if (isa<ExpOp, LogOp, TanhOp, SigmoidOp, ErfOp, GeluOp, SqrtOp, RsqrtOp, PowOp, SinOp,
+          CosOp>(op))
     return 10 * out;
   if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op))
     return elems(op->getOperand(0));
@@ -253,30 +117,116 @@ int64_t estimateFlops(Operation *op) {
     return 8 * out;
   if (isa<CrossEntropyOp>(op))
     return 14 * elems(op->getOperand(0));
-  if (isElementwise(op))
+  if (isa<MatmulOp>(op)) {
+    auto lt = tensorOf(op->getOperand(0));
+    int64_t k = cast<MatmulOp>(op).getTransposeLhs() ? lt.getDimSize(lt.getRank() - 2)
+                                                     : lt.getDimSize(lt.getRank() - 1);
+    return 2 * out * k;
+  }
+  if (isElementwiseOp(op))
     return out;
   return 0; // data movement
 }
 
-/// A float32 [0, 2, 1, 3] transpose of a rank-4 tensor: the head split or
-/// merge of attention, which a GEMM can read or write in place.
-bool isHeadTranspose(Operation *op) {
-  auto t = dyn_cast_or_null<TransposeOp>(op);
-  if (!t)
-    return false;
-  auto type = cast<RankedTensorType>(t.getType());
-  ArrayRef<int64_t> perm = t.getPermutation();
-  return type.getRank() == 4 && type.getElementType().isF32() &&
-         perm == ArrayRef<int64_t>{0, 2, 1, 3};
+/// How a kernel splits into independent pieces along dimension 0 on the CPU
+/// (intra-op parallelism). Piece-shaped values hold `rows` of the `n` rows;
+/// the others ("whole" values such as a causal mask) are computed in full by
+/// every piece.
+struct Pieces {
+  int64_t chunks = 1, n = 0, rows = 0;
+  llvm::DenseSet<Value> sliced; ///< body values that hold one piece
+};
+
+/// Ops that can produce just the rows of one piece without reading rows.
+bool generatesPieces(Operation *op) {
+  if (auto iota = dyn_cast<IotaOp>(op))
+    return iota.getDim() != 0;
+  return isa<BroadcastInDimOp>(op) || bool(splatValue(op->getResult(0)));
 }
 
-/// A float32 matmul of rank-4 operands with two batch dimensions on both.
-bool isHeadMatmul(Operation *op) {
-  auto mm = dyn_cast_or_null<MatmulOp>(op);
-  return mm && cast<RankedTensorType>(mm.getType()).getElementType().isF32() &&
-         cast<RankedTensorType>(mm.getLhs().getType()).getRank() == 4 &&
-         cast<RankedTensorType>(mm.getRhs().getType()).getRank() == 4 &&
-         cast<RankedTensorType>(mm.getType()).getRank() == 4;
+/// Plans the pieces of a kernel whose body is `body` (a kiln.fusion body):
+/// every output must be piece-shaped with the same dim 0 size, every op
+/// row-local over dim 0, every input read the same way by all its users.
+Pieces planPieces(Block &body) {
+  Pieces none, p;
+  auto yield = body.getTerminator();
+  if (yield->getNumOperands() == 0)
+    return none;
+  for (Value v : yield->getOperands()) {
+    RankedTensorType t = tensorOf(v);
+    if (t.getRank() == 0)
+      return none;
+    if (p.n == 0)
+      p.n = t.getDimSize(0);
+    if (t.getDimSize(0) != p.n)
+      return none;
+  }
+  if (p.n < 2)
+    return none;
+  llvm::DenseMap<Value, bool> inputMode; // block arg -> read by rows
+  int64_t work = 0;
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ConstantOp>(op))
+      continue; // placed per use below
+    if (isa<DropoutOp, RandomOp>(op) || (isa<IotaOp>(op) && cast<IotaOp>(op).getDim() == 0))
+      return none; // values depend on the global element index
+    SmallVector<bool> byRows;
+    int64_t maxRows = rowLocality(&op, byRows);
+    Value r = op.getResult(0);
+    RankedTensorType rt = tensorOf(r);
+    bool anyPiece = false, anyWholeByRows = false;
+    for (auto [i, v] : llvm::enumerate(op.getOperands())) {
+      bool rowsRead = byRows[i] && maxRows >= 1;
+      if (isa<BlockArgument>(v)) {
+        auto [it, fresh] = inputMode.try_emplace(v, rowsRead);
+        if (!fresh && it->second != rowsRead)
+          return none; // read by rows in one place, whole in another
+        if (rowsRead && tensorOf(v).getDimSize(0) != p.n)
+          return none;
+        anyPiece |= rowsRead;
+        continue;
+      }
+      if (splatValue(v))
+        continue; // a splat constant fits any piece
+      if (rowsRead) {
+        if (p.sliced.count(v))
+          anyPiece = true;
+        else
+          anyWholeByRows = true;
+      } else if (p.sliced.count(v)) {
+        return none; // a piece read whole
+      }
+    }
+    bool piece = anyPiece || (maxRows >= 1 && rt.getRank() >= 1 && rt.getDimSize(0) == p.n &&
+                              generatesPieces(&op));
+    if (piece) {
+      if (maxRows < 1 || rt.getRank() == 0 || rt.getDimSize(0) != p.n || anyWholeByRows)
+        return none;
+      for (Value res : op.getResults())
+        p.sliced.insert(res);
+      work = std::max(work, rt.getNumElements());
+      for (Value v : op.getOperands())
+        if (isa<BlockArgument>(v))
+          work = std::max(work, tensorOf(v).getNumElements());
+    } else if (rt.getNumElements() > 4096) {
+      return none; // a large whole value would be recomputed by every piece
+    }
+  }
+  for (auto [arg, rowsRead] : inputMode)
+    if (rowsRead)
+      p.sliced.insert(arg);
+  for (Value v : yield->getOperands())
+    if (!p.sliced.count(v))
+      return none;
+  // The largest divisor of n up to 64 that leaves at least 4096 elements of
+  // work per piece.
+  for (int64_t c = std::min<int64_t>(p.n, 64); c > 1; --c)
+    if (p.n % c == 0 && work / c >= 4096) {
+      p.chunks = c;
+      p.rows = p.n / c;
+      return p;
+    }
+  return none;
 }
 
 /// One step before buffers are assigned: operands and results are values.
@@ -286,6 +236,13 @@ struct VStep {
   SmallVector<Value> ins, outs;
   program::GemmParams gemm;
   std::string loc;
+  /// A GEMM's epilogue kernel, its inputs (the GEMM's result among them) and
+  /// outputs.
+  int epilogue = -1;
+  SmallVector<Value> epiIns, epiOuts;
+  /// Outputs written over an input (a parameter update over the old value):
+  /// (output value, input value); the output has no buffer of its own.
+  SmallVector<std::pair<Value, Value>> tied;
 };
 
 class Generator {
@@ -347,108 +304,100 @@ private:
     return int(prog_.buffers.size()) - 1;
   }
 
-  /// Clones `v` (cloneable) and what it depends on into the kernel body.
-  Value cloneInto(OpBuilder &b, Value v, IRMapping &map) {
-    if (Value m = map.lookupOrNull(v))
-      return m;
-    Operation *def = v.getDefiningOp();
-    for (Value operand : def->getOperands())
-      cloneInto(b, operand, map);
-    Operation *c = b.clone(*def, map);
-    return c->getResult(cast<OpResult>(v).getResultNumber());
-  }
+  /// Creates (or reuses) the kernel computing `members` (ops of a fusion
+  /// body, in order) from the body values `ins` into the body values
+  /// `outs`. `kind` and `rows` come from the fusion. `ties` asks for outputs
+  /// written over inputs (output index -> input index: a parameter update
+  /// over the old value); they are honoured, and left in the list, only for
+  /// one-loop kernels, which read every element before writing it. A tied
+  /// output has no argument of its own: the kernel writes it through the
+  /// input's.
+  FailureOr<int> makeKernel(ArrayRef<Operation *> members, ArrayRef<Value> ins,
+                            ArrayRef<Value> outs, StringRef kind, int64_t rows,
+                            SmallVectorImpl<std::pair<unsigned, unsigned>> &ties) {
+    OpBuilder b(ctx_);
+    Location loc = UnknownLoc::get(ctx_);
+    // A standalone fusion op with exactly these members: the unit the
+    // lowering (and the CUDA emitter) consumes.
+    auto scratch = ModuleOp::create(loc);
+    b.setInsertionPointToEnd(scratch.getBody());
+    SmallVector<Type> inTypes, outTypes;
+    for (Value v : ins)
+      inTypes.push_back(v.getType());
+    for (Value v : outs)
+      outTypes.push_back(v.getType());
+    auto proto = b.create<func::FuncOp>(loc, "proto", b.getFunctionType(inTypes, outTypes));
+    Block *pb = proto.addEntryBlock();
+    b.setInsertionPointToStart(pb);
+    SmallVector<Value> protoIns(pb->getArguments().begin(), pb->getArguments().end());
+    auto fusion = b.create<FusionOp>(loc, outTypes, protoIns, b.getStringAttr(kind),
+                                     b.getI64IntegerAttr(rows));
+    Block *fb = new Block();
+    fusion.getBody().push_back(fb);
+    IRMapping map;
+    for (Value v : ins)
+      map.map(v, fb->addArgument(v.getType(), loc));
+    OpBuilder fbb = OpBuilder::atBlockEnd(fb);
+    for (Operation *m : members)
+      fbb.clone(*m, map);
+    SmallVector<Value> yielded;
+    for (Value v : outs)
+      yielded.push_back(map.lookup(v));
+    fbb.create<YieldOp>(loc, yielded);
+    b.create<func::ReturnOp>(loc, fusion.getResults());
 
-  /// Creates (or reuses) the kernel for a group of ops (in schedule order;
-  /// one op without fusion); fills the step's ins and outs: values read
-  /// from outside the group, and member results used outside it.
-  LogicalResult makeKernel(ArrayRef<Operation *> ops, VStep &step) {
-    llvm::SmallPtrSet<Operation *, 8> members(ops.begin(), ops.end());
-    auto inside = [&](Value v) {
-      Operation *d = v.getDefiningOp();
-      return d && members.count(d);
+    // Row pieces for the CPU's threads.
+    Pieces pieces = planPieces(*fb);
+    bool split = pieces.chunks > 1;
+    bool denseConstants = llvm::any_of(fb->getOperations(), [](Operation &o) {
+      auto c = dyn_cast<ConstantOp>(o);
+      auto d = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : DenseElementsAttr();
+      return c && (!d || !d.isSplat());
+    });
+    if (!isSingleLoopFusion(fusion) || denseConstants)
+      ties.clear();
+    auto tiedInput = [&](unsigned out) -> int {
+      for (auto [o, i] : ties)
+        if (o == out)
+          return int(i);
+      return -1;
     };
-    for (Operation *op : ops)
-      for (Value operand : op->getOperands())
-        if (!inside(operand) && !isCloneable(operand) &&
-            !llvm::is_contained(step.ins, operand))
-          step.ins.push_back(operand); // its own type; the buffer is its root's
-    for (Operation *op : ops)
-      for (Value r : op->getResults())
-        if (ops.size() == 1 || llvm::any_of(r.getUsers(), [&](Operation *u) {
-              return !members.count(u);
-            }))
-          step.outs.push_back(r);
-
-    // Row pieces: every member splits along dim 0 with the same row count;
-    // values passed between members are pieces; every use of an input
-    // agrees on slicing; every sliced cloneable operand is a splat.
-    llvm::DenseMap<Operation *, SmallVector<bool>> sliced;
-    int64_t chunks = 1, n = -1;
-    Operation *anchor = ops.front();
-    bool split = true;
-    for (Operation *op : ops) {
-      SmallVector<bool> sl;
-      if (!rowSplittable(op, sl)) {
-        split = false;
-        break;
-      }
-      int64_t rows0 = cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(0);
-      if (n >= 0 && rows0 != n)
-        split = false;
-      n = rows0;
-      if (cast<RankedTensorType>(op->getResult(0).getType()).getNumElements() >
-          cast<RankedTensorType>(anchor->getResult(0).getType()).getNumElements())
-        anchor = op;
-      sliced[op] = sl;
-    }
-    llvm::DenseMap<Value, bool> inputSliced;
-    for (Operation *op : ops) {
-      if (!split)
-        break;
-      for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-        bool sl = sliced[op][i];
-        if (inside(operand)) {
-          split &= sl;
-        } else if (isCloneable(operand)) {
-          split &= !sl || bool(splatValue(operand));
-        } else {
-          auto [it, fresh] = inputSliced.try_emplace(operand, sl);
-          split &= fresh || it->second == sl;
-        }
-      }
-    }
-    if (split)
-      chunks = chooseChunks(anchor);
-    int64_t rows = chunks > 1 ? n / chunks : 0;
     auto piece = [&](Type t) { // the type of one piece of a sliced value
       auto rt = cast<RankedTensorType>(t);
       SmallVector<int64_t> shape(rt.getShape());
-      shape[0] = rows;
+      shape[0] = pieces.rows;
       return RankedTensorType::get(shape, rt.getElementType());
     };
 
-    OpBuilder b(ctx_);
     b.setInsertionPointToEnd(kernels_->getBody());
     SmallVector<Type> argTypes;
     auto memrefOf = [](Value v) {
       auto t = cast<RankedTensorType>(v.getType());
       return MemRefType::get(t.getShape(), t.getElementType());
     };
-    for (Value v : step.ins)
+    for (Value v : ins)
       argTypes.push_back(memrefOf(v));
-    for (Value v : step.outs)
-      argTypes.push_back(memrefOf(v));
-    if (chunks > 1)
+    SmallVector<int> outArg; // kernel argument of each output
+    for (auto [i, v] : llvm::enumerate(outs)) {
+      int tied = tiedInput(unsigned(i));
+      outArg.push_back(tied >= 0 ? tied : int(argTypes.size()));
+      if (tied < 0)
+        argTypes.push_back(memrefOf(v));
+    }
+    int numBufferArgs = int(argTypes.size());
+    if (split)
       argTypes.push_back(b.getIndexType()); // which piece
-    Location loc = UnknownLoc::get(ctx_);
     auto fn = b.create<func::FuncOp>(loc, "kernel", b.getFunctionType(argTypes, {}));
+    // Distinct arguments never overlap (the plan gives a step's outputs
+    // memory of their own; an output written over an input is tied to it).
+    for (int i = 0; i < numBufferArgs; ++i)
+      fn.setArgAttr(i, "llvm.noalias", b.getUnitAttr());
     Block *body = fn.addEntryBlock();
     b.setInsertionPointToStart(body);
     Value offset;
-    if (chunks > 1)
-      offset = b.create<arith::MulIOp>(
-          loc, body->getArguments().back(),
-          b.create<arith::ConstantIndexOp>(loc, rows));
+    if (split)
+      offset = b.create<arith::MulIOp>(loc, body->getArguments().back(),
+                                       b.create<arith::ConstantIndexOp>(loc, pieces.rows));
     // A memref argument, or the rows [offset, offset + rows) of it.
     auto view = [&](Value memref, bool slice) -> Value {
       if (!slice)
@@ -458,45 +407,78 @@ private:
       SmallVector<OpFoldResult> sizes, strides(mt.getRank(), b.getIndexAttr(1));
       offsets[0] = offset;
       for (int64_t d = 0; d < mt.getRank(); ++d)
-        sizes.push_back(b.getIndexAttr(d == 0 ? rows : mt.getDimSize(d)));
+        sizes.push_back(b.getIndexAttr(d == 0 ? pieces.rows : mt.getDimSize(d)));
       return b.create<memref::SubViewOp>(loc, memref, offsets, sizes, strides);
     };
-    IRMapping map;
-    for (auto [i, v] : llvm::enumerate(step.ins)) {
-      bool slice = chunks > 1 && inputSliced.lookup(v);
-      Value t = b.create<bufferization::ToTensorOp>(
-          loc, slice ? piece(v.getType()) : cast<RankedTensorType>(v.getType()),
-          view(body->getArgument(i), slice), /*restrict=*/true, /*writable=*/false);
-      map.map(v, t);
+    SmallVector<Value> kernelIns;
+    SmallVector<Type> kernelOutTypes;
+    for (auto [i, arg] : llvm::enumerate(fb->getArguments())) {
+      bool slice = split && pieces.sliced.count(arg);
+      kernelIns.push_back(b.create<bufferization::ToTensorOp>(
+          loc, slice ? piece(arg.getType()) : cast<RankedTensorType>(arg.getType()),
+          view(body->getArgument(i), slice), /*restrict=*/true, /*writable=*/false));
     }
-    for (Operation *op : ops) {
-      // Cloneable operands per use: a piece-shaped splat where sliced.
-      IRMapping local = map;
-      for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
-        if (!isCloneable(operand))
-          continue;
-        if (chunks > 1 && sliced[op][i])
-          local.map(operand, b.create<ConstantOp>(
-                                 loc, DenseElementsAttr::get(piece(operand.getType()),
-                                                             splatValue(operand))));
-        else
-          cloneInto(b, operand, local);
+    for (Value v : yielded)
+      kernelOutTypes.push_back(split ? piece(v.getType()) : v.getType());
+    auto kf = b.create<FusionOp>(loc, kernelOutTypes, kernelIns, b.getStringAttr(kind),
+                                 b.getI64IntegerAttr(rows));
+    Block *kb = new Block();
+    kf.getBody().push_back(kb);
+    IRMapping km;
+    for (auto [arg, in] : llvm::zip(fb->getArguments(), kernelIns))
+      km.map(arg, kb->addArgument(in.getType(), loc));
+    OpBuilder kbb = OpBuilder::atBlockEnd(kb);
+    for (Operation &op : fb->without_terminator()) {
+      if (split && isa<ConstantOp>(op)) {
+        // Splats are rebuilt at the shape of each use (piece or whole).
+        continue;
       }
-      Operation *clone = b.clone(*op, local);
-      for (auto [r, c] : llvm::zip(op->getResults(), clone->getResults())) {
-        if (chunks > 1)
-          c.setType(piece(c.getType()));
-        map.map(r, c);
+      IRMapping local = km;
+      if (split) {
+        for (Value operand : op.getOperands()) {
+          if (!isa_and_nonnull<ConstantOp>(operand.getDefiningOp()))
+            continue;
+          SmallVector<bool> byRows;
+          int64_t maxRows = rowLocality(&op, byRows);
+          unsigned idx = 0;
+          for (auto [j, o] : llvm::enumerate(op.getOperands()))
+            if (o == operand)
+              idx = unsigned(j);
+          bool pieceUse = pieces.sliced.count(op.getResult(0)) && byRows[idx] && maxRows >= 1;
+          if (pieceUse)
+            local.map(operand, kbb.create<ConstantOp>(
+                                   loc, DenseElementsAttr::get(piece(operand.getType()),
+                                                               splatValue(operand))));
+          else
+            local.map(operand, kbb.clone(*operand.getDefiningOp())->getResult(0));
+        }
       }
+      Operation *clone = kbb.clone(op, local);
+      clone->setLoc(loc);
+      if (split && pieces.sliced.count(op.getResult(0))) {
+        for (Value r : clone->getResults())
+          r.setType(piece(r.getType()));
+        if (auto s = dyn_cast<SliceOp>(clone)) { // dim 0 is whole: limit = rows
+          SmallVector<int64_t> limit(s.getLimit());
+          limit[0] = pieces.rows;
+          s.setLimit(limit);
+        }
+      }
+      for (auto [r, c] : llvm::zip(op.getResults(), clone->getResults()))
+        km.map(r, c);
     }
-    for (auto [i, r] : llvm::enumerate(step.outs)) {
+    SmallVector<Value> kyield;
+    for (Value v : fb->getTerminator()->getOperands())
+      kyield.push_back(km.lookup(v));
+    kbb.create<YieldOp>(loc, kyield);
+    for (auto [i, r] : llvm::enumerate(kf.getResults())) {
       auto m = b.create<bufferization::MaterializeInDestinationOp>(
-          loc, TypeRange{}, map.lookup(r),
-          view(body->getArgument(step.ins.size() + i), chunks > 1));
+          loc, TypeRange{}, r, view(body->getArgument(outArg[i]), split));
       m.setRestrict(true);
       m.setWritable(true);
     }
     b.create<func::ReturnOp>(loc);
+    scratch->erase();
 
     // Strip locations so identical kernels print identically, then dedupe.
     fn->walk([&](Operation *o) { o->setLoc(loc); });
@@ -507,245 +489,217 @@ private:
       flags.printGenericOpForm();
       fn->print(os, flags);
     }
-    Operation *op = ops.back();
-    std::string where = locString(op->getLoc());
+    Operation *main = members.back();
+    for (Operation *m : llvm::reverse(members))
+      if (!isa<ConstantOp>(m)) {
+        main = m;
+        break;
+      }
     auto it = kernelByKey_.find(key);
+    int index;
     if (it != kernelByKey_.end()) {
       fn->erase();
-      step.kernel = it->second;
+      index = it->second;
     } else {
-      int index = int(prog_.kernels.size());
-      std::string opName = op->getName().stripDialect().str();
+      index = int(prog_.kernels.size());
+      std::string where = locString(main->getLoc());
+      std::string opName = main->getName().stripDialect().str();
       std::string line;
       if (size_t c = where.rfind(':'); c != std::string::npos && c > 0) {
         size_t l = where.rfind(':', c - 1);
         if (l != std::string::npos)
           line = "_L" + where.substr(l + 1, c - l - 1);
       }
-      std::string name =
-          ops.size() == 1
-              ? fmt::format("k{}_{}{}", index, opName, line)
-              : fmt::format("k{}_fused{}_{}{}", index, ops.size(), opName, line);
+      int64_t counted = llvm::count_if(members, [](Operation *m) { return !isa<ConstantOp>(m); });
+      std::string name = counted <= 1
+                             ? fmt::format("k{}_{}{}", index, opName, line)
+                             : fmt::format("k{}_fused{}_{}{}", index, counted, opName, line);
       fn.setSymName(name + "_body");
       program::Kernel k;
       k.symbol = name;
-      k.op = op->getName().getStringRef().str();
-      k.numArgs = int(step.ins.size() + step.outs.size());
-      k.chunks = int(chunks);
-      // An output may overwrite a same-shape input only when the kernel is one
-      // elementwise op (one loop reading element i before writing it); in a
-      // fused kernel a member may be recomputed after an output was written.
-      k.inPlaceSafe = ops.size() == 1 && isElementwise(op);
-      for (Operation *m : ops) {
+      k.op = main->getName().getStringRef().str();
+      k.numArgs = numBufferArgs;
+      k.chunks = int(pieces.chunks);
+      // Outputs written over inputs (one loop nest reads each element
+      // before writing it).
+      k.inPlaceSafe = !ties.empty();
+      for (Operation *m : members) {
+        if (isa<ConstantOp>(m))
+          continue;
         k.ops.push_back(m->getName().getStringRef().str());
         k.flops += estimateFlops(m);
       }
-      k.kind = ops.size() > 1 && reductionFusible(ops.back()) ? "reduction+prologue"
-               : ops.size() > 1                                ? "loop-fusion"
-               : isElementwise(op)                             ? "elementwise"
-                                                               : "single-op";
+      k.kind = kind.str();
       prog_.kernels.push_back(k);
       kernelByKey_[key] = index;
-      step.kernel = index;
     }
-    auto &locs = prog_.kernels[step.kernel].locs;
-    for (Operation *m : ops) {
+    auto &locs = prog_.kernels[index].locs;
+    for (Operation *m : members) {
       std::string l = locString(m->getLoc());
       if (!l.empty() && !llvm::is_contained(locs, l))
         locs.push_back(l);
     }
-    return success();
+    return index;
   }
 
   Value root(Value v) {
     auto it = alias_.find(v);
-    return it == alias_.end() ? v : it->second;
+    return it == alias_.end() ? v : root(it->second);
   }
 
-  /// Forms fusion groups over the body in schedule order. A group is open
-  /// while more ops may join it; it closes when one of its values is read
-  /// by an op outside it (that op runs first, so a later member would
-  /// create a cycle) or when a reduction ends it. Every producer->consumer
-  /// edge that is not fused is recorded with the rule that refused it.
-  void formGroups(func::FuncOp fn, std::vector<SmallVector<Operation *>> &groups,
-                  llvm::DenseMap<Operation *, int> &groupOf) {
-    std::vector<bool> open;
-    std::vector<Type> anchor;
-    std::vector<std::string> closedBy;
-    Block &block = fn.getBody().front();
-    auto refuse = [&](Operation *producer, Operation *consumer, std::string rule) {
-      if (!fusion_)
-        return;
-      if (foldedIn.count(producer) || foldedIn.count(consumer) ||
-          foldedOut.count(producer) || foldedOut.count(consumer))
-        rule = "transpose-folded: a GEMM reads or writes this head transpose in "
-               "place (strided layout), so it is no kernel of its own";
-      Refusal r;
-      r.function = fn.getSymName().str();
-      r.producer = producer->getName().getStringRef().str();
-      r.producerLoc = locString(producer->getLoc());
-      r.consumer = consumer->getName().getStringRef().str();
-      r.consumerLoc = locString(consumer->getLoc());
-      r.rule = std::move(rule);
-      refusals_.push_back(std::move(r));
+  /// A GEMM step for the kiln.matmul `mm` (inside `fusion`, whose operands
+  /// are `outer`), with attention's head transposes read or written in place.
+  LogicalResult gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
+    auto outerOf = [&](Value inner) -> Value {
+      if (auto a = dyn_cast<BlockArgument>(inner))
+        return fusion.getOperand(a.getArgNumber());
+      return inner;
     };
-    for (Operation &op : block) {
-      if (isa<ConstantOp>(op) ||
-          (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0))))
-        continue;
-      bool member = fusion_ && loopFusible(&op), terminal = fusion_ && reductionFusible(&op);
-      int target = -1;
-      SmallVector<int> candidates;
-      for (auto [j, operand] : llvm::enumerate(op.getOperands())) {
-        Operation *def = operand.getDefiningOp();
-        if (!def || !groupOf.count(def))
-          continue;
-        int g = groupOf[def];
-        if (target == g)
-          continue;
-        if (!member && !terminal) {
-          refuse(def, &op,
-                 isa<MatmulOp>(op) ? "consumer-is-gemm: a library GEMM reads whole buffers"
-                 : isa<func::ReturnOp>(op) ? "result: the value leaves the function"
-                 : isa<ReshapeOp, OptimizationBarrierOp>(op)
-                     ? "alias: a reshape shares the producer's buffer"
-                     : "consumer-kind: " + op.getName().getStringRef().str() +
-                           " has no fusible kernel form yet (gather, scatter, "
-                           "transpose, slice, pad, concat, iota, random, dropout)");
-          continue;
+    Value lhs = outerOf(mm.getLhs()), rhs = outerOf(mm.getRhs());
+    auto lt = cast<RankedTensorType>(mm.getLhs().getType());
+    auto rt = cast<RankedTensorType>(mm.getRhs().getType());
+    auto ot = cast<RankedTensorType>(mm.getType());
+    s.kind = Step::Gemm;
+    s.ins = {root(lhs), root(rhs)};
+    s.outs = {mm.getResult()};
+    program::GemmParams &g = s.gemm;
+    // The fusion result that is the raw GEMM value, if any.
+    Value outerResult;
+    auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+    for (auto [i, v] : llvm::enumerate(yield.getValues()))
+      if (v == mm.getResult())
+        outerResult = fusion.getResult(i);
+    Operation *outT = outerResult && outerResult.hasOneUse() ? *outerResult.getUsers().begin()
+                                                             : nullptr;
+    bool strided = isHeadMatmul(mm) &&
+                   (foldedIn_.count(lhs.getDefiningOp()) || foldedIn_.count(rhs.getDefiningOp()) ||
+                    (outT && foldedOut_.count(outT)));
+    if (strided) {
+      auto layoutOf = [&](Value v, program::MatrixLayout &l) -> Value {
+        auto t = cast<RankedTensorType>(v.getType()); // [B, H, R, C]
+        int64_t h = t.getDimSize(1), r = t.getDimSize(2), c = t.getDimSize(3);
+        if (foldedIn_.count(v.getDefiningOp())) { // stored as [B, R, H, C]
+          l = {r * h * c, c, h * c};
+          return root(v.getDefiningOp()->getOperand(0));
         }
-        if (!open[g]) {
-          refuse(def, &op, closedBy[g]);
-          continue;
-        }
-        auto shapeOf = [](Type t) { return cast<RankedTensorType>(t).getShape(); };
-        if (member && shapeOf(op.getResult(0).getType()) != shapeOf(anchor[g])) {
-          refuse(def, &op, "shape: iteration spaces differ (" +
-                               shapeString(op.getResult(0).getType()) + " vs " +
-                               shapeString(anchor[g]) + ")");
-          continue;
-        }
-        if (terminal &&
-            (j != 0 || shapeOf(operand.getType()) != shapeOf(anchor[g]) || target >= 0)) {
-          refuse(def, &op, "reduction-operand: only a reduction's first operand, of "
-                           "the group's shape, takes an elementwise prologue");
-          continue;
-        }
-        candidates.push_back(g);
-        target = std::max(target, g);
+        l = {h * r * c, r * c, c};
+        return root(v);
+      };
+      s.ins = {layoutOf(lhs, g.lhsLayout), layoutOf(rhs, g.rhsLayout)};
+      int64_t h = ot.getDimSize(1), rr = ot.getDimSize(2), cc = ot.getDimSize(3);
+      if (outT && foldedOut_.count(outT)) { // write [B, M, H, N]
+        g.outLayout = {rr * h * cc, cc, h * cc};
+        s.outs = {outT->getResult(0)};
+      } else {
+        g.outLayout = {h * rr * cc, rr * cc, cc};
       }
-      // Several open groups of the same shape feed this op: merge them
-      // (none of their values is read outside yet, so no cycle forms).
-      for (int g : candidates) {
-        if (g == target || groups[g].empty())
-          continue;
-        for (Operation *m : groups[g])
-          groupOf[m] = target;
-        groups[target].append(groups[g].begin(), groups[g].end());
-        groups[g].clear();
-        llvm::sort(groups[target], [](Operation *a, Operation *b) {
-          return a->isBeforeInBlock(b);
-        });
-      }
-      // Values of other groups read here: those groups are complete.
-      for (Value operand : op.getOperands()) {
-        Operation *def = operand.getDefiningOp();
-        if (def && groupOf.count(def) && groupOf[def] != target && open[groupOf[def]]) {
-          open[groupOf[def]] = false;
-          closedBy[groupOf[def]] =
-              "cycle: a value of the producer's kernel is already read by " +
-              op.getName().getStringRef().str() +
-              (locString(op.getLoc()).empty() ? "" : " at " + locString(op.getLoc())) +
-              ", which runs before this op; fusing would need it earlier";
-        }
-      }
-      if (isa<func::ReturnOp>(op))
-        break;
-      if (target >= 0) {
-        groups[target].push_back(&op);
-        groupOf[&op] = target;
-        if (terminal) {
-          open[target] = false;
-          closedBy[target] = "reduction-epilogue: the producer's kernel ends in a "
-                             "reduction; ops after a reduction start a new kernel";
-        }
-        continue;
-      }
-      groupOf[&op] = int(groups.size());
-      groups.push_back({&op});
-      open.push_back(member);
-      anchor.push_back(op.getNumResults() ? op.getResult(0).getType() : Type());
-      closedBy.push_back(
-          terminal ? "reduction-epilogue: the producer's kernel ends in a reduction; "
-                     "ops after a reduction start a new kernel"
-          : isa<MatmulOp>(op)
-              ? "producer-is-gemm: a library GEMM writes whole buffers (no epilogue yet)"
-              : "producer-kind: " + op.getName().getStringRef().str() +
-                    " has no fusible kernel form yet");
+      g.heads = h;
     }
+    int64_t r = ot.getRank();
+    g.m = ot.getDimSize(r - 2);
+    g.n = ot.getDimSize(r - 1);
+    g.k = mm.getTransposeLhs() ? lt.getDimSize(lt.getRank() - 2) : lt.getDimSize(lt.getRank() - 1);
+    g.batch = 1;
+    for (int64_t d = 0; d < r - 2; ++d)
+      g.batch *= ot.getDimSize(d);
+    g.transposeLhs = mm.getTransposeLhs();
+    g.transposeRhs = mm.getTransposeRhs();
+    g.lhsBatched = lt.getRank() > 2;
+    g.rhsBatched = rt.getRank() > 2;
+    if (outerResult && s.outs.front() == mm.getResult())
+      alias_[outerResult] = mm.getResult();
+    return success();
   }
 
   LogicalResult compileFunction(func::FuncOp fn) {
     alias_.clear();
-    std::vector<VStep> steps;
     Block &block = fn.getBody().front();
+    // The GEMM prologue/epilogue decisions: head transposes folded into GEMMs
+    // (kiln-fuse leaves them outside every kernel).
+    if (fusion_)
+      findFoldedTransposes(block, foldedIn_, foldedOut_);
+    else
+      foldedIn_.clear(), foldedOut_.clear();
+    FusionOptions fo;
+    fo.enabled = fusion_;
+    std::vector<FusionRefusal> refusals;
+    if (failed(fuseFunction(fn, fo, &refusals))) {
+      error_ = "kiln-fuse failed on @" + fn.getSymName().str();
+      return failure();
+    }
+    for (FusionRefusal &r : refusals) {
+      Refusal out;
+      out.function = fn.getSymName().str();
+      out.producer = r.producer;
+      out.producerLoc = r.producerLoc;
+      out.consumer = r.consumer;
+      out.consumerLoc = r.consumerLoc;
+      out.rule = r.rule;
+      refusals_.push_back(std::move(out));
+    }
+
+    std::vector<VStep> steps;
     auto ret = cast<func::ReturnOp>(block.getTerminator());
-    // Head-split transposes folded into GEMMs (a prologue decision): a
-    // transpose read only by such GEMMs is never materialised, the GEMM
-    // reads its operand in place; a GEMM whose only reader is such a
-    // transpose writes the transposed layout directly.
-    foldedIn.clear();
-    foldedOut.clear();
-    for (Operation &op : block) {
-      if (!fusion_ || !isHeadTranspose(&op) || isCloneable(op.getOperand(0)))
+    // Parameter and state updates that their kernel may write over the old
+    // value: the old value's last reader is that kernel.
+    llvm::DenseMap<Value, BlockArgument> oldValueOf;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      auto name = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
+      if (!name || !isa_and_nonnull<FusionOp>(v.getDefiningOp()))
         continue;
-      if (!op.getResult(0).use_empty() &&
-          llvm::all_of(op.getResult(0).getUsers(), [](Operation *u) { return isHeadMatmul(u); }))
-        foldedIn.insert(&op);
+      for (BlockArgument a : block.getArguments()) {
+        auto p = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kParamAttr);
+        auto st = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kStateAttr);
+        if (((p && p == name) || (st && st == name)) && a.getType() == v.getType())
+          oldValueOf[v] = a;
+      }
     }
-    for (Operation &op : block) {
-      if (!fusion_ || !isHeadMatmul(&op) || !op.getResult(0).hasOneUse())
-        continue;
-      Operation *user = *op.getResult(0).getUsers().begin();
-      if (isHeadTranspose(user) && !foldedIn.count(user))
-        foldedOut.insert(user);
-    }
-    std::vector<SmallVector<Operation *>> groups;
-    llvm::DenseMap<Operation *, int> groupOf;
-    formGroups(fn, groups, groupOf);
-
-
-    // A kernel that only materialises a cloneable value (returned
-    // constants, GEMM operands that are constants).
-    llvm::DenseSet<Value> materialized;
-    auto materialize = [&](Value v) -> LogicalResult {
-      if (!isCloneable(v) || materialized.count(v))
-        return success();
-      VStep s;
-      s.kind = Step::Kernel;
-      s.loc = locString(v.getLoc());
-      // A kernel whose body is the cloned chain ending in `v`: use the
-      // defining op with its cloneable operands.
-      if (failed(makeKernel({v.getDefiningOp()}, s)))
-        return failure();
-      materialized.insert(v);
-      steps.push_back(std::move(s));
-      return success();
+    auto lastReader = [&](Value a, Operation *f) {
+      SmallVector<Value> work{a};
+      while (!work.empty()) {
+        Value x = work.pop_back_val();
+        for (Operation *u : x.getUsers()) {
+          if (u == f)
+            continue;
+          if (isa<func::ReturnOp>(u) || f->isBeforeInBlock(u))
+            return false;
+          if (isa<ReshapeOp, OptimizationBarrierOp>(u))
+            work.push_back(u->getResult(0));
+        }
+      }
+      return true;
     };
-
+    auto tiesOf = [&](FusionOp f, ArrayRef<Value> ins, ArrayRef<Value> outs) {
+      SmallVector<std::pair<unsigned, unsigned>> ties;
+      auto yield = f.getBlock().getTerminator();
+      for (auto [o, inner] : llvm::enumerate(outs)) {
+        Value outer;
+        for (auto [k, y] : llvm::enumerate(yield->getOperands()))
+          if (y == inner)
+            outer = f.getResult(k);
+        auto it = outer ? oldValueOf.find(outer) : oldValueOf.end();
+        if (it == oldValueOf.end() || !lastReader(it->second, f))
+          continue;
+        for (auto [i, in] : llvm::enumerate(ins)) {
+          auto a = dyn_cast<BlockArgument>(in);
+          if (a && f.getOperand(a.getArgNumber()) == it->second)
+            ties.push_back({unsigned(o), unsigned(i)});
+        }
+      }
+      return ties;
+    };
     for (Operation &op : block.without_terminator()) {
-      if (isa<ConstantOp>(op))
-        continue;
-      if (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0)))
-        continue;
-      if (foldedIn.count(&op) || foldedOut.count(&op))
+      if (isa<ConstantOp>(op) || (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0))))
+        continue; // only read inside kernels, which clone it
+      if (foldedIn_.count(&op) || foldedOut_.count(&op))
         continue; // done by the GEMM that reads or writes it
       if (isa<ReshapeOp, OptimizationBarrierOp>(op)) {
-        if (failed(materialize(op.getOperand(0))))
-          return failure();
         alias_[op.getResult(0)] = root(op.getOperand(0));
         continue;
       }
+      auto fusion = dyn_cast<FusionOp>(op);
+      if (!fusion)
+        return fail(&op, "the op is in no kernel (kiln-fuse left it outside)");
       for (Type t : op.getResultTypes()) {
         DType d;
         auto rt = dyn_cast<RankedTensorType>(t);
@@ -753,77 +707,91 @@ private:
           return fail(&op, "results must be statically shaped tensors of a supported type");
       }
       VStep s;
-      s.loc = locString(op.getLoc());
-      if (auto mm = dyn_cast<MatmulOp>(op)) {
-        auto lt = cast<RankedTensorType>(mm.getLhs().getType());
-        auto rt = cast<RankedTensorType>(mm.getRhs().getType());
-        auto ot = cast<RankedTensorType>(mm.getType());
-        if (ot.getElementType().isF32()) {
-          for (Value v : {mm.getLhs(), mm.getRhs()})
-            if (failed(materialize(v)))
-              return failure();
-          s.kind = Step::Gemm;
-          s.ins = {root(mm.getLhs()), root(mm.getRhs())};
-          s.outs = {mm.getResult()};
-          program::GemmParams &g = s.gemm;
-          // Folded head transposes: read the transpose's operand, or write
-          // the transpose's result, with strided layouts.
-          Operation *outT = mm.getResult().hasOneUse()
-                                ? *mm.getResult().getUsers().begin() : nullptr;
-          bool strided = isHeadMatmul(mm) &&
-                         (foldedIn.count(mm.getLhs().getDefiningOp()) ||
-                          foldedIn.count(mm.getRhs().getDefiningOp()) ||
-                          (outT && foldedOut.count(outT)));
-          if (strided) {
-            auto layoutOf = [&](Value v, program::MatrixLayout &l) -> Value {
-              auto t = cast<RankedTensorType>(v.getType()); // [B, H, R, C]
-              int64_t h = t.getDimSize(1), r = t.getDimSize(2), c = t.getDimSize(3);
-              if (foldedIn.count(v.getDefiningOp())) { // stored as [B, R, H, C]
-                l = {r * h * c, c, h * c};
-                return root(v.getDefiningOp()->getOperand(0));
-              }
-              l = {h * r * c, r * c, c};
-              return root(v);
-            };
-            s.ins = {layoutOf(mm.getLhs(), g.lhsLayout), layoutOf(mm.getRhs(), g.rhsLayout)};
-            int64_t h = ot.getDimSize(1), rr = ot.getDimSize(2), cc = ot.getDimSize(3);
-            if (outT && foldedOut.count(outT)) { // write [B, M, H, N]
-              g.outLayout = {rr * h * cc, cc, h * cc};
-              s.outs = {outT->getResult(0)};
-            } else {
-              g.outLayout = {h * rr * cc, rr * cc, cc};
+      SmallVector<Operation *> members;
+      for (Operation &m : fusion.getMembers())
+        members.push_back(&m);
+      Operation *main = members.empty() ? &op : members.back();
+      s.loc = locString(main->getLoc());
+      auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+      MatmulOp mm;
+      for (Operation *m : members)
+        if (auto x = dyn_cast<MatmulOp>(m))
+          mm = x;
+      if (mm && (fusion.getKind() == "gemm_epilogue" || fusion.getKind() == "gemm")) {
+        s.loc = locString(mm.getLoc());
+        if (failed(gemmStep(fusion, mm, s)))
+          return failure();
+        // The epilogue: every member after the GEMM, reading its result.
+        SmallVector<Operation *> epi;
+        for (Operation *m : members)
+          if (m != mm.getOperation())
+            epi.push_back(m);
+        if (!epi.empty()) {
+          llvm::SmallPtrSet<Operation *, 8> epiSet(epi.begin(), epi.end());
+          SmallVector<Value> ins, outs;
+          for (Operation *m : epi)
+            for (Value v : m->getOperands()) {
+              Operation *d = v.getDefiningOp();
+              if ((d && (epiSet.count(d) || isa<ConstantOp>(d))) || llvm::is_contained(ins, v))
+                continue;
+              ins.push_back(v);
             }
-            g.heads = h;
+          for (Value v : yield.getValues())
+            if (v.getDefiningOp() && epiSet.count(v.getDefiningOp()) &&
+                !llvm::is_contained(outs, v))
+              outs.push_back(v);
+          // The GEMM's own operands are never written over.
+          auto ties = tiesOf(fusion, ins, outs);
+          llvm::erase_if(ties, [&](auto t) {
+            return ins[t.second] == mm.getLhs() || ins[t.second] == mm.getRhs();
+          });
+          FailureOr<int> k = makeKernel(epi, ins, outs, "elementwise",
+                                        cast<RankedTensorType>(mm.getType()).getRank(), ties);
+          if (failed(k))
+            return failure();
+          s.epilogue = *k;
+          for (Value v : ins) {
+            auto a = dyn_cast<BlockArgument>(v);
+            s.epiIns.push_back(a ? root(fusion.getOperand(a.getArgNumber())) : v);
           }
-          int64_t r = ot.getRank();
-          g.m = ot.getDimSize(r - 2);
-          g.n = ot.getDimSize(r - 1);
-          g.k = mm.getTransposeLhs() ? lt.getDimSize(lt.getRank() - 2)
-                                     : lt.getDimSize(lt.getRank() - 1);
-          g.batch = 1;
-          for (int64_t d = 0; d < r - 2; ++d)
-            g.batch *= ot.getDimSize(d);
-          g.transposeLhs = mm.getTransposeLhs();
-          g.transposeRhs = mm.getTransposeRhs();
-          g.lhsBatched = lt.getRank() > 2;
-          g.rhsBatched = rt.getRank() > 2;
-          steps.push_back(std::move(s));
-          continue;
+          for (Value v : outs)
+            for (auto [i, y] : llvm::enumerate(yield.getValues()))
+              if (y == v) {
+                s.epiOuts.push_back(fusion.getResult(i));
+                break;
+              }
+          for (auto [o, i] : ties)
+            s.tied.push_back({s.epiOuts[o], s.epiIns[i]});
         }
-      }
-      // A fused group becomes one kernel at its last member's position.
-      const SmallVector<Operation *> &group = groups[groupOf.lookup(&op)];
-      if (group.back() != &op)
+        steps.push_back(std::move(s));
         continue;
+      }
+      if (mm && !cast<RankedTensorType>(mm.getType()).getElementType().isF32() &&
+          members.size() != 1)
+        return fail(mm, "a non-float32 matmul must be a kernel of its own");
       s.kind = Step::Kernel;
-      if (failed(makeKernel(group, s)))
+      SmallVector<Value> ins(fusion.getBlock().getArguments().begin(),
+                             fusion.getBlock().getArguments().end());
+      SmallVector<Value> outs(yield.getValues().begin(), yield.getValues().end());
+      auto ties = tiesOf(fusion, ins, outs);
+      FailureOr<int> k = makeKernel(members, ins, outs, fusion.getKind(), fusion.getRows(), ties);
+      if (failed(k))
         return failure();
+      s.kernel = *k;
+      for (Value v : fusion.getOperands())
+        s.ins.push_back(root(v));
+      for (Value v : fusion.getResults())
+        s.outs.push_back(v);
+      for (auto [o, i] : ties)
+        s.tied.push_back({s.outs[o], s.ins[i]});
       steps.push_back(std::move(s));
     }
     for (Value v : ret.getOperands())
-      if (failed(materialize(v)))
-        return failure();
-
+      if (!v.getDefiningOp() || isa<FusionOp>(v.getDefiningOp()) || alias_.count(v) ||
+          isa<BlockArgument>(v))
+        continue;
+      else if (!foldedOut_.count(v.getDefiningOp()))
+        return fail(v.getDefiningOp(), "a returned value has no buffer");
     return assignBuffers(fn, steps, ret);
   }
 
@@ -852,20 +820,29 @@ private:
       last[a] = -1;
     }
     for (auto [i, s] : llvm::enumerate(steps)) {
-      for (Value v : s.ins)
+      for (Value v : llvm::concat<Value>(s.ins, s.epiIns))
         last[root(v)] = std::max(last.lookup(root(v)), int(i));
-      for (Value v : s.outs) {
+      for (Value v : llvm::concat<Value>(s.outs, s.epiOuts)) {
         def[v] = int(i);
-        last[v] = int(i);
+        last[v] = std::max(last.lookup(v), int(i));
       }
     }
     for (Value v : ret.getOperands())
       last[root(v)] = kEnd;
 
+    // Outputs tied to an input live in the input's buffer.
+    llvm::DenseSet<Value> tiedOut;
+    for (VStep &s : steps)
+      for (auto [o, i] : s.tied) {
+        buffer[o] = buffer.lookup(root(i));
+        tiedOut.insert(o);
+      }
     // Results that are new values of a parameter or state tensor go
-    // straight into its buffer when the producing kernel is elementwise and
-    // the old value is dead by then; otherwise a copy at the end.
+    // straight into its buffer when written over the old value (tied) or
+    // when the old value is dead before the producing step; otherwise a copy
+    // at the end.
     std::vector<std::pair<Value, int>> copies;
+    llvm::DenseSet<int> claimed;
     for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
       auto name = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
       int target = name ? prog_.persistent(name.str()) : -1;
@@ -873,28 +850,22 @@ private:
         continue;
       Value r = root(v);
       if (buffer.count(r) && buffer[r] == target)
-        continue; // returned unchanged
-      // The argument currently held in `target`.
+        continue; // returned unchanged, or written in place
       Value old;
       for (BlockArgument a : block.getArguments())
         if (buffer.count(a) && buffer[a] == target)
           old = a;
       bool inPlace = false;
-      if (!buffer.count(r) && def.count(r) && def[r] >= 0) {
-        const VStep &s = steps[def[r]];
-        bool elementwise = s.kind == Step::Kernel &&
-                           prog_.kernels[s.kernel].inPlaceSafe &&
-                           s.outs.size() == 1;
+      if (!buffer.count(r) && def.count(r) && def[r] >= 0 && !claimed.count(target)) {
         int oldLast = old ? last.lookup(old) : -1;
-        bool oldDead = oldLast < def[r] ||
-                       (oldLast == def[r] && elementwise &&
-                        old.getType() == r.getType());
-        inPlace = elementwise && oldDead;
+        inPlace = oldLast < def[r];
       }
-      if (inPlace)
+      if (inPlace) {
         buffer[r] = target;
-      else
+        claimed.insert(target);
+      } else {
         copies.push_back({r, target});
+      }
     }
 
     // Scratch buffers, first fit over live ranges.
@@ -936,7 +907,7 @@ private:
       returned.insert(root(v));
     for (int i = 0; i < n; ++i) {
       release(i);
-      for (Value v : steps[i].outs)
+      for (Value v : llvm::concat<Value>(steps[i].outs, steps[i].epiOuts))
         if (!buffer.count(v))
           buffer[v] = allocate(v, returned.count(v) ? Role::Output : Role::Temp, "");
     }
@@ -959,7 +930,14 @@ private:
       for (Value v : s.ins)
         st.args.push_back(buffer[root(v)]);
       for (Value v : s.outs)
-        st.args.push_back(buffer[v]);
+        if (!(s.kind == Step::Kernel && tiedOut.count(v)))
+          st.args.push_back(buffer[v]);
+      st.epilogue = s.epilogue;
+      for (Value v : s.epiIns)
+        st.epilogueArgs.push_back(buffer[root(v)]);
+      for (Value v : s.epiOuts)
+        if (!tiedOut.count(v))
+          st.epilogueArgs.push_back(buffer[v]);
       out.steps.push_back(std::move(st));
     }
     for (auto [v, target] : copies) {
@@ -986,12 +964,9 @@ private:
   bool fusion_ = true;
   std::vector<Refusal> refusals_;
   /// Head transposes a GEMM reads (foldedIn) or writes (foldedOut) in place.
-  llvm::DenseSet<Operation *> foldedIn, foldedOut;
+  llvm::DenseSet<Operation *> foldedIn_, foldedOut_;
 };
 
-/// float32 exp, erf, tanh, log, sin, cos, ... as polynomial and rational
-/// approximations in plain arith ops (upstream MLIR's), which the loop
-/// vectorizer can vectorize; a libm call per element cannot be.
 struct PolynomialMathPass
     : PassWrapper<PolynomialMathPass, OperationPass<ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PolynomialMathPass)
@@ -1156,7 +1131,7 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
       (s.kind == Step::Kernel ? kernels : s.kind == Step::Gemm ? gemms : copies)++;
     std::set<int> ids;
     for (const Step &s : f.steps)
-      for (int id : s.args)
+      for (int id : llvm::concat<const int>(s.args, s.epilogueArgs))
         if (p.buffers[id].role == Role::Temp && ids.insert(id).second)
           temps += p.buffers[id].bytes;
     os << fmt::format("\n@{}: {} steps ({} kernels, {} gemms, {} copies); scratch "
@@ -1182,6 +1157,17 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
       if (!s.loc.empty())
         os << "  ; " << s.loc;
       os << "\n";
+      if (s.kind == Step::Gemm && s.epilogue >= 0) {
+        const program::Kernel &k = p.kernels[s.epilogue];
+        std::string eargs;
+        for (int id : s.epilogueArgs) {
+          const Buffer &b = p.buffers[id];
+          eargs += fmt::format(" {}{}@{}", b.name.empty() ? "" : b.name + ":", shapeStr(b),
+                               b.offset);
+        }
+        os << fmt::format("       + epilogue {:<23}{}\n",
+                          k.symbol + (k.chunks > 1 ? fmt::format(" x{}", k.chunks) : ""), eargs);
+      }
     }
   }
 }
@@ -1193,41 +1179,10 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
     f = p.functions.empty() ? nullptr : &p.functions.front();
   if (!f)
     return;
-  int64_t kernels = 0, gemms = 0, copies = 0, flops = 0, bytes = 0, fused = 0;
+  int64_t kernels = 0, gemms = 0, epilogues = 0, copies = 0, flops = 0, bytes = 0, fused = 0;
   std::map<std::string, int64_t> byKind;
   std::string lines;
-  for (size_t i = 0; i < f->steps.size(); ++i) {
-    const Step &s = f->steps[i];
-    int64_t moved = 0;
-    for (int id : s.args)
-      moved += p.buffers[id].bytes;
-    bytes += moved;
-    if (s.kind == Step::Gemm) {
-      ++gemms;
-      int64_t fl = 2 * s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k;
-      flops += fl;
-      lines += fmt::format("  {:4} gemm                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
-                           fmt::format("[{}x{}x{}]x{}{}{}", s.gemm.m, s.gemm.n, s.gemm.k,
-                                       s.gemm.batch, s.gemm.transposeLhs ? " tA" : "",
-                                       s.gemm.transposeRhs ? " tB" : ""),
-                           fl, moved, s.loc);
-      continue;
-    }
-    if (s.kind == Step::Copy) {
-      ++copies;
-      lines += fmt::format("  {:4} copy                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
-                           p.buffers[s.args[1]].name, 0, moved,
-                           "fused update is not in place");
-      continue;
-    }
-    ++kernels;
-    const program::Kernel &k = p.kernels[s.kernel];
-    flops += k.flops;
-    byKind[k.kind]++;
-    fused += k.ops.size() > 1;
-    std::string ops;
-    for (size_t j = 0; j < k.ops.size(); ++j)
-      ops += (j ? " " : "") + llvm::StringRef(k.ops[j]).drop_front(5).str();
+  auto where = [&](const program::Kernel &k) {
     std::vector<std::string> fileLines; // "file:line", without directories
     for (const std::string &loc : k.locs) {
       llvm::StringRef l(loc);
@@ -1238,21 +1193,76 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
       if (!llvm::is_contained(fileLines, fl))
         fileLines.push_back(fl);
     }
-    std::string where;
+    std::string w;
     for (size_t j = 0; j < fileLines.size() && j < 4; ++j)
-      where += (j ? ", " : "") + fileLines[j];
+      w += (j ? ", " : "") + fileLines[j];
     if (fileLines.size() > 4)
-      where += ", ...";
+      w += ", ...";
+    return w;
+  };
+  auto opsOf = [](const program::Kernel &k) {
+    std::string ops;
+    for (size_t j = 0; j < k.ops.size(); ++j)
+      ops += (j ? " " : "") + llvm::StringRef(k.ops[j]).drop_front(5).str();
+    return ops;
+  };
+  auto moved = [&](const std::vector<int> &ids) {
+    int64_t m = 0;
+    for (int id : ids)
+      m += p.buffers[id].bytes;
+    return m;
+  };
+  for (size_t i = 0; i < f->steps.size(); ++i) {
+    const Step &s = f->steps[i];
+    int64_t m = moved(s.args);
+    if (s.kind == Step::Gemm) {
+      ++gemms;
+      int64_t fl = 2 * s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k;
+      std::string shape = fmt::format("[{}x{}x{}]x{}{}{}", s.gemm.m, s.gemm.n, s.gemm.k,
+                                      s.gemm.batch, s.gemm.transposeLhs ? " tA" : "",
+                                      s.gemm.transposeRhs ? " tB" : "");
+      if (s.epilogue >= 0) {
+        const program::Kernel &k = p.kernels[s.epilogue];
+        ++epilogues;
+        fl += k.flops;
+        m += moved(s.epilogueArgs);
+        lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                             "gemm+epilogue", shape + " + " + k.symbol, fl, m, s.loc);
+        lines += fmt::format("       epilogue: {}\n", opsOf(k));
+      } else {
+        lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                             "gemm", shape, fl, m, s.loc);
+      }
+      flops += fl;
+      bytes += m;
+      continue;
+    }
+    bytes += m;
+    if (s.kind == Step::Copy) {
+      ++copies;
+      lines += fmt::format("  {:4} copy                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                           p.buffers[s.args[1]].name, 0, m,
+                           "fused update is not in place");
+      continue;
+    }
+    ++kernels;
+    const program::Kernel &k = p.kernels[s.kernel];
+    flops += k.flops;
+    byKind[k.kind]++;
+    fused += k.ops.size() > 1;
     lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i, k.kind,
-                         k.symbol, k.flops, moved, where);
+                         k.symbol, k.flops, m, where(k));
     if (k.ops.size() > 1)
-      lines += fmt::format("       ops: {}\n", ops);
+      lines += fmt::format("       ops: {}\n", opsOf(k));
   }
+  std::string fl = flops >= 100000000 ? fmt::format("{:.2f} GFLOP", double(flops) / 1e9)
+                                      : fmt::format("{:.3f} MFLOP", double(flops) / 1e6);
+  std::string by = bytes >= 100000000 ? fmt::format("{:.1f} MB", double(bytes) / 1e6)
+                                      : fmt::format("{:.1f} kB", double(bytes) / 1e3);
   os << fmt::format("fusion report for @{}: {} kernels ({} fused from several ops), {} "
-                    "GEMMs, {} copies; {:.2f} GFLOP and {:.1f} MB of buffer traffic per call "
-                    "(estimates)\n",
-                    f->name, kernels, fused, gemms, copies, double(flops) / 1e9,
-                    double(bytes) / 1e6);
+                    "GEMMs ({} with a fused epilogue), {} copies; {} and {} of buffer "
+                    "traffic per call (estimates)\n",
+                    f->name, kernels, fused, gemms, epilogues, copies, fl, by);
   os << "kernels by kind:";
   for (auto &[kind, n] : byKind)
     os << fmt::format(" {} {}", kind, n);

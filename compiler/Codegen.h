@@ -66,9 +66,6 @@ void printPlan(const program::Program &program, llvm::raw_ostream &os);
 void printFusionReport(const program::Program &program,
                        const std::vector<Refusal> &refusals, llvm::raw_ostream &os);
 
-/// "file:line:col" of the first file location inside `loc`, or "".
-std::string locString(mlir::Location loc);
-
 } // namespace kiln
 
 #endif // KILN_COMPILER_CODEGEN_H

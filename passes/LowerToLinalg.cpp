@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
+#include "passes/Fusion.h"
 
 #include "dialects/kiln/KilnOps.h"
 
@@ -72,9 +73,11 @@ Value fconst(OpBuilder &b, Location loc, Type t, double v) {
   return b.create<arith::ConstantOp>(loc, t, b.getFloatAttr(t, v));
 }
 
+} // namespace
+
 /// The scalar computation of one elementwise kiln op, or null if `op` is
 /// not elementwise.
-Value scalar(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
+Value buildScalarOp(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
   Type t = a.empty() ? Type() : a[0].getType();
   bool f = t && isa<FloatType>(t);
   auto one = [&] { return fconst(b, loc, t, 1.0); };
@@ -178,6 +181,11 @@ Value scalar(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
     return b.create<arith::TruncIOp>(loc, to, x);
   }
   return {};
+}
+
+namespace {
+Value scalar(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
+  return buildScalarOp(op, b, loc, a);
 }
 
 /// Every elementwise kiln op, one pattern.
@@ -747,10 +755,161 @@ struct LowerScatterAdd : OpRewritePattern<ScatterAddOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// kiln.fusion: one loop nest for elementwise kernels, else the members
+//===----------------------------------------------------------------------===//
+
+/// The indexing map that reads a broadcast operand (kiln.broadcast_in_dim
+/// semantics: size-1 dims are pinned to 0).
+} // namespace
+
+AffineMap broadcastMap(Operation *o) {
+  auto op = cast<BroadcastInDimOp>(o);
+  RankedTensorType in = op.getOperand().getType(), out = op.getType();
+  SmallVector<AffineExpr> exprs;
+  MLIRContext *ctx = op.getContext();
+  for (auto [i, d] : llvm::enumerate(op.getDims()))
+    exprs.push_back(in.getDimSize(i) == 1 && out.getDimSize(d) != 1
+                        ? getAffineConstantExpr(0, ctx)
+                        : getAffineDimExpr(d, ctx));
+  return AffineMap::get(out.getRank(), 0, exprs, ctx);
+}
+
+namespace {
+
+/// An elementwise fusion as one multi-output linalg.generic: every input is
+/// read once per point (through a broadcast map where the fusion
+/// broadcasts it), every member is computed once, every output written once.
+/// Returns failure (nothing changed) when a member has no scalar form.
+LogicalResult lowerSingleLoop(FusionOp f, OpBuilder &b) {
+  Location loc = f.getLoc();
+  Block &body = f.getBlock();
+  RankedTensorType anchor = cast<RankedTensorType>(f.getResult(0).getType());
+  int64_t rank = anchor.getRank();
+  AffineMap id = b.getMultiDimIdentityMap(rank);
+  // Scalar members that only depend on scalar inputs: computed once, before
+  // the loop (the patterns lower them).
+  IRMapping hoisted;
+  for (auto [arg, operand] : llvm::zip(body.getArguments(), f.getOperands()))
+    hoisted.map(arg, operand);
+  for (Operation &m : body.without_terminator())
+    if (isLoopInvariantMember(&m))
+      b.clone(m, hoisted);
+  // Inputs: (outer value, map), deduplicated.
+  SmallVector<Value> ins;
+  SmallVector<AffineMap> maps;
+  llvm::DenseMap<Value, int> identityIndex;
+  llvm::DenseMap<Operation *, int> broadcastIndex;
+  for (Operation &m : body.without_terminator()) {
+    if (isLoopInvariantMember(&m))
+      continue;
+    if (auto bc = dyn_cast<BroadcastInDimOp>(m)) {
+      Value src = bc.getOperand();
+      Value o = hoisted.lookupOrNull(src);
+      if (!o) // a dense constant: materialise it once, outside
+        o = b.clone(*src.getDefiningOp())->getResult(0);
+      broadcastIndex[&m] = int(ins.size());
+      ins.push_back(o);
+      maps.push_back(broadcastMap(bc));
+      continue;
+    }
+    if (isa<ConstantOp>(m))
+      continue;
+    for (Value v : m.getOperands())
+      if (isa<BlockArgument>(v) && !identityIndex.count(v)) {
+        identityIndex[v] = int(ins.size());
+        ins.push_back(hoisted.lookup(v));
+        maps.push_back(id);
+      }
+  }
+  SmallVector<Value> inits;
+  SmallVector<Type> resultTypes;
+  for (Value r : f.getResults()) {
+    RankedTensorType t = cast<RankedTensorType>(r.getType());
+    inits.push_back(emptyLike(b, loc, t));
+    resultTypes.push_back(t);
+    maps.push_back(id);
+  }
+  SmallVector<utils::IteratorType> iters(rank, utils::IteratorType::parallel);
+  bool ok = true;
+  auto generic = b.create<linalg::GenericOp>(
+      loc, resultTypes, ins, inits, maps, iters,
+      [&](OpBuilder &nb, Location nl, ValueRange args) {
+        llvm::DenseMap<Value, Value> scalarOf;
+        for (auto [v, i] : identityIndex)
+          scalarOf[v] = args[i];
+        for (Operation &m : body.without_terminator()) {
+          if (isLoopInvariantMember(&m))
+            continue;
+          Value s;
+          if (auto c = dyn_cast<ConstantOp>(m)) {
+            auto dense = cast<DenseElementsAttr>(c.getValue());
+            if (!dense.isSplat())
+              continue; // read through broadcasts only
+            s = nb.create<arith::ConstantOp>(nl, cast<TypedAttr>(dense.getSplatValue<Attribute>()));
+          } else if (isa<BroadcastInDimOp>(m)) {
+            s = args[broadcastIndex[&m]];
+          } else {
+            SmallVector<Value> operands;
+            for (Value v : m.getOperands())
+              operands.push_back(scalarOf.lookup(v));
+            if (llvm::is_contained(operands, Value())) {
+              ok = false;
+              break;
+            }
+            s = scalar(&m, nb, nl, operands);
+          }
+          if (!s) {
+            ok = false;
+            break;
+          }
+          scalarOf[m.getResult(0)] = s;
+        }
+        SmallVector<Value> yields;
+        for (Value v : body.getTerminator()->getOperands()) {
+          Value s = ok ? scalarOf.lookup(v) : Value();
+          if (!s) {
+            ok = false;
+            s = nb.create<arith::ConstantOp>(nl, nb.getZeroAttr(getElementTypeOrSelf(v.getType())));
+          }
+          yields.push_back(s);
+        }
+        nb.create<linalg::YieldOp>(nl, yields);
+      });
+  if (!ok) {
+    generic->erase();
+    return failure(); // the hoisted clones are dead and fold away
+  }
+  f.replaceAllUsesWith(generic.getResults());
+  f->erase();
+  return success();
+}
+
+/// Replaces a fusion by its members (the lowering patterns take it from
+/// there).
+void inlineFusion(FusionOp f) {
+  Block &body = f.getBlock();
+  for (auto [arg, operand] : llvm::zip(body.getArguments(), f.getOperands()))
+    arg.replaceAllUsesWith(operand);
+  Operation *yield = body.getTerminator();
+  SmallVector<Value> values(yield->getOperands());
+  for (Operation &m : llvm::make_early_inc_range(body.without_terminator()))
+    m.moveBefore(f);
+  f.replaceAllUsesWith(values);
+  f->erase();
+}
+
 struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalgPass> {
   using KilnLowerToLinalgPassBase::KilnLowerToLinalgPassBase;
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
+    SmallVector<FusionOp> fusions;
+    getOperation()->walk([&](FusionOp f) { fusions.push_back(f); });
+    for (FusionOp f : fusions) {
+      OpBuilder b(f);
+      if (!isSingleLoopFusion(f) || failed(lowerSingleLoop(f, b)))
+        inlineFusion(f);
+    }
     RewritePatternSet patterns(ctx);
     patterns.add<LowerElementwise, LowerConstant, LowerIota, LowerBroadcast,
                  LowerReduce<ReduceSumOp>, LowerReduce<ReduceMeanOp>,

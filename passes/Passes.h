@@ -36,6 +36,15 @@ buildReverseSweep(mlir::OpBuilder &builder, mlir::Value loss,
 /// Erases pure ops whose results are unused, in `block`, to a fixpoint.
 void eraseDeadOps(mlir::Block &block);
 
+/// The scalar (arith/math) computation of one elementwise kiln op on
+/// `operands`, or null when `op` is not elementwise (kiln-lower-to-linalg's
+/// loop bodies; code generation builds one-loop kernels with it).
+mlir::Value buildScalarOp(mlir::Operation *op, mlir::OpBuilder &b, mlir::Location loc,
+                          mlir::ValueRange operands);
+/// The indexing map through which a kiln.broadcast_in_dim reads its operand
+/// (size-1 dimensions pinned to 0).
+mlir::AffineMap broadcastMap(mlir::Operation *broadcastInDim);
+
 } // namespace kiln
 
 #endif // KILN_PASSES_PASSES_H

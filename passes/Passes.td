@@ -126,4 +126,54 @@ def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnFusePass : Pass<"kiln-fuse", "mlir::ModuleOp"> {
+  let summary = "Group each function's ops into kiln.fusion kernels";
+  let description = [{
+    The kernel level of the training program: every op that computes
+    something ends up in one `kiln.fusion` op, the unit of code generation,
+    whose `kind` is its kernel form (docs/codegen.md "Fusion" and "Kernel
+    forms"). Elementwise chains fuse through broadcasts, reshapes,
+    transposes, slices, pads and gathers; reductions take the elementwise
+    ops before and after them when they share leading row dimensions (a
+    whole layer_norm backward is one row kernel); reductions over leading
+    dimensions become column reductions, with sibling reductions of the same
+    shape in one kernel; elementwise ops on a float32 GEMM's result become
+    its epilogue; small row-independent values (the learning-rate schedule,
+    causal masks) are recomputed in each kernel that reads them; attention's
+    head transposes stay outside, folded into their GEMMs. The body is then
+    re-sorted topologically.
+
+    Before:
+    ```mlir
+    %0 = kiln.add %x, %y : tensor<8x16xf32>
+    %1 = kiln.exp %0 : tensor<8x16xf32>
+    %2 = kiln.reduce_sum %1 axes = [1] : tensor<8x16xf32> -> tensor<8xf32>
+    ```
+    After:
+    ```mlir
+    %0 = kiln.fusion "row_reduction" rows = 1 ins(%x, %y) : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8xf32> {
+    ^bb0(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>):
+      %1 = kiln.add %a, %b : tensor<8x16xf32>
+      %2 = kiln.exp %1 : tensor<8x16xf32>
+      %3 = kiln.reduce_sum %2 axes = [1] : tensor<8x16xf32> -> tensor<8xf32>
+      kiln.yield %3 : tensor<8xf32>
+    }
+    ```
+    With `remarks`, every producer -> consumer edge that was not fused is
+    reported as a remark naming the rule that refused it.
+  }];
+  let options = [
+    Option<"disable", "disable", "bool", /*default=*/"false",
+           "One op per kernel (kilnc --no-fusion)">,
+    Option<"gemmEpilogues", "gemm-epilogues", "bool", /*default=*/"true",
+           "Let elementwise ops on a GEMM's result join it as an epilogue">,
+    Option<"duplicateCheap", "duplicate-cheap", "bool", /*default=*/"true",
+           "Recompute small row-independent values in each kernel that reads them">,
+    Option<"remarks", "remarks", "bool", /*default=*/"false",
+           "Emit a remark for every fusion refused, with its rule">,
+    ListOption<"functions", "functions", "std::string",
+               "Functions to fuse (default: all)">,
+  ];
+}
+
 #endif // KILN_PASSES_TD

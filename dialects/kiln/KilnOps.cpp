@@ -609,3 +609,32 @@ LogicalResult ScatterAddOp::verify() {
                          << shape::str(expected);
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// kiln.fusion
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusionOp::verify() {
+  static const char *kinds[] = {"elementwise", "row_reduction", "column_reduction",
+                                "gemm", "gemm_epilogue", "single"};
+  if (!llvm::is_contained(kinds, getKind()))
+    return emitOpError() << "has unknown kind '" << getKind()
+                         << "' (elementwise, row_reduction, column_reduction, "
+                            "gemm, gemm_epilogue or single)";
+  Block &block = getBlock();
+  if (block.getNumArguments() != getInputs().size())
+    return emitOpError() << "has " << getInputs().size() << " inputs but its body takes "
+                         << block.getNumArguments() << " arguments";
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(getInputs(), block.getArguments())))
+    if (std::get<0>(pair).getType() != std::get<1>(pair).getType())
+      return emitOpError() << "input " << i << " has type " << std::get<0>(pair).getType()
+                           << " but the body argument has type "
+                           << std::get<1>(pair).getType();
+  auto yield = cast<YieldOp>(block.getTerminator());
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "yields " << yield.getValues().size()
+                         << " values whose types differ from its results";
+  if (getRows() < 0)
+    return emitOpError() << "rows must be >= 0";
+  return success();
+}

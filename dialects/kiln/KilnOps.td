@@ -547,4 +547,66 @@ def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure, InferTypeOpAdaptor, DeclareOpInte
   let hasFolder = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Kernel level: fusion groups
+//===----------------------------------------------------------------------===//
+
+def Kiln_FusionOp : Kiln_Op<"fusion",
+    [IsolatedFromAbove, RecursiveMemoryEffects]> {
+  let summary = "ops that run as one kernel";
+  let description = [{
+    The unit of code generation, made by `kiln-fuse`: the ops of the body
+    run as one kernel (or one library GEMM with its epilogue). The region is
+    isolated from above: the block arguments are the kernel's inputs, in
+    operand order, and `kiln.yield` gives its outputs (every member value
+    read outside). Constants are cloned into the body.
+
+    `kind` names the kernel form (docs/codegen.md "Kernel forms"):
+    `elementwise` (one iteration space, every point independent; data
+    movement such as slices, pads, transposes and gathers is an index map),
+    `row_reduction` (the leading `rows` dimensions are independent rows;
+    each row is reduced once or several times, with prologue and epilogue
+    ops), `column_reduction` (reductions over leading dimensions, with
+    sibling reductions of the same shape sharing the kernel),
+    `gemm` (one `kiln.matmul`, a library call), `gemm_epilogue` (a GEMM
+    followed by elementwise ops on its result) and `single` (one op that has no fused form).
+
+    ```mlir
+    %r = kiln.fusion "elementwise" rows = 2 ins(%a, %b) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
+    ^bb0(%x: tensor<4x8xf32>, %y: tensor<8xf32>):
+      %0 = kiln.broadcast_in_dim %y, dims = [1] : tensor<8xf32> -> tensor<4x8xf32>
+      %1 = kiln.add %x, %0 : tensor<4x8xf32>
+      %2 = kiln.relu %1 : tensor<4x8xf32>
+      kiln.yield %2 : tensor<4x8xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Kiln_Tensor>:$inputs, StrAttr:$kind,
+                       I64Attr:$rows);
+  let results = (outs Variadic<Kiln_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kind `rows` `=` $rows (`ins` `(` $inputs^ `)`)? attr-dict `:` functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBlock() { return getBody().front(); }
+    /// The member ops, in order (without the terminator).
+    auto getMembers() { return getBlock().without_terminator(); }
+  }];
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator, HasParent<"FusionOp">]> {
+  let summary = "the outputs of a kiln.fusion";
+  let description = [{
+    Ends a `kiln.fusion` body; its operands are the fusion's results.
+
+    ```mlir
+    kiln.yield %2, %3 : tensor<4x8xf32>, tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Kiln_Tensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
 #endif // KILN_OPS_TD

@@ -79,6 +79,8 @@ std::string Program::toJson() const {
                      {"transpose_rhs", s.gemm.transposeRhs},
                      {"lhs_batched", s.gemm.lhsBatched},
                      {"rhs_batched", s.gemm.rhsBatched}};
+      if (s.kind == Step::Gemm && s.epilogue >= 0)
+        e["epilogue"] = {{"kernel", s.epilogue}, {"args", s.epilogueArgs}};
       if (s.kind == Step::Gemm && s.gemm.heads > 0) {
         auto layout = [](const MatrixLayout &l) {
           return json{{"outer", l.outer}, {"inner", l.inner}, {"ld", l.ld}};
@@ -261,6 +263,18 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
           return bad(r.error);
         if (s.args.size() != 3)
           return bad("a gemm step needs 3 buffers");
+        if (se.contains("epilogue")) {
+          const json &ep = se["epilogue"];
+          int64_t k;
+          if (!r.i64(ep, "kernel", k, 0, int64_t(p.kernels.size()) - 1) ||
+              !r.ints(ep, "args", s.epilogueArgs, numBuffers))
+            return bad(r.error);
+          s.epilogue = int(k);
+          if (int(s.epilogueArgs.size()) != p.kernels[k].numArgs)
+            return bad(fmt::format("a gemm epilogue of kernel {} passes {} buffers, it takes {}",
+                                   p.kernels[k].symbol, s.epilogueArgs.size(),
+                                   p.kernels[k].numArgs));
+        }
         auto fits = [&](int id, int64_t elems) {
           return p.buffers[id].dtype == DType::F32 &&
                  p.buffers[id].numElements() == elems;

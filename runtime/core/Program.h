@@ -69,6 +69,11 @@ struct Step {
   int kernel = -1;       ///< index into Program::kernels (Kernel)
   std::vector<int> args; ///< buffer ids: inputs, then outputs
   GemmParams gemm;       ///< Gemm: args = {lhs, rhs, out}
+  /// Gemm: a kernel run on the GEMM's result right after it (its epilogue,
+  /// fused by kiln-fuse), or -1; `epilogueArgs` are its buffers (inputs,
+  /// the GEMM's output among them, then outputs).
+  int epilogue = -1;
+  std::vector<int> epilogueArgs;
   std::string loc;       ///< model-file location, "file:line:col"
 };
 
@@ -83,7 +88,8 @@ struct Kernel {
   std::string symbol; ///< entry point: void symbol(void **args, int64_t piece)
   std::string op;     ///< main (last) op, e.g. "kiln.softmax"
   std::vector<std::string> ops; ///< every op it computes, in order
-  /// loop-fusion, reduction+prologue, elementwise or single-op
+  /// The kernel form: elementwise, row_reduction, column_reduction or single
+  /// (docs/codegen.md "Kernel forms").
   std::string kind;
   int64_t flops = 0; ///< estimated floating-point operations per call
   int numArgs = 0;

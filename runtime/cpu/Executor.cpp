@@ -55,22 +55,9 @@ Status Executor::run(const std::string &name) {
     if (profiling_)
       t0 = clock::now();
     switch (s.kind) {
-    case program::Step::Kernel: {
-      for (size_t i = 0; i < s.args.size(); ++i)
-        ptrs[i] = data(s.args[i]);
-      KernelFn fn = fns_[s.kernel];
-      int64_t chunks = program_.kernels[s.kernel].chunks;
-      if (chunks == 1 || pool_->threads() == 1) {
-        for (int64_t c = 0; c < chunks; ++c)
-          fn(ptrs, c);
-      } else {
-        pool_->parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t c = begin; c < end; ++c)
-            fn(ptrs, c);
-        });
-      }
+    case program::Step::Kernel:
+      runKernel(s.kernel, s.args, ptrs);
       break;
-    }
     case program::Step::Gemm: {
       const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
       float *out = as<float>(s.args[2]);
@@ -83,6 +70,20 @@ Status Executor::run(const std::string &name) {
           for (int64_t p = begin; p < end; ++p)
             matmulPart(s.gemm, lhs, rhs, out, p, parts);
         });
+      }
+      if (s.epilogue >= 0) {
+        clock::time_point t1;
+        if (profiling_) {
+          t1 = clock::now();
+          gemmTotal_ += std::chrono::duration<double>(t1 - t0).count();
+          gemmCalls_++;
+        }
+        runKernel(s.epilogue, s.epilogueArgs, ptrs);
+        if (profiling_) {
+          kernelSeconds_[s.epilogue] += std::chrono::duration<double>(clock::now() - t1).count();
+          kernelCalls_[s.epilogue]++;
+          continue; // both parts are accounted for
+        }
       }
       break;
     }
@@ -106,6 +107,22 @@ Status Executor::run(const std::string &name) {
     }
   }
   return Status::ok();
+}
+
+void Executor::runKernel(int kernel, const std::vector<int> &args, void **ptrs) {
+  for (size_t i = 0; i < args.size(); ++i)
+    ptrs[i] = data(args[i]);
+  KernelFn fn = fns_[kernel];
+  int64_t chunks = program_.kernels[kernel].chunks;
+  if (chunks == 1 || pool_->threads() == 1) {
+    for (int64_t c = 0; c < chunks; ++c)
+      fn(ptrs, c);
+    return;
+  }
+  pool_->parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c)
+      fn(ptrs, c);
+  });
 }
 
 std::vector<Executor::Timing> Executor::timings() const {

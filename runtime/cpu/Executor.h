@@ -43,6 +43,8 @@ public:
 
 private:
   Executor() = default;
+  /// Runs one generated kernel (all of its pieces) on `args`' buffers.
+  void runKernel(int kernel, const std::vector<int> &args, void **ptrs);
   program::Program program_;
   std::unique_ptr<KernelLibrary> lib_;
   std::vector<KernelFn> fns_;
