@@ -250,6 +250,7 @@ public:
   Generator(ModuleOp module, bool fusion, std::string &error)
       : module_(module), ctx_(module.getContext()), error_(error), fusion_(fusion) {
     kernels_ = ModuleOp::create(UnknownLoc::get(ctx_));
+    neutral_ = ModuleOp::create(UnknownLoc::get(ctx_));
   }
 
   LogicalResult run() {
@@ -271,6 +272,7 @@ public:
   program::Program takeProgram() { return std::move(prog_); }
   std::vector<Refusal> takeRefusals() { return std::move(refusals_); }
   OwningOpRef<ModuleOp> takeKernels() { return std::move(kernels_); }
+  OwningOpRef<ModuleOp> takeNeutralKernels() { return std::move(neutral_); }
 
 private:
   LogicalResult fail(Operation *op, const std::string &why) {
@@ -478,7 +480,30 @@ private:
       m.setWritable(true);
     }
     b.create<func::ReturnOp>(loc);
-    scratch->erase();
+
+    // The same kernel without CPU pieces, for other targets (the CUDA
+    // emitter): buffer arguments only, the fusion on whole tensors.
+    OpBuilder nb(ctx_);
+    nb.setInsertionPointToEnd(scratch.getBody());
+    SmallVector<Type> neutralArgs(argTypes.begin(), argTypes.begin() + numBufferArgs);
+    auto neutral = nb.create<func::FuncOp>(loc, "neutral", nb.getFunctionType(neutralArgs, {}));
+    Block *nbody = neutral.addEntryBlock();
+    nb.setInsertionPointToStart(nbody);
+    IRMapping nmap;
+    for (auto [i, v] : llvm::enumerate(protoIns))
+      nmap.map(v, nb.create<bufferization::ToTensorOp>(
+                      loc, cast<RankedTensorType>(v.getType()), nbody->getArgument(i),
+                      /*restrict=*/true, /*writable=*/false));
+    Operation *nf = nb.clone(*fusion, nmap);
+    for (auto [i, r] : llvm::enumerate(nf->getResults())) {
+      auto m = nb.create<bufferization::MaterializeInDestinationOp>(
+          loc, TypeRange{}, r, nbody->getArgument(outArg[i]));
+      m.setRestrict(true);
+      m.setWritable(true);
+    }
+    nb.create<func::ReturnOp>(loc);
+    for (unsigned i = 0; i < neutralArgs.size(); ++i)
+      neutral.setArgAttr(i, "llvm.noalias", nb.getUnitAttr());
 
     // Strip locations so identical kernels print identically, then dedupe.
     fn->walk([&](Operation *o) { o->setLoc(loc); });
@@ -532,6 +557,10 @@ private:
       k.kind = kind.str();
       prog_.kernels.push_back(k);
       kernelByKey_[key] = index;
+      auto copy = cast<func::FuncOp>(neutral->clone());
+      copy.setSymName(name);
+      copy->walk([&](Operation *o) { o->setLoc(loc); });
+      neutral_->push_back(copy);
     }
     auto &locs = prog_.kernels[index].locs;
     for (Operation *m : members) {
@@ -539,6 +568,7 @@ private:
       if (!l.empty() && !llvm::is_contained(locs, l))
         locs.push_back(l);
     }
+    scratch->erase();
     return index;
   }
 
@@ -620,6 +650,33 @@ private:
       findFoldedTransposes(block, foldedIn_, foldedOut_);
     else
       foldedIn_.clear(), foldedOut_.clear();
+    // cross_entropy(mean|sum) is a row reduction (per position) followed by
+    // one over every row: two kernel forms, so two ops.
+    SmallVector<CrossEntropyOp> losses;
+    fn.walk([&](CrossEntropyOp ce) {
+      if (ce.getReduction() != LossReduction::none)
+        losses.push_back(ce);
+    });
+    for (CrossEntropyOp ce : losses) {
+      OpBuilder b(ce);
+      auto targets = cast<RankedTensorType>(ce.getTargets().getType());
+      auto perType = RankedTensorType::get(
+          targets.getShape(), cast<RankedTensorType>(ce.getLogits().getType()).getElementType());
+      Value per = b.create<CrossEntropyOp>(ce.getLoc(), perType, ce.getLogits(), ce.getTargets(),
+                                           LossReduction::none);
+      SmallVector<int64_t> all;
+      for (int64_t d = 0; d < perType.getRank(); ++d)
+        all.push_back(d);
+      Value total;
+      if (ce.getReduction() == LossReduction::mean)
+        total = b.create<ReduceMeanOp>(ce.getLoc(), ce.getType(), per,
+                                       b.getDenseI64ArrayAttr(all), UnitAttr());
+      else
+        total = b.create<ReduceSumOp>(ce.getLoc(), ce.getType(), per,
+                                      b.getDenseI64ArrayAttr(all), UnitAttr());
+      ce.replaceAllUsesWith(total);
+      ce.erase();
+    }
     FusionOptions fo;
     fo.enabled = fusion_;
     std::vector<FusionRefusal> refusals;
@@ -957,6 +1014,8 @@ private:
   MLIRContext *ctx_;
   std::string &error_;
   OwningOpRef<ModuleOp> kernels_;
+  /// The kernels without CPU pieces (one func per program kernel, in order).
+  OwningOpRef<ModuleOp> neutral_;
   program::Program prog_;
   llvm::StringMap<int> kernelByKey_;
   llvm::DenseMap<Value, Value> alias_;
@@ -1082,6 +1141,7 @@ FailureOr<CompiledProgram> compileProgram(ModuleOp module,
   CompiledProgram out;
   out.program = gen.takeProgram();
   out.kernels = gen.takeKernels();
+  out.neutralKernels = gen.takeNeutralKernels();
   out.refusals = gen.takeRefusals();
   if (!options.emitLLVM)
     return out;

@@ -39,6 +39,9 @@ struct Refusal {
 struct CompiledProgram {
   program::Program program;
   mlir::OwningOpRef<mlir::ModuleOp> kernels; ///< kernel module (kiln level)
+  /// The same kernels without the CPU's row pieces: func @<symbol> per
+  /// program kernel, in order (the CUDA emitter's input).
+  mlir::OwningOpRef<mlir::ModuleOp> neutralKernels;
   std::string bitcode;                       ///< LLVM bitcode of every kernel
   std::string llvmIR;                        ///< textual IR, when asked for
   std::vector<Refusal> refusals;             ///< fusions not done

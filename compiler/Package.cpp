@@ -174,6 +174,8 @@ buildPackage(ModuleOp module, const CompiledProgram &compiled, const PackageInpu
   m["kernels"] = {{"cpu", {{"format", "llvm-bitcode"}, {"section", "kernels.cpu"},
                            {"llvm", LLVM_VERSION_STRING},
                            {"sha256", hex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(compiled.bitcode)))}}}};
+  if (!in.cudaManifest.empty())
+    m["kernels"]["cuda"] = json::parse(in.cudaManifest);
 
   // Provenance: each kernel's model-file locations, and the model source.
   json prov;
@@ -190,6 +192,8 @@ buildPackage(ModuleOp module, const CompiledProgram &compiled, const PackageInpu
   sections.push_back({SectionKind::Plan, "plan", p.toJson()});
   sections.push_back({SectionKind::Kernels, "kernels.cpu", compiled.bitcode});
   sections.push_back({SectionKind::Provenance, "provenance", prov.dump(1)});
+  for (const artifact::Section &x : in.extraSections)
+    sections.push_back(x);
   return sections;
 }
 

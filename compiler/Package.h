@@ -22,6 +22,10 @@ struct PackageInputs {
   std::string sourcePath, sourceText;
   std::string target = "cpu";
   uint64_t seed = 0;
+  /// Sections of other targets (kernels.cuda.*), appended as given.
+  std::vector<artifact::Section> extraSections;
+  /// The manifest's "kernels" entry for CUDA (JSON text), when present.
+  std::string cudaManifest;
 };
 
 Expected<std::vector<artifact::Section>>

@@ -899,6 +899,15 @@ void inlineFusion(FusionOp f) {
   f->erase();
 }
 
+} // namespace
+
+void populateKilnDecompositionPatterns(RewritePatternSet &patterns) {
+  patterns.add<DecomposeSoftmax<SoftmaxOp>, DecomposeSoftmax<LogSoftmaxOp>, DecomposeLayerNorm,
+               DecomposeCrossEntropy>(patterns.getContext());
+}
+
+namespace {
+
 struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalgPass> {
   using KilnLowerToLinalgPassBase::KilnLowerToLinalgPassBase;
   void runOnOperation() override {

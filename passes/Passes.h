@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/IR/PatternMatch.h"
 
 #include <memory>
 
@@ -41,6 +42,10 @@ void eraseDeadOps(mlir::Block &block);
 /// loop bodies; code generation builds one-loop kernels with it).
 mlir::Value buildScalarOp(mlir::Operation *op, mlir::OpBuilder &b, mlir::Location loc,
                           mlir::ValueRange operands);
+/// softmax, log_softmax, layer_norm and cross_entropy decomposed into kiln
+/// primitives (reductions, broadcasts, elementwise ops).
+void populateKilnDecompositionPatterns(mlir::RewritePatternSet &patterns);
+
 /// The indexing map through which a kiln.broadcast_in_dim reads its operand
 /// (size-1 dimensions pinned to 0).
 mlir::AffineMap broadcastMap(mlir::Operation *broadcastInDim);

@@ -90,6 +90,24 @@ Expected<Package> Package::open(const std::string &path) {
     return s;
   if (const artifact::Section *k = a->find("kernels.cpu"))
     pkg.cpuBitcode = k->bytes;
+  if (const artifact::Section *src = a->find("kernels.cuda.source")) {
+    const artifact::Section *plan = a->find("kernels.cuda.plan");
+    if (!plan)
+      return Status::error(path + ": the artifact has CUDA source but no kernels.cuda.plan; "
+                                  "recompile the model with kilnc --target=cuda");
+    auto gp = gpu::Plan::parse(plan->bytes, path, pkg.program.kernels.size());
+    if (!gp)
+      return gp.status();
+    pkg.cudaPlan = std::move(*gp);
+    pkg.cudaSource = src->bytes;
+    pkg.hasCuda = true;
+    for (const std::string &arch : pkg.cudaPlan.archs) {
+      if (const artifact::Section *x = a->find("kernels.cuda." + arch + ".ptx"))
+        pkg.cudaPtx[arch] = x->bytes;
+      if (const artifact::Section *x = a->find("kernels.cuda." + arch + ".cubin"))
+        pkg.cudaCubin[arch] = x->bytes;
+    }
+  }
   if (const artifact::Section *p = a->find("provenance")) {
     json j = json::parse(p->bytes, nullptr, false);
     if (!j.is_discarded() && j.contains("kernels") && j["kernels"].is_object())

@@ -11,6 +11,7 @@
 #define KILN_RUNTIME_CORE_PACKAGE_H
 
 #include "runtime/core/Checkpoint.h"
+#include "runtime/core/GpuPlan.h"
 #include "runtime/core/Program.h"
 
 #include <map>
@@ -34,6 +35,12 @@ struct Package {
   program::Program program;
   ckpt::Checkpoint initial; ///< initial parameters and state
   std::string cpuBitcode;
+  /// CUDA kernels (kilnc --target=cuda): the source, the launch plan, and
+  /// ahead-of-time PTX/CUBIN per architecture ("sm_90" -> bytes).
+  bool hasCuda = false;
+  std::string cudaSource;
+  gpu::Plan cudaPlan;
+  std::map<std::string, std::string> cudaPtx, cudaCubin;
   /// kernel symbol -> model-file locations (from the provenance section)
   std::map<std::string, std::vector<std::string>> provenance;
 

@@ -125,7 +125,27 @@ void Executor::runKernel(int kernel, const std::vector<int> &args, void **ptrs) 
   });
 }
 
-std::vector<Executor::Timing> Executor::timings() const {
+std::string Executor::describe() const {
+  return fmt::format("cpu ({} thread{})", pool_->threads(), pool_->threads() == 1 ? "" : "s");
+}
+
+Status Executor::write(int id, const void *src, size_t bytes) {
+  if (id < 0 || size_t(id) >= program_.buffers.size() ||
+      bytes > size_t(program_.buffers[size_t(id)].bytes))
+    return Status::internal("write to buffer " + std::to_string(id) + " out of range");
+  std::memcpy(data(id), src, bytes);
+  return Status::ok();
+}
+
+Status Executor::read(int id, void *dst, size_t bytes) {
+  if (id < 0 || size_t(id) >= program_.buffers.size() ||
+      bytes > size_t(program_.buffers[size_t(id)].bytes))
+    return Status::internal("read of buffer " + std::to_string(id) + " out of range");
+  std::memcpy(dst, data(id), bytes);
+  return Status::ok();
+}
+
+std::vector<Executor::Timing> Executor::timings() {
   std::vector<Timing> out;
   for (size_t k = 0; k < program_.kernels.size(); ++k)
     if (kernelCalls_[k])

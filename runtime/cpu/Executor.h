@@ -11,6 +11,7 @@
 #ifndef KILN_RUNTIME_CPU_EXECUTOR_H
 #define KILN_RUNTIME_CPU_EXECUTOR_H
 
+#include "runtime/core/Backend.h"
 #include "runtime/core/Program.h"
 #include "runtime/cpu/Jit.h"
 #include "runtime/cpu/ThreadPool.h"
@@ -20,7 +21,7 @@
 
 namespace kiln::cpu {
 
-class Executor {
+class Executor : public Backend {
 public:
   /// Resolves every kernel symbol in `lib`; `threads` >= 1 threads run the
   /// pieces of split kernels and BLAS.
@@ -29,17 +30,20 @@ public:
          int threads);
   ~Executor();
 
-  const program::Program &program() const { return program_; }
+  const program::Program &program() const override { return program_; }
+  std::string describe() const override;
   void *data(int buffer) { return arena_ + program_.buffers[buffer].offset; }
   template <typename T> T *as(int buffer) { return static_cast<T *>(data(buffer)); }
 
-  Status run(const std::string &function);
+  Status write(int id, const void *src, size_t bytes) override;
+  Status read(int id, void *dst, size_t bytes) override;
+  Status run(const std::string &function) override;
+  Status synchronize() override { return Status::ok(); }
 
   /// Per-step timing (off by default): seconds per kernel symbol ("gemm",
   /// "copy" for library steps), accumulated over runs.
-  void setProfiling(bool on) { profiling_ = on; }
-  struct Timing { std::string name, op, loc; double seconds = 0; int64_t calls = 0; };
-  std::vector<Timing> timings() const;
+  void setProfiling(bool on) override { profiling_ = on; }
+  std::vector<Timing> timings() override;
 
 private:
   Executor() = default;

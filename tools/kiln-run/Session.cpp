@@ -15,7 +15,8 @@
 #include "runtime/core/Data.h"
 #include "runtime/core/Package.h"
 #include "runtime/core/Random.h"
-#include "runtime/cpu/Executor.h"
+#include "runtime/core/Backend.h"
+#include "tools/kiln-run/Backends.h"
 
 #include <fmt/format.h>
 
@@ -34,8 +35,6 @@
 #include <optional>
 #include <sys/stat.h>
 #include <thread>
-
-extern "C" char *openblas_get_corename(void);
 
 namespace kiln::run {
 
@@ -73,6 +72,7 @@ struct Flags {
   int64_t steps = -1, logInterval = 10, evalInterval = -1, evalSteps = -1;
   int64_t checkpointEvery = -1, tokens = 200, topK = 0;
   int threads = 0;
+  std::string device = "cpu"; ///< cpu, cuda, cuda:N, cuda-emu
   std::string data, valData, checkpoint, resume, cacheDir, vocab, lossLog;
   std::string prompt = "\n";
   double temperature = 0.8;
@@ -119,6 +119,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
           s = Status::error("--temperature needs a number >= 0");
       }
     }
+    else if (a == "--device") s = value(f.device);
     else if (a == "--data") s = value(f.data);
     else if (a == "--val-data") s = value(f.valData);
     else if (a == "--checkpoint") s = value(f.checkpoint);
@@ -144,10 +145,10 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
   return Status::ok();
 }
 
-/// A loaded artifact with its executor and persistent values in place.
+/// A loaded artifact with its backend and persistent values in place.
 struct Model {
   Package pkg;
-  std::unique_ptr<cpu::Executor> exec;
+  std::unique_ptr<Backend> exec;
 
   /// Reads and verifies the artifact; no code is generated yet, so data
   /// files can be checked before the (possibly long) kernel compile.
@@ -155,49 +156,43 @@ struct Model {
     auto pkg = Package::open(f.artifact);
     if (!pkg)
       return pkg.status();
-    if (pkg->cpuBitcode.empty())
-      return Status::error(f.artifact + ": the artifact has no CPU kernels; "
-                           "compile it with kilnc --target=cpu");
     auto m = std::make_unique<Model>();
     m->pkg = std::move(*pkg);
     return m;
   }
 
-  /// JIT-compiles the kernels (or loads them from the cache) and sets up the
-  /// arena with the initial parameters and state.
+  /// Compiles or loads the kernels for the device and sets up the arena
+  /// with the initial parameters and state.
   Status compile(const Flags &f) {
-    cpu::JitOptions jo;
-    jo.cacheDir = f.noCache ? "" : (f.cacheDir.empty() ? cpu::defaultCacheDir() : f.cacheDir);
-    cpu::JitStats stats;
-    auto lib = cpu::KernelLibrary::load(pkg.cpuBitcode, f.artifact, jo, &stats);
-    if (!lib)
-      return lib.status();
-    if (!f.quiet)
-      fmt::print("kiln-run: {} kernels for {} ({}), BLAS OpenBLAS {}{}\n",
-                 pkg.program.kernels.size(), stats.cpu,
-                 stats.cacheHit ? "cached" : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
-                 openblas_get_corename(), stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
-    auto created = cpu::Executor::create(pkg.program, std::move(*lib), f.threads);
+    BackendOptions o;
+    o.device = f.device;
+    o.artifact = f.artifact;
+    o.threads = f.threads;
+    o.cacheDir = f.cacheDir;
+    o.noCache = f.noCache;
+    o.quiet = f.quiet;
+    auto created = makeBackend(pkg, o);
     if (!created)
       return created.status();
     exec = std::move(*created);
     exec->setProfiling(f.profile);
-    setPersistent(pkg.initial);
-    return Status::ok();
+    return setPersistent(pkg.initial);
   }
 
   const program::Program &prog() const { return pkg.program; }
 
-  void setPersistent(const ckpt::Checkpoint &c) {
+  Status setPersistent(const ckpt::Checkpoint &c) {
     for (size_t id = 0; id < prog().buffers.size(); ++id) {
       const Buffer &b = prog().buffers[id];
       if (b.role != Role::Param && b.role != Role::State)
         continue;
       const ckpt::Tensor *t = c.find(b.name);
-      std::memcpy(exec->data(int(id)), t->bytes.data(), t->bytes.size());
+      if (Status s = exec->write(int(id), t->bytes.data(), t->bytes.size()); !s)
+        return s;
     }
+    return Status::ok();
   }
-  ckpt::Checkpoint getPersistent() {
+  Expected<ckpt::Checkpoint> getPersistent() {
     ckpt::Checkpoint c;
     for (size_t id = 0; id < prog().buffers.size(); ++id) {
       const Buffer &b = prog().buffers[id];
@@ -207,7 +202,9 @@ struct Model {
       t.name = b.name;
       t.dtype = safetensorsDType(b.dtype);
       t.shape = b.shape;
-      t.bytes.assign(static_cast<const char *>(exec->data(int(id))), size_t(b.bytes));
+      t.bytes.resize(size_t(b.bytes));
+      if (Status s = exec->read(int(id), t.bytes.data(), size_t(b.bytes)); !s)
+        return s;
       c.tensors.push_back(std::move(t));
     }
     return c;
@@ -240,17 +237,20 @@ struct Model {
       return 0;
     return prog().buffers[p->results[0]].shape.back();
   }
-  float scalar(int id) { return *exec->as<float>(id); }
+  /// A float32 scalar result (NaN when it cannot be read).
+  float scalar(int id) {
+    auto v = exec->scalar(id);
+    return v ? *v : NAN;
+  }
 };
 
 /// Writes `values` (int64) into an integer buffer of its dtype.
-void storeInts(cpu::Executor &e, int id, const int64_t *values, int64_t n) {
+Status storeInts(Backend &e, int id, const int64_t *values, int64_t n) {
   const Buffer &b = e.program().buffers[id];
   if (b.dtype == DType::I64)
-    std::memcpy(e.data(id), values, size_t(n) * 8);
-  else
-    for (int64_t k = 0; k < n; ++k)
-      e.as<int32_t>(id)[k] = int32_t(values[k]);
+    return e.write(id, values, size_t(n) * 8);
+  std::vector<int32_t> narrow(values, values + n);
+  return e.write(id, narrow.data(), size_t(n) * 4);
 }
 
 /// One batch: the bytes of each data input, ready to copy into its buffer.
@@ -463,9 +463,11 @@ Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Mo
   return TokenSource::open(path, m, inputs, seed);
 }
 
-void copyBatch(cpu::Executor &e, const std::vector<int> &inputs, const Batch &b) {
+Status copyBatch(Backend &e, const std::vector<int> &inputs, const Batch &b) {
   for (size_t k = 0; k < inputs.size(); ++k)
-    std::memcpy(e.data(inputs[k]), b.bytes[k].data(), b.bytes[k].size());
+    if (Status s = e.write(inputs[k], b.bytes[k].data(), b.bytes[k].size()); !s)
+      return s;
+  return Status::ok();
 }
 
 struct EvalResult {
@@ -493,7 +495,7 @@ EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
   int64_t correct = 0, total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     Batch b = src.batch(uint64_t(i));
-    copyBatch(*m.exec, inputs, b);
+    (void)copyBatch(*m.exec, inputs, b);
     (void)m.exec->run("eval_step");
     r.loss += m.scalar(lossId);
     if (classify && labelsIn >= 0) {
@@ -501,11 +503,14 @@ EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
       for (int id : predInputs)
         for (size_t k = 0; k < inputs.size(); ++k)
           if (m.prog().buffers[inputs[k]].name == m.prog().buffers[id].name)
-            std::memcpy(m.exec->data(id), b.bytes[k].data(), b.bytes[k].size());
+            (void)m.exec->write(id, b.bytes[k].data(), b.bytes[k].size());
       (void)m.exec->run("predict");
       const Buffer &lb = m.prog().buffers[logitsId];
       int64_t rows = lb.shape[0], classes = lb.shape[1];
-      const float *logits = m.exec->as<float>(logitsId);
+      auto all = m.exec->readAll<float>(logitsId);
+      if (!all)
+        break;
+      const float *logits = all->data();
       for (int64_t row = 0; row < rows; ++row) {
         int64_t best = std::max_element(logits + row * classes, logits + (row + 1) * classes) -
                        (logits + row * classes);
@@ -547,7 +552,10 @@ std::string defaultCheckpoint(const std::string &artifact) {
 
 Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep,
                       uint64_t seed) {
-  ckpt::Checkpoint c = m.getPersistent();
+  auto got = m.getPersistent();
+  if (!got)
+    return got.status();
+  ckpt::Checkpoint c = std::move(*got);
   c.metadata["kiln.format"] = "kiln-checkpoint-1";
   c.metadata["step"] = std::to_string(nextStep);
   c.metadata["data_seed"] = std::to_string(seed);
@@ -632,7 +640,8 @@ int trainCommand(const std::vector<std::string> &args) {
 
   int64_t start = 0;
   if (resume) {
-    m.setPersistent(*resume);
+    if (Status s = m.setPersistent(*resume); !s)
+      return fail(s);
     start = checkpointStep(*resume);
     if (!f.quiet)
       fmt::print("kiln-run: resumed from {} at step {}\n", f.resume, start);
@@ -652,8 +661,8 @@ int trainCommand(const std::vector<std::string> &args) {
     items = m.prog().buffers[inputs[0]].shape[0];
 
   if (!f.quiet) {
-    fmt::print("kiln-run: training {} from {} for steps {}..{} on {} thread(s)\n",
-               m.pkg.model, f.artifact, start, steps, f.threads);
+    fmt::print("kiln-run: training {} from {} for steps {}..{} on {}\n", m.pkg.model,
+               f.artifact, start, steps, m.exec->describe());
     fmt::print("  data: {}\n", (*train)->describe());
     if (val)
       fmt::print("  validation: {}, {} batches every {} steps\n", val->describe(),
@@ -675,13 +684,30 @@ int trainCommand(const std::vector<std::string> &args) {
   float loss = 0, norm = 0, lr = 0;
   int64_t step = start;
   int rc = 0;
-  for (; step < steps; ++step) {
+  // The next batch is written while the step runs (a GPU queues the step
+  // and copies the batch meanwhile); when an evaluation follows the step it
+  // is written after it (entry points share scratch memory).
+  bool batchReady = false;
+  auto writeNext = [&]() -> Status {
     Batch b = prefetch.next();
-    copyBatch(*m.exec, inputs, b);
+    batchReady = true;
+    return copyBatch(*m.exec, inputs, b);
+  };
+  for (; step < steps; ++step) {
+    if (!batchReady)
+      if (Status s = writeNext(); !s)
+        return fail(s);
+    batchReady = false;
     int64_t s64 = step;
-    storeInts(*m.exec, stepIn, &s64, 1);
+    if (Status s = storeInts(*m.exec, stepIn, &s64, 1); !s)
+      return fail(s);
     if (Status s = m.exec->run("train_step"); !s)
       return fail(s);
+    bool evalAfter = val && evalInterval > 0 && ((step + 1) % evalInterval == 0 || step + 1 == steps);
+    bool early = m.exec->stagesInputs() && step + 1 < steps && !evalAfter;
+    if (early)
+      if (Status s = writeNext(); !s)
+        return fail(s);
     loss = m.scalar(lossId);
     norm = normId >= 0 ? m.scalar(normId) : 0.f;
     lr = lrId >= 0 ? m.scalar(lrId) : 0.f;
@@ -802,7 +828,8 @@ int evalCommand(const std::vector<std::string> &args) {
   if (Status s = m.compile(f); !s)
     return fail(s);
   if (params)
-    m.setPersistent(*params);
+    if (Status s = m.setPersistent(*params); !s)
+      return fail(s);
   int64_t batches = f.evalSteps > 0 ? f.evalSteps
                     : (*src)->epochBatches() > 0 ? (*src)->epochBatches()
                     : (tc.evalSteps > 0 ? tc.evalSteps : 20);
@@ -863,7 +890,8 @@ int sampleCommand(const std::vector<std::string> &args) {
   if (Status s = m.compile(f); !s)
     return fail(s);
   if (params)
-    m.setPersistent(*params);
+    if (Status s = m.setPersistent(*params); !s)
+      return fail(s);
   uint64_t seed = f.seedSet ? f.seed : 1;
   int64_t rows = m.prog().buffers[inputs[0]].shape[0];
   std::string out = f.prompt;
@@ -873,11 +901,15 @@ int sampleCommand(const std::vector<std::string> &args) {
     int64_t len = std::min<int64_t>(int64_t(seq.size()), context);
     std::fill(window.begin(), window.end(), 0);
     std::copy(seq.end() - len, seq.end(), window.begin());
-    storeInts(*m.exec, inputs[0], window.data(), int64_t(window.size()));
+    if (Status s = storeInts(*m.exec, inputs[0], window.data(), int64_t(window.size())); !s)
+      return fail(s);
     if (Status s = m.exec->run("predict"); !s)
       return fail(s);
+    auto all = m.exec->readAll<float>(logitsId);
+    if (!all)
+      return fail(all.status());
     // Causal: position len-1 of row 0 sees exactly the window.
-    const float *logits = m.exec->as<float>(logitsId) + (len - 1) * V;
+    const float *logits = all->data() + (len - 1) * V;
     int64_t next = 0;
     if (f.temperature == 0) {
       next = std::max_element(logits, logits + V) - logits;

@@ -47,7 +47,7 @@ const char *kUsage =
     "          [--threads N] [--seed S] [--eval-interval N] [--eval-steps N]\n"
     "          [--log-interval N] [--loss-log FILE] [--profile] [--quiet]\n"
     "          [--in-order]\n"
-    "      Train on the CPU. Data paths default to the model's train section;\n"
+    "      Train (on --device, default cpu). Data paths default to the model's train section;\n"
     "      PATH is a token file (uint16, nanoGPT style: random windows) or a\n"
     "      directory with one .npy array per input (DIR/<input>.npy, shuffled\n"
     "      per epoch; --in-order keeps file order). Checkpoints (safetensors, atomic) default to\n"
@@ -58,7 +58,10 @@ const char *kUsage =
     "  kiln-run sample MODEL.kpack [--checkpoint CKPT] [--tokens N] [--prompt TEXT]\n"
     "          [--temperature T] [--top-k K] [--seed S] [--vocab vocab.json]\n"
     "      Generate text from a character-level language model.\n"
-    "  Common: --threads N (default: all cores), --cache-dir DIR (compiled\n"
+    "  Common: --device cpu|cuda|cuda:N|cuda-emu (default cpu; cuda needs an\n"
+    "      artifact compiled with kilnc --target=cpu,cuda; cuda-emu runs the\n"
+    "      CUDA kernels in the CUDA emulator on the CPU, for testing),\n"
+    "      --threads N (CPU; default: all cores), --cache-dir DIR (compiled\n"
     "      kernels; default $KILN_CACHE_DIR or ~/.cache/kiln), --no-cache.\n"
     "  kiln-run --help\n"
     "\n"
@@ -161,6 +164,7 @@ int inspect(const std::vector<std::string> &args) {
 
 } // namespace
 
+#ifdef KILN_HAVE_BLAS
 extern "C" char *openblas_get_corename(void);
 
 namespace {
@@ -213,11 +217,14 @@ void tuneBlas(char **argv) {
   ::execv("/proc/self/exe", argv); // on failure, carry on with OpenBLAS's choice
 }
 } // namespace
+#endif
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+#ifdef KILN_HAVE_BLAS
   if (!args.empty() && (args[0] == "train" || args[0] == "eval" || args[0] == "sample"))
     tuneBlas(argv);
+#endif
   if (args.empty())
     return usageError("no command given");
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -230,19 +237,11 @@ int main(int argc, char **argv) {
     return prepare(args);
   if (command == "inspect")
     return inspect(args);
-  if (command == "train" || command == "eval" || command == "sample") {
-#ifdef KILN_HAVE_CPU_JIT
-    if (command == "train")
-      return kiln::run::trainCommand(args);
-    if (command == "eval")
-      return kiln::run::evalCommand(args);
+  if (command == "train")
+    return kiln::run::trainCommand(args);
+  if (command == "eval")
+    return kiln::run::evalCommand(args);
+  if (command == "sample")
     return kiln::run::sampleCommand(args);
-#else
-    fmt::print(stderr, "kiln-run: error: this kiln-run was built without the CPU "
-                       "backend (no LLVM found at build time); install llvm-19-dev "
-                       "and rebuild, or use a GPU build's backend\n");
-    return 1;
-#endif
-  }
   return usageError("unknown command '" + command + "'");
 }

@@ -10,6 +10,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"
+#include "compiler/CudaEmitter.h"
+#include "runtime/core/GpuPlan.h"
+#include "runtime/cuda/emu/Prelude.h"
+#ifdef KILN_HAVE_NVRTC
+#include "runtime/cuda/Nvrtc.h"
+#endif
 #include "compiler/Package.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
@@ -41,7 +47,7 @@ cl::OptionCategory kilncCategory("kilnc options");
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.kiln>"),
                                cl::Required, cl::cat(kilncCategory));
 
-enum class Emit { Summary, Mlir, Train, Plan, Kernels, LLVM, Package };
+enum class Emit { Summary, Mlir, Train, Fused, Plan, Kernels, LLVM, Cuda, Package };
 cl::opt<Emit> emit(
     "emit", cl::desc("What to print"), cl::init(Emit::Summary),
     cl::values(clEnumValN(Emit::Summary, "summary",
@@ -51,11 +57,16 @@ cl::opt<Emit> emit(
                clEnumValN(Emit::Train, "train",
                           "the training program: @init, @grad, @train_step, "
                           "@eval_step, @predict"),
+               clEnumValN(Emit::Fused, "fused",
+                          "the training program after kiln-fuse: every kernel a "
+                          "kiln.fusion"),
                clEnumValN(Emit::Plan, "plan",
                           "the schedule and buffer plan (peak bytes)"),
                clEnumValN(Emit::Kernels, "kernels",
                           "the kernel module: one func per kernel, on memrefs"),
                clEnumValN(Emit::LLVM, "llvm", "the CPU kernels as LLVM IR"),
+               clEnumValN(Emit::Cuda, "cuda",
+                          "the CUDA C++ of every kernel (with --target=cuda)"),
                clEnumValN(Emit::Package, "kpack",
                           "the .kpack artifact (the default when -o ends in .kpack)")),
     cl::cat(kilncCategory));
@@ -103,8 +114,15 @@ cl::opt<bool> fusionReport("fusion-report",
                                     "fusion with its rule"),
                            cl::init(false), cl::cat(kilncCategory));
 
-cl::opt<std::string> target("target", cl::desc("Code generation target: cpu (default)"),
-                           cl::init("cpu"), cl::cat(kilncCategory));
+cl::opt<std::string> target("target",
+                            cl::desc("Code generation targets: cpu (default), cuda, or "
+                                     "cpu,cuda (one artifact for both)"),
+                            cl::init("cpu"), cl::cat(kilncCategory));
+cl::list<std::string> cudaArchs(
+    "cuda-arch",
+    cl::desc("GPU architectures compiled ahead of time with NVRTC (PTX and CUBIN; "
+             "default sm_80 and sm_90); others are compiled when loaded"),
+    cl::value_desc("sm_XY"), cl::CommaSeparated, cl::cat(kilncCategory));
 
 cl::list<std::string> dims("dim",
                            cl::desc("Size of a free dimension, e.g. --dim B=12"),
@@ -139,6 +157,89 @@ bool splitAssign(const std::string &s, std::string &name, std::string &value) {
     return false;
   name = s.substr(0, eq);
   value = s.substr(eq + 1);
+  return true;
+}
+} // namespace
+
+namespace {
+/// The CUDA side of the artifact: the source (prelude included), the launch
+/// plan, and PTX + CUBIN for each ahead-of-time architecture. Prints one line
+/// per architecture and a warning per kernel that spills registers.
+bool buildCuda(const kiln::CompiledProgram &compiled, const kiln::CudaProgram &cuda,
+               const std::vector<std::string> &archs, kiln::PackageInputs &in,
+               std::string &error) {
+  using kiln::artifact::Section;
+  using kiln::artifact::SectionKind;
+  std::string source = std::string(kiln::cuda::preludeText()) + "\n" + cuda.source;
+  kiln::gpu::Plan plan;
+  for (const auto &k : cuda.kernels) {
+    std::vector<kiln::gpu::Launch> ls;
+    for (const kiln::CudaLaunch &l : k) {
+      kiln::gpu::Launch x;
+      x.function = l.function;
+      x.form = l.form;
+      for (int i = 0; i < 3; ++i)
+        x.grid[i] = l.grid[i], x.block[i] = l.block[i];
+      x.sharedBytes = l.sharedBytes;
+      ls.push_back(x);
+    }
+    plan.kernels.push_back(ls);
+  }
+  std::string manifest = "{\"format\": \"cuda-c++\", \"source\": \"kernels.cuda.source\", "
+                         "\"plan\": \"kernels.cuda.plan\", \"archs\": [";
+#ifdef KILN_HAVE_NVRTC
+  plan.nvrtcVersion = kiln::cuda::nvrtcVersion();
+  for (size_t a = 0; a < archs.size(); ++a) {
+    kiln::cuda::CompileOptions o;
+    o.arch = archs[a];
+    auto mod = kiln::cuda::compile(source, "kernels.cuda.cu", o);
+    if (!mod) {
+      error = mod.status().message();
+      return false;
+    }
+    plan.archs.push_back(archs[a]);
+    std::vector<kiln::gpu::Resources> &res = plan.resources[archs[a]];
+    int maxRegs = 0;
+    std::vector<std::string> spilling;
+    for (const kiln::cuda::KernelResources &r : mod->resources) {
+      kiln::gpu::Resources x;
+      x.function = r.name;
+      x.registers = r.registers;
+      x.spillStores = r.spillStores;
+      x.spillLoads = r.spillLoads;
+      x.stackBytes = r.stackBytes;
+      x.sharedBytes = r.sharedBytes;
+      res.push_back(x);
+      maxRegs = std::max(maxRegs, r.registers);
+      if (r.spills())
+        spilling.push_back(fmt::format("{} ({} bytes stored, {} loaded)", r.name,
+                                       r.spillStores, r.spillLoads));
+    }
+    std::fprintf(stderr,
+                 "kilnc: CUDA %s: %zu functions for %zu kernels compiled by NVRTC %s in %.1f s; "
+                 "at most %d registers per thread; %s\n",
+                 archs[a].c_str(), mod->resources.size(), compiled.program.kernels.size(),
+                 plan.nvrtcVersion.c_str(), mod->seconds, maxRegs,
+                 spilling.empty() ? "no spills" : "SPILLS (see below)");
+    for (const std::string &sp : spilling)
+      std::fprintf(stderr, "kilnc: warning: CUDA %s: %s spills registers to local memory\n",
+                   archs[a].c_str(), sp.c_str());
+    in.extraSections.push_back({SectionKind::Kernels, "kernels.cuda." + archs[a] + ".ptx", mod->ptx});
+    if (!mod->cubin.empty())
+      in.extraSections.push_back(
+          {SectionKind::Kernels, "kernels.cuda." + archs[a] + ".cubin", mod->cubin});
+    manifest += (a ? ", \"" : "\"") + archs[a] + "\"";
+  }
+#else
+  (void)archs;
+  std::fprintf(stderr, "kilnc: built without the CUDA toolkit: the artifact holds the CUDA "
+                       "source only; kiln-run compiles it with NVRTC when it loads\n");
+#endif
+  manifest += "], \"nvrtc\": \"" + plan.nvrtcVersion + "\"}";
+  in.extraSections.insert(in.extraSections.begin(),
+                          {{SectionKind::Kernels, "kernels.cuda.source", source},
+                           {SectionKind::Kernels, "kernels.cuda.plan", plan.toJson()}});
+  in.cudaManifest = manifest;
   return true;
 }
 } // namespace
@@ -278,12 +379,27 @@ int main(int argc, char **argv) {
 
   if (!emit.getNumOccurrences() && StringRef(outputFile).ends_with(".kpack"))
     emit = Emit::Package;
-  if (target != "cpu")
-    return userError("--target=" + target + " is not supported yet; use --target=cpu");
+  bool targetCuda = false;
+  {
+    SmallVector<StringRef> ts;
+    StringRef(target).split(ts, ',');
+    for (StringRef t : ts) {
+      if (t == "cuda")
+        targetCuda = true;
+      else if (t != "cpu")
+        return userError("--target=" + target + ": unknown target '" + t.str() +
+                         "' (use cpu, cuda or cpu,cuda)");
+    }
+  }
+  if (emit == Emit::Cuda && !targetCuda)
+    targetCuda = true;
+  std::vector<std::string> archs(cudaArchs.begin(), cudaArchs.end());
+  if (archs.empty())
+    archs = {"sm_80", "sm_90"};
   if (fusionReport)
     emit = Emit::Plan; // the report replaces the plan's listing below
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
-      emit == Emit::Package) {
+      emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused) {
     if (mlir::failed(kiln::buildTrainProgram(*module))) {
       std::fprintf(stderr, "%s", mlirDiags.c_str());
       std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
@@ -295,10 +411,20 @@ int main(int argc, char **argv) {
     co.keepLLVMText = emit == Emit::LLVM;
     co.fusion = !noFusion;
     std::string err;
+    co.emitLLVM = co.emitLLVM && emit != Emit::Cuda && emit != Emit::Fused;
     auto compiled = kiln::compileProgram(*module, co, err);
     if (mlir::failed(compiled)) {
       std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
       return 1;
+    }
+    std::optional<kiln::CudaProgram> cuda;
+    if (targetCuda) {
+      auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err);
+      if (mlir::failed(c)) {
+        std::fprintf(stderr, "kilnc: error: CUDA code generation: %s\n", err.c_str());
+        return 2;
+      }
+      cuda = std::move(*c);
     }
     if (emit == Emit::Package) {
       if (outputFile == "-")
@@ -308,6 +434,10 @@ int main(int argc, char **argv) {
       in.sourceText = source.text();
       in.target = target;
       in.seed = 0;
+      if (cuda && !buildCuda(*compiled, *cuda, archs, in, err)) {
+        std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
+        return 2;
+      }
       if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>("kiln.train"))
         if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
           in.seed = uint64_t(s.getInt());
@@ -342,6 +472,10 @@ int main(int argc, char **argv) {
       kiln::printPlan(compiled->program, output->os());
     else if (emit == Emit::Kernels)
       compiled->kernels->print(output->os());
+    else if (emit == Emit::Fused)
+      module->print(output->os());
+    else if (emit == Emit::Cuda)
+      output->os() << cuda->source;
     else
       output->os() << compiled->llvmIR;
     output->keep();

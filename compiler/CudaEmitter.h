@@ -1,0 +1,63 @@
+//===- CudaEmitter.h - CUDA C++ for Kiln's kernels ---------------*- C++ -*-===//
+//
+// emitCuda() turns every kernel of a compiled program (its target-neutral
+// form: func @<symbol>(memref args) around one kiln.fusion) into CUDA C++:
+// one translation unit, the prelude (runtime/cuda/kiln_cuda.h) first, then
+// one or more `__global__` functions per kernel. Each kernel's launches take
+// the kernel's buffers as their parameters, in the plan's order, so the
+// runtime passes the same pointer list to every launch of a kernel.
+//
+// Kernel forms (docs/cuda.md):
+//   elementwise  grid-stride loop over each output shape, every value
+//                computed at the point's index from its inputs (broadcasts,
+//                reshapes, transposes, slices, pads, concatenations, gathers
+//                are index maps); 16-byte float4 loads and stores when every
+//                input is read at the output's index;
+//   rows         one thread block per row (the fusion's leading `rows`
+//                dimensions); each reduction is a stage (a warp per reduced
+//                element, or the whole block with warp shuffles and shared
+//                memory), its results in shared memory for later stages and
+//                the outputs;
+//   columns      reductions over leading dimensions: a block per reduced
+//                element (shuffle + shared-memory tree), or a thread per
+//                element looping over the column when there are many;
+//   scatter      scatter_add with a thread per (outer, inner) column adding
+//                the index positions in order (deterministic).
+// Accumulation is float32 (double for f64); f16/bf16 values are rounded to
+// their type after every op, like the CPU code.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_CUDAEMITTER_H
+#define KILN_COMPILER_CUDAEMITTER_H
+
+#include "runtime/core/Program.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// One kernel launch: a __global__ function and its configuration.
+struct CudaLaunch {
+  std::string function;
+  int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  int64_t sharedBytes = 0; ///< dynamic shared memory
+  std::string form;        ///< elementwise, rows, columns, scatter
+};
+
+struct CudaProgram {
+  std::string source; ///< the whole translation unit
+  /// Per program kernel (same index): its launches, in order.
+  std::vector<std::vector<CudaLaunch>> kernels;
+};
+
+/// Emits CUDA C++ for `neutral` (CompiledProgram::neutralKernels). Fails
+/// with `error` naming the kernel and the op that has no CUDA form.
+mlir::FailureOr<CudaProgram> emitCuda(mlir::ModuleOp neutral, const program::Program &program,
+                                      std::string &error);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_CUDAEMITTER_H

@@ -1,0 +1,76 @@
+//===- Backend.h - What kiln-run drives: one device running a program -*- C++ -*-===//
+//
+// A backend holds the arena of one compiled program on one device and runs
+// its entry points. The CPU executor (runtime/cpu) and the CUDA executor
+// (runtime/cuda) implement it; kiln-run's sessions (train, eval, sample)
+// only see this interface.
+//
+// Ordering: write() and run() may return before the device is done (the
+// CUDA executor queues them); read() waits for everything queued before it.
+// A write() of an input buffer never disturbs a run() still in flight: the
+// CUDA executor stages it in pinned host memory and copies it while the
+// previous step computes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CORE_BACKEND_H
+#define KILN_RUNTIME_CORE_BACKEND_H
+
+#include "runtime/core/Program.h"
+#include "runtime/core/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+
+  virtual const program::Program &program() const = 0;
+  /// "cpu (2 threads)", "cuda:0 NVIDIA H200 (sm_90)", ...
+  virtual std::string describe() const = 0;
+
+  /// Copies `bytes` (the whole buffer) from the host into buffer `id`.
+  virtual Status write(int id, const void *src, size_t bytes) = 0;
+  /// Copies buffer `id` to the host (waits for queued work).
+  virtual Status read(int id, void *dst, size_t bytes) = 0;
+  /// Runs @name (may return before the device is done).
+  virtual Status run(const std::string &name) = 0;
+  /// Waits until every queued operation has finished.
+  virtual Status synchronize() = 0;
+  /// Whether write() of an input stages it for the next run() instead of
+  /// writing the arena (inputs and results share scratch memory: without
+  /// staging, read the last run's results before writing the next inputs).
+  virtual bool stagesInputs() const { return false; }
+
+  /// Per-kernel timing (accumulated over runs; CUDA events on a GPU).
+  virtual void setProfiling(bool on) = 0;
+  struct Timing {
+    std::string name, op, loc;
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  virtual std::vector<Timing> timings() = 0;
+
+  /// Reads a float32 scalar buffer.
+  Expected<float> scalar(int id) {
+    float v = 0;
+    if (Status s = read(id, &v, sizeof v); !s)
+      return s;
+    return v;
+  }
+  /// Reads a whole buffer into host memory.
+  template <typename T> Expected<std::vector<T>> readAll(int id) {
+    const program::Buffer &b = program().buffers[size_t(id)];
+    std::vector<T> out(size_t(b.bytes) / sizeof(T));
+    if (Status s = read(id, out.data(), size_t(b.bytes)); !s)
+      return s;
+    return out;
+  }
+};
+
+} // namespace kiln
+
+#endif // KILN_RUNTIME_CORE_BACKEND_H

@@ -1,0 +1,243 @@
+//===- Executor.cpp - Runs a compiled program on a GPU --------------------===//
+#include "runtime/cuda/Executor.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace kiln::cuda {
+
+Executor::~Executor() {
+  if (!device_)
+    return;
+  (void)device_->synchronize();
+  for (auto &[id, st] : staging_)
+    for (int i = 0; i < 2; ++i) {
+      if (st.host[i])
+        device_->releaseHost(st.host[i]);
+      if (st.device[i])
+        device_->release(st.device[i]);
+    }
+  if (arena_)
+    device_->release(arena_);
+}
+
+Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
+                                                     std::unique_ptr<Device> device) {
+  if (!pkg.hasCuda)
+    return Status::error(pkg.path + ": the artifact has no CUDA kernels; compile it with "
+                                    "kilnc --target=cpu,cuda");
+  std::unique_ptr<Executor> e(new Executor());
+  e->program_ = pkg.program;
+  e->plan_ = pkg.cudaPlan;
+  e->provenance_ = {};
+  e->device_ = std::move(device);
+  Device &d = *e->device_;
+  size_t bytes = size_t(std::max<int64_t>(e->program_.arenaBytes, 256));
+  auto arena = d.alloc(bytes);
+  if (!arena)
+    return Status::error(fmt::format("{}: cannot allocate the {:.1f} MiB arena on {}: {}",
+                                     pkg.path, double(bytes) / (1 << 20), d.describe(),
+                                     arena.status().message()));
+  e->arena_ = *arena;
+  if (Status s = d.fill(e->arena_, 0, bytes, Stream::Compute); !s)
+    return s;
+  if (Status s = d.loadKernels(pkg); !s)
+    return s;
+  for (const std::vector<gpu::Launch> &k : e->plan_.kernels) {
+    std::vector<int> fs;
+    for (const gpu::Launch &l : k) {
+      auto f = d.function(l.function);
+      if (!f)
+        return f.status();
+      fs.push_back(*f);
+    }
+    e->functions_.push_back(std::move(fs));
+  }
+  // Staging for every input buffer of every entry point.
+  for (const program::Function &f : e->program_.functions)
+    for (int id : f.args) {
+      const program::Buffer &b = e->program_.buffers[size_t(id)];
+      if (b.role != program::Role::Input || e->staging_.count(id))
+        continue;
+      Staging st;
+      for (int i = 0; i < 2; ++i) {
+        size_t n = size_t(std::max<int64_t>(b.bytes, 1));
+        auto h = d.allocHost(n);
+        if (!h)
+          return h.status();
+        st.host[i] = *h;
+        auto dv = d.alloc(n);
+        if (!dv)
+          return dv.status();
+        st.device[i] = *dv;
+        auto u = d.createEvent(), c = d.createEvent();
+        if (!u)
+          return u.status();
+        if (!c)
+          return c.status();
+        st.uploaded[i] = *u;
+        st.consumed[i] = *c;
+      }
+      e->staging_[id] = st;
+    }
+  auto a = d.createEvent(), b = d.createEvent();
+  if (!a)
+    return a.status();
+  if (!b)
+    return b.status();
+  e->eventA_ = *a;
+  e->eventB_ = *b;
+  e->kernelTime_.assign(e->program_.kernels.size(), {});
+  if (Status s = d.synchronize(); !s)
+    return s;
+  return e;
+}
+
+Status Executor::write(int id, const void *src, size_t bytes) {
+  if (id < 0 || size_t(id) >= program_.buffers.size() ||
+      bytes > size_t(program_.buffers[size_t(id)].bytes))
+    return Status::internal("write to buffer " + std::to_string(id) + " out of range");
+  auto it = staging_.find(id);
+  if (it == staging_.end()) // parameters and state: straight into the arena
+    return device_->upload(address(id), src, bytes, Stream::Compute);
+  Staging &st = it->second;
+  int slot = st.next;
+  st.next ^= 1;
+  if (st.used[slot]) {
+    // The host slot is free once its last upload finished; the device slot
+    // once the compute stream copied it into the arena.
+    if (Status s = device_->synchronize(st.uploaded[slot]); !s)
+      return s;
+    if (Status s = device_->wait(Stream::Copy, st.consumed[slot]); !s)
+      return s;
+  }
+  std::memcpy(st.host[slot], src, bytes);
+  if (Status s = device_->upload(st.device[slot], st.host[slot], bytes, Stream::Copy); !s)
+    return s;
+  if (Status s = device_->record(st.uploaded[slot], Stream::Copy); !s)
+    return s;
+  st.used[slot] = true;
+  st.pending = slot;
+  return Status::ok();
+}
+
+Status Executor::read(int id, void *dst, size_t bytes) {
+  if (id < 0 || size_t(id) >= program_.buffers.size() ||
+      bytes > size_t(program_.buffers[size_t(id)].bytes))
+    return Status::internal("read of buffer " + std::to_string(id) + " out of range");
+  if (Status s = device_->download(dst, address(id), bytes, Stream::Compute); !s)
+    return s;
+  return device_->synchronize();
+}
+
+Status Executor::runKernel(int kernel, const std::vector<int> &args) {
+  std::vector<DevicePtr> ptrs(args.size());
+  std::vector<void *> params(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    ptrs[i] = address(args[i]);
+    params[i] = &ptrs[i];
+  }
+  const std::vector<gpu::Launch> &ls = plan_.kernels[size_t(kernel)];
+  for (size_t i = 0; i < ls.size(); ++i)
+    if (Status s = device_->launch(functions_[size_t(kernel)][i], ls[i], params.data(),
+                                   Stream::Compute);
+        !s)
+      return Status::error(fmt::format("kernel {} ({}): {}", program_.kernels[size_t(kernel)].symbol,
+                                       ls[i].function, s.message()),
+                           s.kind());
+  return Status::ok();
+}
+
+Status Executor::run(const std::string &name) {
+  const program::Function *f = program_.function(name);
+  if (!f)
+    return Status::error("the artifact has no @" + name);
+  // Inputs staged for this function: wait for their upload, copy them in.
+  for (int id : f->args) {
+    auto it = staging_.find(id);
+    if (it == staging_.end() || it->second.pending < 0)
+      continue;
+    Staging &st = it->second;
+    int slot = st.pending;
+    st.pending = -1;
+    if (Status s = device_->wait(Stream::Compute, st.uploaded[slot]); !s)
+      return s;
+    if (Status s = device_->copy(address(id), st.device[slot],
+                                 size_t(program_.buffers[size_t(id)].bytes), Stream::Compute);
+        !s)
+      return s;
+    if (Status s = device_->record(st.consumed[slot], Stream::Compute); !s)
+      return s;
+  }
+  for (const program::Step &s : f->steps) {
+    if (profiling_)
+      if (Status r = device_->record(eventA_, Stream::Compute); !r)
+        return r;
+    Status r = Status::ok();
+    switch (s.kind) {
+    case program::Step::Kernel:
+      r = runKernel(s.kernel, s.args);
+      break;
+    case program::Step::Gemm:
+      r = device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.args[2]),
+                        Stream::Compute);
+      break;
+    case program::Step::Copy:
+      r = device_->copy(address(s.args[1]), address(s.args[0]),
+                        size_t(program_.buffers[size_t(s.args[0])].bytes), Stream::Compute);
+      break;
+    }
+    if (!r)
+      return r;
+    if (profiling_) {
+      if (Status x = device_->record(eventB_, Stream::Compute); !x)
+        return x;
+      if (Status x = device_->synchronize(eventB_); !x)
+        return x;
+      auto ms = device_->elapsed(eventA_, eventB_);
+      if (!ms)
+        return ms.status();
+      Acc &acc = s.kind == program::Step::Kernel ? kernelTime_[size_t(s.kernel)]
+                 : s.kind == program::Step::Gemm ? gemmTime_
+                                                 : copyTime_;
+      acc.ms += *ms;
+      acc.calls++;
+    }
+    if (s.kind == program::Step::Gemm && s.epilogue >= 0) {
+      if (profiling_)
+        if (Status x = device_->record(eventA_, Stream::Compute); !x)
+          return x;
+      if (Status x = runKernel(s.epilogue, s.epilogueArgs); !x)
+        return x;
+      if (profiling_) {
+        if (Status x = device_->record(eventB_, Stream::Compute); !x)
+          return x;
+        if (Status x = device_->synchronize(eventB_); !x)
+          return x;
+        auto ms = device_->elapsed(eventA_, eventB_);
+        if (!ms)
+          return ms.status();
+        kernelTime_[size_t(s.epilogue)].ms += *ms;
+        kernelTime_[size_t(s.epilogue)].calls++;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<Backend::Timing> Executor::timings() {
+  std::vector<Timing> out;
+  for (size_t k = 0; k < program_.kernels.size(); ++k)
+    if (kernelTime_[k].calls)
+      out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
+                     program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
+                     kernelTime_[k].ms / 1e3, kernelTime_[k].calls});
+  if (gemmTime_.calls)
+    out.push_back({"gemm (cuBLASLt)", "gemm (cuBLASLt)", "", gemmTime_.ms / 1e3, gemmTime_.calls});
+  if (copyTime_.calls)
+    out.push_back({"copy", "copy", "", copyTime_.ms / 1e3, copyTime_.calls});
+  return out;
+}
+
+} // namespace kiln::cuda

@@ -1,0 +1,88 @@
+//===- Executor.h - Runs a compiled program on a GPU ------------*- C++ -*-===//
+//
+// One arena in device memory laid out by the compiler's plan (the same plan
+// the CPU runs); run(name) queues an entry point's steps on the compute
+// stream: kernel steps launch the CUDA functions the artifact's plan lists
+// for the kernel (with the kernel's buffers as parameters), GEMM steps go to
+// the device's GEMM (cuBLASLt) and then their epilogue kernel, copies are
+// device copies. run() returns once the work is queued; read() waits.
+//
+// Inputs: write() of an input buffer copies into one of two page-locked
+// host slots and uploads it on the copy stream into a device staging slot;
+// the next run() of a function that takes the buffer makes the compute
+// stream wait for that upload and copies the slot into the arena. So the
+// next batch travels while the current step computes, and an entry point
+// never sees another's staged inputs (their scratch memory overlaps).
+//
+// Profiling records an event pair around every step (kernels, GEMMs and
+// copies by name, as the CPU's profile).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CUDA_EXECUTOR_H
+#define KILN_RUNTIME_CUDA_EXECUTOR_H
+
+#include "runtime/core/Backend.h"
+#include "runtime/core/Package.h"
+#include "runtime/cuda/Device.h"
+
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace kiln::cuda {
+
+class Executor : public Backend {
+public:
+  /// Allocates the arena (zeroed), loads the kernels and resolves every
+  /// launch of the artifact's CUDA plan.
+  static Expected<std::unique_ptr<Executor>> create(const Package &pkg,
+                                                    std::unique_ptr<Device> device);
+  ~Executor() override;
+
+  const program::Program &program() const override { return program_; }
+  std::string describe() const override { return device_->describe(); }
+  Status write(int id, const void *src, size_t bytes) override;
+  Status read(int id, void *dst, size_t bytes) override;
+  Status run(const std::string &name) override;
+  Status synchronize() override { return device_->synchronize(); }
+  bool stagesInputs() const override { return true; }
+  void setProfiling(bool on) override { profiling_ = on; }
+  std::vector<Timing> timings() override;
+
+  Device &device() { return *device_; }
+  DevicePtr address(int id) const { return arena_ + DevicePtr(program_.buffers[size_t(id)].offset); }
+
+private:
+  Executor() = default;
+  Status runKernel(int kernel, const std::vector<int> &args);
+
+  program::Program program_;
+  gpu::Plan plan_;
+  std::unique_ptr<Device> device_;
+  DevicePtr arena_ = 0;
+  /// Per program kernel: the function handle of each launch.
+  std::vector<std::vector<int>> functions_;
+  std::map<std::string, std::string> provenance_;
+
+  /// Double-buffered input staging, per input buffer.
+  struct Staging {
+    void *host[2] = {nullptr, nullptr};
+    DevicePtr device[2] = {0, 0};
+    int uploaded[2] = {-1, -1}; ///< event: the upload from host[i] is done
+    int consumed[2] = {-1, -1}; ///< event: device[i] was copied into the arena
+    bool used[2] = {false, false};
+    int next = 0;     ///< slot the next write takes
+    int pending = -1; ///< slot written but not yet copied into the arena
+  };
+  std::map<int, Staging> staging_;
+
+  bool profiling_ = false;
+  int eventA_ = -1, eventB_ = -1;
+  struct Acc { double ms = 0; int64_t calls = 0; };
+  std::vector<Acc> kernelTime_;
+  Acc gemmTime_, copyTime_;
+};
+
+} // namespace kiln::cuda
+
+#endif // KILN_RUNTIME_CUDA_EXECUTOR_H
