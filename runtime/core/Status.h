@@ -8,11 +8,31 @@
 #ifndef KILN_RUNTIME_CORE_STATUS_H
 #define KILN_RUNTIME_CORE_STATUS_H
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
 
 namespace kiln {
+
+/// `file` (a __FILE__) relative to the repository root, so that messages say
+/// "runtime/cuda/Driver.cpp:88" wherever and however the tree was built: an
+/// absolute path loses the prefix this header's own __FILE__ has, a relative
+/// one (ccache's CCACHE_BASEDIR makes "../runtime/...") its leading "../".
+inline const char *sourcePath(const char *file) {
+  static constexpr char self[] = __FILE__;
+  constexpr size_t prefix = sizeof(self) - sizeof("runtime/core/Status.h");
+  if (std::strncmp(file, self, prefix) == 0)
+    file += prefix;
+  for (;;) {
+    if (std::strncmp(file, "./", 2) == 0)
+      file += 2;
+    else if (std::strncmp(file, "../", 3) == 0)
+      file += 3;
+    else
+      return file;
+  }
+}
 
 /// Why an operation failed; tools map these to exit codes (0/1/2).
 enum class ErrorKind {

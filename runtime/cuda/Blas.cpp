@@ -16,15 +16,6 @@ using program::GemmParams;
 
 namespace {
 
-const char *relativeSource(const char *file) {
-#ifdef KILN_SOURCE_DIR
-  size_t n = std::strlen(KILN_SOURCE_DIR);
-  if (std::strncmp(file, KILN_SOURCE_DIR, n) == 0)
-    return file + n;
-#endif
-  return file;
-}
-
 std::string describe(cublasStatus_t s) {
   return fmt::format("{} ({})", cublasLtGetStatusName(s),
                      cublasLtGetStatusString(s));
@@ -35,7 +26,7 @@ Status blasStatus(cublasStatus_t s, const char *call, const char *file,
   if (s == CUBLAS_STATUS_SUCCESS)
     return Status::ok();
   return Status::internal(fmt::format("{} failed at {}:{}: {}", call,
-                                      relativeSource(file), line, describe(s)));
+                                      sourcePath(file), line, describe(s)));
 }
 
 /// CUBLAS_CHECK of the house style: the call, file:line and cuBLAS's own

@@ -74,17 +74,6 @@ std::string errorText(const Driver &d, CUresult code) {
   return "the driver gave no description";
 }
 
-/// Strips the source tree's prefix from __FILE__ so messages say
-/// "runtime/cuda/Executor.cpp:88" wherever the tree was built.
-const char *relativeSource(const char *file) {
-#ifdef KILN_SOURCE_DIR
-  size_t n = std::strlen(KILN_SOURCE_DIR);
-  if (std::strncmp(file, KILN_SOURCE_DIR, n) == 0)
-    return file + n;
-#endif
-  return file;
-}
-
 Expected<const Driver *> open(const std::string &library) {
   void *handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -226,7 +215,7 @@ Status checkResult(const Driver &driver, CUresult code, const char *call,
   if (code == CUDA_SUCCESS)
     return Status::ok();
   std::string message =
-      fmt::format("{} failed at {}:{}: {}", call, relativeSource(file), line,
+      fmt::format("{} failed at {}:{}: {}", call, sourcePath(file), line,
                   driver.describe(code));
   switch (code) {
   case CUDA_ERROR_OUT_OF_MEMORY:

@@ -17,22 +17,12 @@ namespace kiln::cuda {
 
 namespace {
 
-/// Strips the source tree's prefix from __FILE__ (see Driver.cpp).
-const char *relativeSource(const char *file) {
-#ifdef KILN_SOURCE_DIR
-  size_t n = std::strlen(KILN_SOURCE_DIR);
-  if (std::strncmp(file, KILN_SOURCE_DIR, n) == 0)
-    return file + n;
-#endif
-  return file;
-}
-
 Status nvrtcStatus(nvrtcResult code, const char *call, const char *file,
                    int line, const std::string &detail = {}) {
   if (code == NVRTC_SUCCESS)
     return Status::ok();
   std::string message =
-      fmt::format("{} failed at {}:{}: {}", call, relativeSource(file), line,
+      fmt::format("{} failed at {}:{}: {}", call, sourcePath(file), line,
                   nvrtcGetErrorString(code));
   if (!detail.empty())
     message += "\n" + detail;
