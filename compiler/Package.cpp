@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 using namespace mlir;
@@ -122,6 +123,7 @@ buildPackage(ModuleOp module, const CompiledProgram &compiled, const PackageInpu
   if (!interp::run(init, {seed}, values, error))
     return Status::internal("running @init: " + error);
   ckpt::Checkpoint initial;
+  std::vector<std::string> zeroInitializers;
   for (unsigned r = 0; r < init.getNumResults(); ++r) {
     auto name = init.getResultAttrOfType<StringAttr>(r, KilnDialect::kOutputAttr);
     int id = name ? p.persistent(name.str()) : -1;
@@ -131,6 +133,11 @@ buildPackage(ModuleOp module, const CompiledProgram &compiled, const PackageInpu
     if (!toBytes(values[r], p.buffers[id], t))
       return Status::internal("initial value of '" + name.str() +
                               "' does not match its buffer");
+    if (in.omitZeroInitializers &&
+        std::all_of(t.bytes.begin(), t.bytes.end(), [](char c) { return c == 0; })) {
+      zeroInitializers.push_back(t.name);
+      continue;
+    }
     initial.tensors.push_back(std::move(t));
   }
   initial.metadata["seed"] = std::to_string(in.seed);
@@ -161,6 +168,8 @@ buildPackage(ModuleOp module, const CompiledProgram &compiled, const PackageInpu
   }
   m["params"] = params;
   m["state"] = state;
+  if (in.omitZeroInitializers)
+    m["zero_initializers"] = zeroInitializers;
   json fns = json::object();
   for (const program::Function &f : p.functions) {
     json args = json::array(), results = json::array();

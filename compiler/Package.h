@@ -3,7 +3,8 @@
 // writePackage() assembles the sections docs/artifact.md defines from a
 // compiled program: the manifest (signature, train config, compiler and
 // source identity), initial parameters and optimizer state (from @init on
-// the reference interpreter, with the given seed), the buffer plan and
+// the reference interpreter, with the given seed; all-zero values optionally
+// listed by name instead of stored), the buffer plan and
 // schedule, the CPU kernels as LLVM bitcode, and provenance.
 //
 //===----------------------------------------------------------------------===//
@@ -26,6 +27,10 @@ struct PackageInputs {
   std::vector<artifact::Section> extraSections;
   /// The manifest's "kernels" entry for CUDA (JSON text), when present.
   std::string cudaManifest;
+  /// Leave initial values whose bytes are all zero (optimizer moments,
+  /// zero-initialised biases) out of the initializers section; the manifest
+  /// lists them under "zero_initializers" and Package::open re-creates them.
+  bool omitZeroInitializers = false;
 };
 
 Expected<std::vector<artifact::Section>>

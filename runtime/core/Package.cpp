@@ -86,6 +86,30 @@ Expected<Package> Package::open(const std::string &path) {
   if (!initial)
     return initial.status();
   pkg.initial = std::move(*initial);
+  // kilnc --omit-zero-initializers: all-zero initial values are listed by
+  // name instead of stored; each must be a persistent buffer not stored too.
+  if (m.contains("zero_initializers")) {
+    const json &zs = m["zero_initializers"];
+    if (!zs.is_array())
+      return bad("the manifest's zero_initializers is not a list of names");
+    for (const json &z : zs) {
+      std::string name = z.is_string() ? z.get<std::string>() : "";
+      int id = pkg.program.persistent(name);
+      if (id < 0)
+        return bad(fmt::format("zero_initializers names '{}', which is not a parameter or "
+                               "state buffer of the plan", z.is_string() ? name : z.dump()));
+      if (pkg.initial.find(name))
+        return bad(fmt::format("'{}' is both stored in the initializers and listed in "
+                               "zero_initializers", name));
+      const program::Buffer &b = pkg.program.buffers[id];
+      ckpt::Tensor t;
+      t.name = name;
+      t.dtype = safetensorsDType(b.dtype);
+      t.shape = b.shape;
+      t.bytes.assign(size_t(b.numElements() * ckpt::dtypeWidth(t.dtype)), '\0');
+      pkg.initial.tensors.push_back(std::move(t));
+    }
+  }
   if (Status s = checkPersistent(pkg.program, pkg.initial, path + " (initializers)"); !s)
     return s;
   if (const artifact::Section *k = a->find("kernels.cpu"))

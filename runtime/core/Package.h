@@ -3,7 +3,8 @@
 // Package::open() reads an artifact and checks it hangs together before
 // anything runs: the container (Artifact.h), the manifest's format, the
 // buffer plan (Program::parse), initial values for every parameter and state
-// buffer with matching dtype and shape, and kernels for the requested
+// buffer with matching dtype and shape (stored, or listed in the manifest's
+// "zero_initializers" and re-created as zeros), and kernels for the requested
 // target. Every failure names the file and says what to do.
 //
 //===----------------------------------------------------------------------===//

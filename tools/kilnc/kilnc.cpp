@@ -118,6 +118,17 @@ cl::opt<std::string> target("target",
                             cl::desc("Code generation targets: cpu (default), cuda, or "
                                      "cpu,cuda (one artifact for both)"),
                             cl::init("cpu"), cl::cat(kilncCategory));
+cl::opt<int> cudaMaxRegisters(
+    "cuda-maxrregcount",
+    cl::desc("Registers per thread the CUDA kernels may use (__maxnreg__ on every kernel; "
+             "default: the launch bounds decide); kernels that then spill are flagged"),
+    cl::init(0), cl::cat(kilncCategory));
+cl::opt<bool> omitZeroInitializers(
+    "omit-zero-initializers",
+    cl::desc("Leave all-zero initial values (optimizer moments, zero biases) out of the "
+             "artifact: the manifest lists them and kiln-run re-creates them (an Adam "
+             "model's artifact shrinks by about two thirds)"),
+    cl::init(false), cl::cat(kilncCategory));
 cl::list<std::string> cudaArchs(
     "cuda-arch",
     cl::desc("GPU architectures compiled ahead of time with NVRTC (PTX and CUBIN; "
@@ -166,11 +177,15 @@ namespace {
 /// plan, and PTX + CUBIN for each ahead-of-time architecture. Prints one line
 /// per architecture and a warning per kernel that spills registers.
 bool buildCuda(const kiln::CompiledProgram &compiled, const kiln::CudaProgram &cuda,
-               const std::vector<std::string> &archs, kiln::PackageInputs &in,
-               std::string &error) {
+               const std::vector<std::string> &archs, int maxRegisters,
+               kiln::PackageInputs &in, std::string &error) {
   using kiln::artifact::Section;
   using kiln::artifact::SectionKind;
-  std::string source = std::string(kiln::cuda::preludeText()) + "\n" + cuda.source;
+  // A register cap is part of the source, so that a load-time NVRTC compile
+  // for another architecture honours it too.
+  std::string source =
+      (maxRegisters > 0 ? fmt::format("#define KILN_MAX_REGISTERS {}\n", maxRegisters) : "") +
+      std::string(kiln::cuda::preludeText()) + "\n" + cuda.source;
   kiln::gpu::Plan plan;
   for (const auto &k : cuda.kernels) {
     std::vector<kiln::gpu::Launch> ls;
@@ -232,6 +247,7 @@ bool buildCuda(const kiln::CompiledProgram &compiled, const kiln::CudaProgram &c
   }
 #else
   (void)archs;
+  (void)maxRegisters;
   std::fprintf(stderr, "kilnc: built without the CUDA toolkit: the artifact holds the CUDA "
                        "source only; kiln-run compiles it with NVRTC when it loads\n");
 #endif
@@ -434,7 +450,8 @@ int main(int argc, char **argv) {
       in.sourceText = source.text();
       in.target = target;
       in.seed = 0;
-      if (cuda && !buildCuda(*compiled, *cuda, archs, in, err)) {
+      in.omitZeroInitializers = omitZeroInitializers;
+      if (cuda && !buildCuda(*compiled, *cuda, archs, cudaMaxRegisters, in, err)) {
         std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
         return 2;
       }
