@@ -548,6 +548,12 @@ private:
       // Outputs written over inputs (one loop nest reads each element
       // before writing it).
       k.inPlaceSafe = !ties.empty();
+      k.numInputs = int(ins.size());
+      for (int a = int(ins.size()); a < numBufferArgs; ++a)
+        k.writes.push_back(a);
+      for (auto [o, i] : ties)
+        k.writes.push_back(int(i));
+      llvm::sort(k.writes);
       for (Operation *m : members) {
         if (isa<ConstantOp>(m))
           continue;

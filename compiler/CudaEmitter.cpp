@@ -227,7 +227,7 @@ void KernelEmitter::finish(const std::string &fname, const char *form, int64_t g
                            int64_t block, std::vector<CudaLaunch> &launches, int64_t shared) {
   code_ += fmt::format("// {}: {} form, grid {}, block {}\n", name_, form, grid, block);
   std::string sig = signature(fname);
-  sig.insert(sig.find(" void ") + 6, fmt::format("__launch_bounds__({}) ", block));
+  sig.insert(sig.find(" void ") + 6, fmt::format("KILN_BOUNDS({}) ", block));
   code_ += sig + " {\n";
   code_ += body_;
   code_ += "}\nKILN_EMU_SHIM(" + fname + ");\n\n";
@@ -585,11 +585,108 @@ void KernelEmitter::store(unsigned i, ArrayRef<std::string> idx) {
 LogicalResult KernelEmitter::emitElementwise(std::vector<CudaLaunch> &launches) {
   Block &b = fusion_.getBlock();
   auto yields = b.getTerminator()->getOperands();
-  // Outputs grouped by shape, one launch per shape.
+  // A launch per output shape, and at most 8 outputs per launch: one
+  // thread's share of a wide multi-output kernel (13 optimizer updates) would
+  // not fit in registers; shared scalar work is recomputed per launch.
+  //
+  // Outputs written over an input (parameters and optimizer state updated
+  // in place) constrain the split: a launch that overwrites X must not run
+  // before a launch that still reads X. Outputs of one shape that touch the
+  // same overwritten input stay in one launch; across shapes, readers are
+  // ordered before the writer.
+  unsigned numOut = yields.size();
+  SmallVector<int> writesInput(numOut, -1); // kernel arg overwritten, or -1
+  SmallVector<llvm::DenseSet<unsigned>> reads(numOut);
+  for (unsigned o = 0; o < numOut; ++o) {
+    for (auto &[arg, num] : argOf_)
+      if (num == outArg_[o])
+        writesInput[o] = int(num);
+    llvm::DenseSet<Value> seen;
+    SmallVector<Value> work{yields[o]};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (isa<BlockArgument>(v)) {
+        if (argOf_.count(v))
+          reads[o].insert(argOf_.lookup(v));
+        continue;
+      }
+      for (Value x : v.getDefiningOp()->getOperands())
+        work.push_back(x);
+    }
+  }
+  auto conflict = [&](unsigned a, unsigned b) {
+    return (writesInput[a] >= 0 && reads[b].count(unsigned(writesInput[a]))) ||
+           (writesInput[b] >= 0 && reads[a].count(unsigned(writesInput[b])));
+  };
   std::map<SmallVector<int64_t>, SmallVector<unsigned>> byShape;
   for (auto [i, y] : llvm::enumerate(yields))
     byShape[SmallVector<int64_t>(tensorOf(y).getShape())].push_back(unsigned(i));
-  for (auto &[shape, outs] : byShape) {
+  std::vector<std::pair<SmallVector<int64_t>, SmallVector<unsigned>>> groups;
+  for (auto &[shape, all] : byShape) {
+    // Components of outputs linked by in-place hazards, packed into launches.
+    SmallVector<unsigned> comp(all.size());
+    for (unsigned i = 0; i < all.size(); ++i)
+      comp[i] = i;
+    std::function<unsigned(unsigned)> root = [&](unsigned i) {
+      return comp[i] == i ? i : comp[i] = root(comp[i]);
+    };
+    for (unsigned i = 0; i < all.size(); ++i)
+      for (unsigned j = i + 1; j < all.size(); ++j)
+        if (conflict(all[i], all[j]))
+          comp[root(i)] = root(j);
+    std::map<unsigned, SmallVector<unsigned>> members;
+    for (unsigned i = 0; i < all.size(); ++i)
+      members[root(i)].push_back(all[i]);
+    SmallVector<SmallVector<unsigned>> comps;
+    for (unsigned i = 0; i < all.size(); ++i)
+      if (root(i) == i)
+        comps.push_back(members[i]);
+    SmallVector<unsigned> cur;
+    for (auto &c : comps) {
+      if (!cur.empty() && cur.size() + c.size() > 8) {
+        groups.push_back({shape, cur});
+        cur.clear();
+      }
+      cur.append(c.begin(), c.end());
+    }
+    if (!cur.empty())
+      groups.push_back({shape, cur});
+  }
+  // Order the launches: a launch that reads X before the one overwriting it.
+  {
+    size_t g = groups.size();
+    std::vector<SmallVector<size_t>> after(g);
+    std::vector<int> indegree(g, 0);
+    for (size_t a = 0; a < g; ++a)
+      for (size_t w = 0; w < g; ++w)
+        if (a != w && llvm::any_of(groups[a].second, [&](unsigned ra) {
+              return llvm::any_of(groups[w].second, [&](unsigned ow) {
+                return writesInput[ow] >= 0 && reads[ra].count(unsigned(writesInput[ow]));
+              });
+            })) {
+          after[a].push_back(w);
+          ++indegree[w];
+        }
+    std::vector<std::pair<SmallVector<int64_t>, SmallVector<unsigned>>> ordered;
+    std::vector<bool> done(g, false);
+    while (ordered.size() < g) {
+      size_t next = g;
+      for (size_t i = 0; i < g && next == g; ++i)
+        if (!done[i] && indegree[i] == 0)
+          next = i;
+      if (next == g)
+        return fail(nullptr, "outputs of different shapes written over inputs that each "
+                             "other's outputs read");
+      done[next] = true;
+      for (size_t w : after[next])
+        --indegree[w];
+      ordered.push_back(groups[next]);
+    }
+    groups = std::move(ordered);
+  }
+  for (auto &[shape, outs] : groups) {
     int64_t n = product(shape);
     // float4 when every output is f32 and every value on the way is
     // elementwise at this shape (or a broadcast scalar): each input is then

@@ -50,6 +50,8 @@ struct FusionOptions {
   /// The largest value (elements) that is recomputed per consumer group
   /// or per row instead of materialised.
   int64_t maxDuplicatedElements = 4096;
+  /// The most ops sibling optimizer updates merge into one kernel.
+  size_t maxSiblingOps = 100;
 };
 
 /// A producer -> consumer edge that was not fused, and why.

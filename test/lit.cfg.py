@@ -31,3 +31,21 @@ config.substitutions.append(("%cpu_pipeline",
 config.substitutions.append(("%runner_libs",
     os.path.join(config.llvm_tools_dir, "..", "lib", "libmlir_runner_utils.so") + "," +
     os.path.join(config.llvm_tools_dir, "..", "lib", "libmlir_c_runner_utils.so")))
+
+# CUDA: the toolkit (kilnc compiles kernels with NVRTC) and a GPU (tests
+# that run on one; without it lit reports them UNSUPPORTED, never passed).
+import subprocess
+try:
+    devices = subprocess.run([os.path.join(config.kiln_tools_dir, "kiln-run"), "devices"],
+                             capture_output=True, text=True, timeout=60).stdout
+except Exception as e:  # noqa: BLE001 - any failure means no GPU
+    devices = ""
+if "cuda[:N]" in devices:
+    config.available_features.add("cuda-toolkit")
+if "cuda-emu" in devices:
+    config.available_features.add("cuda-emu")
+if "  cuda:0 " in devices:
+    config.available_features.add("cuda-gpu")
+else:
+    lit_config.note("no CUDA GPU here: GPU tests are UNSUPPORTED (%s)" %
+                    (devices.strip().splitlines()[-1] if devices.strip() else "kiln-run devices failed"))

@@ -19,6 +19,7 @@
 #include "runtime/core/Status.h"
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,10 @@ public:
   /// Copies buffer `id` to the host (waits for queued work).
   virtual Status read(int id, void *dst, size_t bytes) = 0;
   /// Runs @name (may return before the device is done).
-  virtual Status run(const std::string &name) = 0;
+  Status run(const std::string &name) { return runSteps(name, 0, SIZE_MAX); }
+  /// Runs steps [begin, end) of @name's schedule (kiln-run check compares
+  /// backends step by step).
+  virtual Status runSteps(const std::string &name, size_t begin, size_t end) = 0;
   /// Waits until every queued operation has finished.
   virtual Status synchronize() = 0;
   /// Whether write() of an input stages it for the next run() instead of

@@ -1,6 +1,8 @@
 //===- Program.cpp - Program JSON and its validation ----------------------===//
 #include "runtime/core/Program.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -64,7 +66,8 @@ std::string Program::toJson() const {
     ks.push_back({{"symbol", k.symbol}, {"op", k.op}, {"num_args", k.numArgs},
                   {"chunks", k.chunks}, {"ops", k.ops}, {"kind", k.kind},
                   {"flops", k.flops},
-                  {"in_place_safe", k.inPlaceSafe}, {"locs", k.locs}});
+                  {"in_place_safe", k.inPlaceSafe}, {"writes", k.writes}, {"num_inputs", k.numInputs},
+                  {"locs", k.locs}});
   j["kernels"] = ks;
   json fs = json::array();
   for (const Function &f : functions) {
@@ -220,6 +223,12 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
       for (const json &o : e["ops"])
         if (o.is_string())
           k.ops.push_back(o.get<std::string>());
+    if (e.contains("num_inputs") && e["num_inputs"].is_number_integer())
+      k.numInputs = int(std::clamp<int64_t>(e["num_inputs"].get<int64_t>(), 0, k.numArgs));
+    if (e.contains("writes") && e["writes"].is_array())
+      for (const json &w : e["writes"])
+        if (w.is_number_integer() && w.get<int64_t>() >= 0 && w.get<int64_t>() < k.numArgs)
+          k.writes.push_back(int(w.get<int64_t>()));
     if (e.contains("locs") && e["locs"].is_array())
       for (const json &l : e["locs"])
         if (l.is_string())

@@ -97,6 +97,10 @@ struct Kernel {
   /// runtime runs pieces 0..chunks-1 in any order, on any threads.
   int chunks = 1;
   bool inPlaceSafe = false;      ///< an output may alias a same-shape input
+  /// Positions of the arguments it writes: its outputs, and the inputs its
+  /// tied outputs are written over (in-place updates).
+  std::vector<int> writes;
+  int numInputs = 0; ///< arguments [0, numInputs) are read; the rest are outputs
   std::vector<std::string> locs; ///< every model-file location it serves
 };
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -44,13 +45,15 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   return e;
 }
 
-Status Executor::run(const std::string &name) {
+Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
   const program::Function *f = program_.function(name);
   if (!f)
     return Status::error("the artifact has no @" + name);
   void *ptrs[4096];
   using clock = std::chrono::steady_clock;
-  for (const program::Step &s : f->steps) {
+  end = std::min(end, f->steps.size());
+  for (size_t si = begin; si < end; ++si) {
+    const program::Step &s = f->steps[si];
     clock::time_point t0;
     if (profiling_)
       t0 = clock::now();

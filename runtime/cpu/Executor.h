@@ -37,7 +37,7 @@ public:
 
   Status write(int id, const void *src, size_t bytes) override;
   Status read(int id, void *dst, size_t bytes) override;
-  Status run(const std::string &function) override;
+  Status runSteps(const std::string &function, size_t begin, size_t end) override;
   Status synchronize() override { return Status::ok(); }
 
   /// Per-step timing (off by default): seconds per kernel symbol ("gemm",

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace kiln::cuda {
@@ -149,7 +150,7 @@ Status Executor::runKernel(int kernel, const std::vector<int> &args) {
   return Status::ok();
 }
 
-Status Executor::run(const std::string &name) {
+Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
   const program::Function *f = program_.function(name);
   if (!f)
     return Status::error("the artifact has no @" + name);
@@ -170,7 +171,9 @@ Status Executor::run(const std::string &name) {
     if (Status s = device_->record(st.consumed[slot], Stream::Compute); !s)
       return s;
   }
-  for (const program::Step &s : f->steps) {
+  end = std::min(end, f->steps.size());
+  for (size_t si = begin; si < end; ++si) {
+    const program::Step &s = f->steps[si];
     if (profiling_)
       if (Status r = device_->record(eventA_, Stream::Compute); !r)
         return r;

@@ -43,7 +43,7 @@ public:
   std::string describe() const override { return device_->describe(); }
   Status write(int id, const void *src, size_t bytes) override;
   Status read(int id, void *dst, size_t bytes) override;
-  Status run(const std::string &name) override;
+  Status runSteps(const std::string &name, size_t begin, size_t end) override;
   Status synchronize() override { return device_->synchronize(); }
   bool stagesInputs() const override { return true; }
   void setProfiling(bool on) override { profiling_ = on; }

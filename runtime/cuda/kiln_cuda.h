@@ -168,6 +168,14 @@ typedef void (*KilnEmuShim)(struct KilnEmuThread *self, void **params);
 
 #define KILN_CUDA_EMULATION 0
 #define KILN_KERNEL extern "C" __global__
+/// A kernel's launch bounds: the block size it is launched with, or, when
+/// the artifact was compiled with a register cap (kilnc
+/// --cuda-maxrregcount), that cap (launch bounds would override it).
+#ifdef KILN_MAX_REGISTERS
+#define KILN_BOUNDS(block) __maxnreg__(KILN_MAX_REGISTERS)
+#else
+#define KILN_BOUNDS(block) __launch_bounds__(block)
+#endif
 #define KILN_EMU_SHIM(name) static_assert(true, "no emulator shim under CUDA")
 #define KILN_DYNAMIC_SHARED(type, name)                                        \
   extern __shared__ __align__(16) unsigned char kiln_dynamic_shared_[];        \
@@ -196,6 +204,8 @@ typedef void (*KilnEmuShim)(struct KilnEmuThread *self, void **params);
 #define __noinline__ __attribute__((noinline))
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
+#define __maxnreg__(...)
+#define KILN_BOUNDS(block)
 #define __shared__ static thread_local
 // __restrict__ is a GNU keyword already.
 

@@ -128,3 +128,39 @@ Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const Backend
 }
 
 } // namespace kiln::run
+
+#ifdef KILN_HAVE_CUDA_DEVICE
+#include "runtime/cuda/Driver.h"
+#endif
+
+namespace kiln::run {
+
+int devicesCommand(const std::vector<std::string> &args) {
+  if (!args.empty()) {
+    fmt::print(stderr, "kiln-run: error: devices takes no arguments\n");
+    return 1;
+  }
+  fmt::print("backends in this kiln-run: {}\n", availableDevices());
+#ifdef KILN_HAVE_CUDA_DEVICE
+  auto driver = cuda::Driver::load();
+  if (!driver) {
+    fmt::print("no GPU: {}\n", driver.status().message());
+    return 0;
+  }
+  auto devices = cuda::listDevices(**driver);
+  if (!devices) {
+    fmt::print("no GPU: {}\n", devices.status().message());
+    return 0;
+  }
+  fmt::print("NVIDIA driver {} ({}), {} GPU(s):\n", (*driver)->versionString(),
+             (*driver)->library, devices->size());
+  for (const cuda::DeviceInfo &d : *devices)
+    fmt::print("  cuda:{}  {}  {}  {} SMs  {:.1f} GiB\n", d.ordinal, d.name, cuda::archName(d),
+               d.smCount, double(d.totalMemory) / (1 << 30));
+#else
+  fmt::print("no GPU: this kiln-run was built without the CUDA backend\n");
+#endif
+  return 0;
+}
+
+} // namespace kiln::run

@@ -76,6 +76,8 @@ struct Flags {
   std::string data, valData, checkpoint, resume, cacheDir, vocab, lossLog;
   std::string prompt = "\n";
   double temperature = 0.8;
+  double tolerance = 1e-4;   ///< kiln-run check
+  std::string against = "cpu"; ///< kiln-run check: the reference device
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
   bool inOrder = false; ///< .npy training data in file order, no shuffling
@@ -111,6 +113,18 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--top-k") { if ((s = value(v))) s = intArg(a, v, 0, f.topK); }
     else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.threads = int(n); } }
     else if (a == "--seed") { if ((s = value(v))) { s = intArg(a, v, 0, n); f.seed = uint64_t(n); f.seedSet = true; } }
+    else if (a == "--tolerance" || a == "--against") {
+      if ((s = value(v))) {
+        if (a == "--against")
+          f.against = v;
+        else {
+          char *end = nullptr;
+          f.tolerance = std::strtod(v.c_str(), &end);
+          if (*end || !(f.tolerance > 0))
+            s = Status::error("--tolerance needs a number > 0");
+        }
+      }
+    }
     else if (a == "--temperature") {
       if ((s = value(v))) {
         char *end = nullptr;
@@ -802,6 +816,269 @@ int trainCommand(const std::vector<std::string> &args) {
       fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {}\n", 100 * v.first / sum, v.first,
                  v.second, op);
   }
+  return 0;
+}
+
+
+namespace {
+
+/// How far apart two copies of a buffer are: the largest difference
+/// relative to the reference's largest magnitude (floats), or the number of
+/// differing elements (integers, booleans).
+struct Diff {
+  double error = 0;
+  double absolute = 0;   ///< largest absolute difference (floats)
+  int64_t nonFinite = 0; ///< NaN/inf in the checked copy but not in the reference
+  bool exact = true;     ///< integer/boolean buffer
+};
+
+Diff compareBuffers(const Buffer &b, const std::string &ref, const std::string &got) {
+  Diff d;
+  int64_t n = b.numElements();
+  auto floats = [&](auto tag) {
+    using T = decltype(tag);
+    const T *r = reinterpret_cast<const T *>(ref.data());
+    const T *g = reinterpret_cast<const T *>(got.data());
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isfinite(double(r[i])))
+        scale = std::max(scale, std::fabs(double(r[i])));
+    for (int64_t i = 0; i < n; ++i) {
+      double x = double(r[i]), y = double(g[i]);
+      if (std::isfinite(x) != std::isfinite(y) || (std::isnan(x) != std::isnan(y))) {
+        ++d.nonFinite;
+        continue;
+      }
+      if (std::isfinite(x))
+        worst = std::max(worst, std::fabs(x - y));
+    }
+    d.error = worst / std::max(scale, 1e-30);
+    d.absolute = worst;
+  };
+  if (b.dtype == DType::F32) {
+    d.exact = false;
+    floats(float());
+  } else if (b.dtype == DType::F64) {
+    d.exact = false;
+    floats(double());
+  } else if (b.dtype == DType::F16 || b.dtype == DType::BF16) {
+    d.exact = false;
+    std::string rf, gf; // widen to float
+    auto widen = [&](const std::string &src, std::string &dst) {
+      dst.resize(size_t(n) * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src.data() + 2 * i, 2);
+        float f;
+        if (b.dtype == DType::BF16) {
+          uint32_t u = uint32_t(h) << 16;
+          std::memcpy(&f, &u, 4);
+        } else {
+          int e = (h >> 10) & 31, m = h & 1023, sgn = h >> 15;
+          double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                                                           : std::ldexp(1024 + m, e - 25);
+          f = float(sgn ? -v : v);
+        }
+        std::memcpy(&dst[size_t(i) * 4], &f, 4);
+      }
+    };
+    widen(ref, rf);
+    widen(got, gf);
+    const float *r = reinterpret_cast<const float *>(rf.data());
+    const float *g = reinterpret_cast<const float *>(gf.data());
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isfinite(r[i]))
+        scale = std::max(scale, double(std::fabs(r[i])));
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isfinite(r[i]) && std::isfinite(g[i]))
+        worst = std::max(worst, double(std::fabs(r[i] - g[i])));
+      else if (std::isfinite(r[i]) != std::isfinite(g[i]))
+        ++d.nonFinite;
+    d.error = worst / std::max(scale, 1e-30);
+    d.absolute = worst;
+  } else {
+    int64_t width = program::dtypeBytes(b.dtype), differing = 0;
+    for (int64_t i = 0; i < n; ++i)
+      differing += std::memcmp(ref.data() + i * width, got.data() + i * width, size_t(width)) != 0;
+    d.error = double(differing);
+  }
+  return d;
+}
+
+} // namespace
+
+int checkCommand(const std::vector<std::string> &args) {
+  Flags f;
+  std::unique_ptr<Model> model;
+  if (int rc = begin(args, f, model))
+    return rc;
+  if (f.device == "cpu")
+    f.device = "cuda-emu";
+  Model &m = *model;
+  // Two backends on the same artifact: the reference and the one checked.
+  Flags rf = f;
+  rf.device = f.against;
+  rf.quiet = true;
+  Model ref;
+  ref.pkg = m.pkg;
+  if (Status s = ref.compile(rf); !s)
+    return fail(s);
+  if (Status s = m.compile(f); !s)
+    return fail(s);
+  const program::Program &p = m.prog();
+  fmt::print("kiln-run check: every step of @train_step, @eval_step and @predict on {} "
+             "against {}: the step's inputs copied from the reference, its outputs poisoned "
+             "(NaN) first; tolerance {:g} of each tensor's largest value (times sqrt(N/65536) for sums of N > 65536 terms) or 1e-6 absolute (integers: exact)\n",
+             m.exec->describe(), ref.exec->describe(), f.tolerance);
+  // Random batches: tokens below the vocabulary, floats in [-1, 1).
+  uint64_t seed = f.seedSet ? f.seed : 1;
+  int64_t vocab = std::max<int64_t>(m.vocabSize(), 2);
+  struct Worst { double error = 0; std::string where; int64_t checked = 0; };
+  std::map<std::string, Worst> byForm;
+  int failures = 0;
+  auto readAll = [&](Backend &b, int id, std::string &out) {
+    out.resize(size_t(p.buffers[size_t(id)].bytes));
+    return b.read(id, out.data(), out.size());
+  };
+  for (const char *fn : {"train_step", "eval_step", "predict"}) {
+    const program::Function *func = p.function(fn);
+    if (!func)
+      continue;
+    for (int id : func->args) {
+      const Buffer &b = p.buffers[size_t(id)];
+      if (b.role != Role::Input)
+        continue;
+      std::string bytes(size_t(b.bytes), '\0');
+      for (int64_t i = 0; i < b.numElements(); ++i) {
+        uint64_t r = random::bits(seed, uint64_t(id) + 0xc4ecULL, uint64_t(i));
+        if (b.name == "step") {
+          int64_t v = 0;
+          std::memcpy(&bytes[0], &v, 8);
+          break;
+        }
+        if (b.dtype == DType::I32) {
+          int32_t v = int32_t(r % uint64_t(vocab));
+          std::memcpy(&bytes[size_t(i) * 4], &v, 4);
+        } else if (b.dtype == DType::I64) {
+          int64_t v = int64_t(r % uint64_t(vocab));
+          std::memcpy(&bytes[size_t(i) * 8], &v, 8);
+        } else if (b.dtype == DType::F32) {
+          float v = float(double(r >> 40) / double(1 << 24) * 2 - 1);
+          std::memcpy(&bytes[size_t(i) * 4], &v, 4);
+        }
+      }
+      if (Status s = ref.exec->write(id, bytes.data(), bytes.size()); !s)
+        return fail(s);
+    }
+    for (size_t si = 0; si < func->steps.size(); ++si) {
+      const program::Step &st = func->steps[si];
+      std::vector<int> all = st.args, written;
+      std::string what, form;
+      if (st.kind == program::Step::Kernel) {
+        const program::Kernel &k = p.kernels[size_t(st.kernel)];
+        for (int w : k.writes)
+          written.push_back(st.args[size_t(w)]);
+        what = k.symbol;
+        form = m.pkg.hasCuda && !m.pkg.cudaPlan.kernels[size_t(st.kernel)].empty()
+                   ? m.pkg.cudaPlan.kernels[size_t(st.kernel)][0].form
+                   : k.kind;
+      } else if (st.kind == program::Step::Gemm) {
+        written.push_back(st.args[2]);
+        what = "gemm";
+        form = "gemm";
+        if (st.epilogue >= 0) {
+          all.insert(all.end(), st.epilogueArgs.begin(), st.epilogueArgs.end());
+          for (int w : p.kernels[size_t(st.epilogue)].writes)
+            written.push_back(st.epilogueArgs[size_t(w)]);
+          what = "gemm + " + p.kernels[size_t(st.epilogue)].symbol;
+          form = "gemm+epilogue";
+        }
+      } else {
+        written.push_back(st.args[1]);
+        what = "copy";
+        form = "copy";
+      }
+      // The reference's state before the step, for every buffer it touches;
+      // outputs that are not also read start as NaN.
+      // Buffers the step reads.
+      std::vector<int> reads;
+      if (st.kind == program::Step::Kernel) {
+        const program::Kernel &k = p.kernels[size_t(st.kernel)];
+        reads.assign(st.args.begin(), st.args.begin() + k.numInputs);
+      } else if (st.kind == program::Step::Gemm) {
+        reads = {st.args[0], st.args[1]};
+        if (st.epilogue >= 0) {
+          const program::Kernel &k = p.kernels[size_t(st.epilogue)];
+          reads.insert(reads.end(), st.epilogueArgs.begin(),
+                       st.epilogueArgs.begin() + k.numInputs);
+        }
+      } else {
+        reads = {st.args[0]};
+      }
+      for (int id : all) {
+        std::string bytes;
+        if (Status s = readAll(*ref.exec, id, bytes); !s)
+          return fail(s);
+        bool read = std::count(reads.begin(), reads.end(), id) > 0;
+        // The GEMM's own result is read by its epilogue but written first.
+        if (st.kind == program::Step::Gemm && id == st.args[2])
+          read = false;
+        if (!read)
+          std::fill(bytes.begin(), bytes.end(), '\xff');
+        if (Status s = m.exec->write(id, bytes.data(), bytes.size()); !s)
+          return fail(s);
+      }
+      if (Status s = ref.exec->runSteps(fn, si, si + 1); !s)
+        return fail(s);
+      if (Status s = m.exec->runSteps(fn, si, si + 1); !s)
+        return fail(s);
+      for (int id : written) {
+        std::string a, b;
+        if (Status s = readAll(*ref.exec, id, a); !s)
+          return fail(s);
+        if (Status s = readAll(*m.exec, id, b); !s)
+          return fail(s);
+        const Buffer &buf = p.buffers[size_t(id)];
+        Diff d = compareBuffers(buf, a, b);
+        // Relative to the tensor's largest value, with an absolute floor for
+        // values that are rounding noise around zero (a row sum of
+        // softmax - onehot is 0 in exact arithmetic, ~1e-8 in float32).
+        // Sums over many elements differ by their order (the CPU adds in
+        // sequence, a GPU in a tree): about sqrt(N) roundings of 2^-24, so
+        // the tolerance grows as sqrt(N / 65536) past 65536 terms per output.
+        int64_t largestIn = 1;
+        for (int r : reads)
+          largestIn = std::max(largestIn, p.buffers[size_t(r)].numElements());
+        double terms = double(largestIn) / double(std::max<int64_t>(buf.numElements(), 1));
+        double tol = f.tolerance * std::max(1.0, std::sqrt(terms / 65536.0));
+        bool bad = d.nonFinite > 0 ||
+                   (d.exact ? d.error > 0 : d.error > tol && d.absolute > 1e-6);
+        Worst &w = byForm[form];
+        w.checked++;
+        if (d.error > w.error || (bad && w.error <= f.tolerance)) {
+          w.error = d.error;
+          w.where = fmt::format("@{} step {} {}", fn, si, what);
+        }
+        if (bad && failures++ < 20)
+          fmt::print("  MISMATCH @{} step {} {} ({}): output {} {}[{}]: {} {}{}\n", fn, si, what,
+                     form, buf.name.empty() ? "#" + std::to_string(id) : buf.name,
+                     program::dtypeName(buf.dtype), fmt::join(buf.shape, "x"),
+                     d.exact ? "elements differ:" : "relative error", d.error,
+                     d.nonFinite ? fmt::format(", {} NaN/inf where the reference is finite "
+                                               "(an output not written?)", d.nonFinite)
+                                 : "");
+      }
+    }
+  }
+  fmt::print("  {:<28} {:>8} {:>12}  {}\n", "kernel form", "outputs", "worst error", "where");
+  for (auto &[form, w] : byForm)
+    fmt::print("  {:<28} {:>8} {:>12.3g}  {}\n", form, w.checked, w.error, w.where);
+  if (failures) {
+    fmt::print("kiln-run check: FAIL: {} outputs outside the tolerance\n", failures);
+    return 1;
+  }
+  fmt::print("kiln-run check: PASS\n");
   return 0;
 }
 

@@ -12,6 +12,12 @@ namespace kiln::run {
 int trainCommand(const std::vector<std::string> &args);
 int evalCommand(const std::vector<std::string> &args);
 int sampleCommand(const std::vector<std::string> &args);
+/// Runs every step of the program on two backends (--device against
+/// --against, default cuda-emu against cpu) from the same state and compares
+/// every output; exit 1 on a mismatch.
+int checkCommand(const std::vector<std::string> &args);
+/// Lists the GPUs this machine has, or says why there are none.
+int devicesCommand(const std::vector<std::string> &args);
 
 } // namespace kiln::run
 

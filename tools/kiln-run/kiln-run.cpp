@@ -16,9 +16,7 @@
 #include "runtime/core/Checkpoint.h"
 #include "runtime/core/Data.h"
 #include "runtime/core/Package.h"
-#ifdef KILN_HAVE_CPU_JIT
 #include "tools/kiln-run/Session.h"
-#endif
 
 #include <fmt/format.h>
 
@@ -63,6 +61,14 @@ const char *kUsage =
     "      CUDA kernels in the CUDA emulator on the CPU, for testing),\n"
     "      --threads N (CPU; default: all cores), --cache-dir DIR (compiled\n"
     "      kernels; default $KILN_CACHE_DIR or ~/.cache/kiln), --no-cache.\n"
+    "  kiln-run check MODEL.kpack [--device cuda|cuda-emu] [--against cpu]\n"
+    "          [--tolerance T] [--seed S]\n"
+    "      Run every step of @train_step, @eval_step and @predict on both\n"
+    "      devices from the same state (inputs copied from the reference, outputs\n"
+    "      poisoned with NaN first) and compare every output: relative error to\n"
+    "      the tensor's largest value at most T (default 1e-4), integers exact.\n"
+    "  kiln-run devices\n"
+    "      The backends of this kiln-run and the GPUs of this machine.\n"
     "  kiln-run --help\n"
     "\n"
     "Exit codes: 0 success, 1 user error, 2 internal error.\n";
@@ -222,7 +228,8 @@ void tuneBlas(char **argv) {
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
 #ifdef KILN_HAVE_BLAS
-  if (!args.empty() && (args[0] == "train" || args[0] == "eval" || args[0] == "sample"))
+  if (!args.empty() && (args[0] == "train" || args[0] == "eval" || args[0] == "sample" ||
+                        args[0] == "check"))
     tuneBlas(argv);
 #endif
   if (args.empty())
@@ -235,6 +242,10 @@ int main(int argc, char **argv) {
   args.erase(args.begin());
   if (command == "prepare")
     return prepare(args);
+  if (command == "check")
+    return kiln::run::checkCommand(args);
+  if (command == "devices")
+    return kiln::run::devicesCommand(args);
   if (command == "inspect")
     return inspect(args);
   if (command == "train")
