@@ -168,8 +168,10 @@ Pieces planPieces(Block &body) {
   for (Operation &op : body.without_terminator()) {
     if (isa<ConstantOp>(op))
       continue; // placed per use below
-    if (isa<DropoutOp, RandomOp>(op) || (isa<IotaOp>(op) && cast<IotaOp>(op).getDim() == 0))
+    if (isa<DropoutOp, RandomOp>(op))
       return none; // values depend on the global element index
+    // An iota along dim 0 is never piece-shaped (generatesPieces): it is a
+    // whole value, which every piece computes in full (a causal mask).
     SmallVector<bool> byRows;
     int64_t maxRows = rowLocality(&op, byRows);
     Value r = op.getResult(0);
@@ -422,6 +424,12 @@ private:
     }
     for (Value v : yielded)
       kernelOutTypes.push_back(split ? piece(v.getType()) : v.getType());
+    // Output views come first: empty-tensor elimination can then build each
+    // result in its destination (the view must dominate the computation),
+    // instead of in a temporary copied there at the end.
+    SmallVector<Value> outViews;
+    for (size_t i = 0; i < yielded.size(); ++i)
+      outViews.push_back(view(body->getArgument(outArg[i]), split));
     auto kf = b.create<FusionOp>(loc, kernelOutTypes, kernelIns, b.getStringAttr(kind),
                                  b.getI64IntegerAttr(rows));
     Block *kb = new Block();
@@ -474,8 +482,8 @@ private:
       kyield.push_back(km.lookup(v));
     kbb.create<YieldOp>(loc, kyield);
     for (auto [i, r] : llvm::enumerate(kf.getResults())) {
-      auto m = b.create<bufferization::MaterializeInDestinationOp>(
-          loc, TypeRange{}, r, view(body->getArgument(outArg[i]), split));
+      auto m = b.create<bufferization::MaterializeInDestinationOp>(loc, TypeRange{}, r,
+                                                                   outViews[i]);
       m.setRestrict(true);
       m.setWritable(true);
     }
@@ -1045,7 +1053,7 @@ struct PolynomialMathPass
 };
 
 /// Lowers the kernel module (kiln on memrefs) to the LLVM dialect.
-LogicalResult lowerKernels(ModuleOp kernels, std::string &error) {
+LogicalResult lowerKernels(ModuleOp kernels, bool printAfterAll, std::string &error) {
   MLIRContext *ctx = kernels.getContext();
   std::string diags;
   ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
@@ -1054,6 +1062,13 @@ LogicalResult lowerKernels(ModuleOp kernels, std::string &error) {
     return success();
   });
   PassManager pm(ctx);
+  if (printAfterAll) {
+    ctx->disableMultithreading(); // IR printing needs it
+    pm.enableIRPrinting(/*shouldPrintBeforePass=*/nullptr,
+                        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+                        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
+                        /*printAfterOnlyOnFailure=*/false, llvm::errs());
+  }
   pm.addPass(createKilnLowerToLinalgPass());
   pm.addPass(createCanonicalizerPass());
   // Folds splat constants and broadcasts into the generic that reads them
@@ -1153,7 +1168,7 @@ FailureOr<CompiledProgram> compileProgram(ModuleOp module,
     return out;
 
   OwningOpRef<ModuleOp> lowered = cast<ModuleOp>(out.kernels->getOperation()->clone());
-  if (failed(lowerKernels(*lowered, error)))
+  if (failed(lowerKernels(*lowered, options.printKernelIRAfterAll, error)))
     return failure();
   registerBuiltinDialectTranslation(*ctx);
   registerLLVMDialectTranslation(*ctx);

@@ -52,6 +52,9 @@ struct CodegenOptions {
   bool keepLLVMText = false;
   /// Group ops into fused kernels; false keeps one op per kernel.
   bool fusion = true;
+  /// Print the kernel module after every pass of the CPU lowering, to
+  /// stderr (kilnc --print-kernel-ir-after-all).
+  bool printKernelIRAfterAll = false;
 };
 
 /// Needs a module on which buildTrainProgram() ran. Returns failure with

@@ -36,6 +36,10 @@ namespace {
 
 using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
 
+/// The combiner of a float reduction may be reassociated (docs/codegen.md,
+/// "CPU code": vectorized reductions).
+constexpr arith::FastMathFlags kReassoc = arith::FastMathFlags::reassoc;
+
 RankedTensorType tt(Value v) { return cast<RankedTensorType>(v.getType()); }
 bool isF(Type t) { return isa<FloatType>(getElementTypeOrSelf(t)); }
 
@@ -290,10 +294,14 @@ struct LowerReduce : OpRewritePattern<OpT> {
     Value r = generic(rw, loc, outType, op.getOperand(), rw.getMultiDimIdentityMap(in.getRank()),
                       outMap, iters, init, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
                         bool f = isa<FloatType>(et);
+                        // reassoc: the loop vectorizer may then keep
+                        // several partial results (a tree in vector lanes);
+                        // the order is fixed by the compiled code, so
+                        // results still do not depend on the thread count.
                         if (isMax)
-                          return f ? b.create<arith::MaximumFOp>(l, a[0], a[1]).getResult()
+                          return f ? b.create<arith::MaximumFOp>(l, a[0], a[1], kReassoc).getResult()
                                    : b.create<arith::MaxSIOp>(l, a[0], a[1]).getResult();
-                        return f ? b.create<arith::AddFOp>(l, a[0], a[1]).getResult()
+                        return f ? b.create<arith::AddFOp>(l, a[0], a[1], kReassoc).getResult()
                                  : b.create<arith::AddIOp>(l, a[0], a[1]).getResult();
                       });
     if (isMean) {

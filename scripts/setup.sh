@@ -23,14 +23,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python packages for the test suite (lit itself ships with llvm-19-tools),
-# as "import-name:pip-spec"; each is installed only if the import fails.
+# Python packages (lit itself ships with llvm-19-tools), as
+# "distribution:pip-spec"; each is installed only if it is not already.
 # jax: test/jax/crosscheck.py (the JAX cross-check of the train step).
+# mkl: Intel oneMKL's libmkl_rt, which kiln-run loads at run time for the
+# CPU backend's GEMMs (runtime/cpu/Blas.h; OpenBLAS when it is missing).
 PYTHON=${PYTHON:-python3}
-PY_PACKAGES=(numpy:numpy "jax:jax[cpu]")
+PY_PACKAGES=(numpy:numpy "jax:jax[cpu]" mkl:mkl)
 for entry in "${PY_PACKAGES[@]}"; do
-  module=${entry%%:*} spec=${entry#*:}
-  "$PYTHON" -c "import $module" 2>/dev/null || "$PYTHON" -m pip install -q "$spec"
+  dist=${entry%%:*} spec=${entry#*:}
+  "$PYTHON" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$dist" 2>/dev/null ||
+    "$PYTHON" -m pip install -q "$spec"
 done
 
 # ccache hits across clones and build folders: hash paths relative to the

@@ -55,6 +55,7 @@ public:
     std::string name, op, loc;
     double seconds = 0;
     int64_t calls = 0;
+    double flops = 0; ///< floating-point operations in all calls (GEMMs), or 0
   };
   virtual std::vector<Timing> timings() = 0;
 

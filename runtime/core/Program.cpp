@@ -51,6 +51,11 @@ int Program::persistent(const std::string &name) const {
   return -1;
 }
 
+std::string gemmLabel(const GemmParams &g) {
+  return fmt::format("gemm {}{}x{}x{} {}{}", g.batch > 1 ? fmt::format("{}x", g.batch) : "",
+                     g.m, g.n, g.k, g.transposeLhs ? 'T' : 'N', g.transposeRhs ? 'T' : 'N');
+}
+
 std::string Program::toJson() const {
   json j;
   j["persistent_bytes"] = persistentBytes;

@@ -64,6 +64,14 @@ struct GemmParams {
   MatrixLayout lhsLayout, rhsLayout, outLayout;
 };
 
+/// "gemm 48x64x64x32 NT": batch (when > 1), m, n, k and the transposes
+/// (N/T for lhs and rhs), the name a profile gives a GEMM's shape.
+std::string gemmLabel(const GemmParams &g);
+/// Floating-point operations of one call (2 per multiply-add).
+inline double gemmFlops(const GemmParams &g) {
+  return 2.0 * double(g.batch) * double(g.m) * double(g.n) * double(g.k);
+}
+
 struct Step {
   enum Kind { Kernel, Gemm, Copy } kind = Kernel;
   int kernel = -1;       ///< index into Program::kernels (Kernel)

@@ -1,16 +1,17 @@
 //===- Executor.cpp - Runs a compiled program on the CPU ------------------===//
 #include "runtime/cpu/Executor.h"
 
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
-extern "C" void openblas_set_num_threads(int);
 
 namespace kiln::cpu {
 
@@ -19,6 +20,20 @@ Executor::~Executor() { std::free(arena_); }
 Expected<std::unique_ptr<Executor>>
 Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
                  int threads) {
+  if (auto b = blas(); !b)
+    return b.status();
+  // Kernels allocate their temporaries (reductions' partial results, a
+  // softmax's exponentials) with malloc on every call, from every pool
+  // thread. glibc would hand blocks over 128 KiB back to the kernel each
+  // time (mmap/munmap, or trimming a thread arena's heap), and the next
+  // call would page-fault on all of it again: a fifth of a softmax
+  // kernel's time. Keep them in the heap.
+  static bool tuned = [] {
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    return true;
+  }();
+  (void)tuned;
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = program;
   e->lib_ = std::move(lib);
@@ -39,8 +54,8 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   e->kernelSeconds_.assign(program.kernels.size(), 0.0);
   e->kernelCalls_.assign(program.kernels.size(), 0);
   // BLAS runs single-threaded inside the pool's parts (one pool, no
-  // second set of spinning threads; results independent of the count).
-  openblas_set_num_threads(1);
+  // second set of spinning threads; results independent of the count):
+  // blas() set that up.
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
   return e;
 }
@@ -78,8 +93,7 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
         clock::time_point t1;
         if (profiling_) {
           t1 = clock::now();
-          gemmTotal_ += std::chrono::duration<double>(t1 - t0).count();
-          gemmCalls_++;
+          countGemm(s, std::chrono::duration<double>(t1 - t0).count());
         }
         runKernel(s.epilogue, s.epilogueArgs, ptrs);
         if (profiling_) {
@@ -101,8 +115,7 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
         kernelSeconds_[s.kernel] += dt;
         kernelCalls_[s.kernel]++;
       } else if (s.kind == program::Step::Gemm) {
-        gemmTotal_ += dt;
-        gemmCalls_++;
+        countGemm(s, dt);
       } else {
         copySeconds_ += dt;
         copyCalls_++;
@@ -110,6 +123,19 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
     }
   }
   return Status::ok();
+}
+
+void Executor::countGemm(const program::Step &s, double seconds) {
+  std::string label = program::gemmLabel(s.gemm);
+  Timing &t = gemms_[label];
+  if (!t.calls) {
+    t.name = label;
+    t.op = "gemm (BLAS)";
+    t.loc = s.loc;
+  }
+  t.seconds += seconds;
+  t.calls++;
+  t.flops += program::gemmFlops(s.gemm);
 }
 
 void Executor::runKernel(int kernel, const std::vector<int> &args, void **ptrs) {
@@ -155,8 +181,8 @@ std::vector<Executor::Timing> Executor::timings() {
       out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
                      program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
                      kernelSeconds_[k], kernelCalls_[k]});
-  if (gemmCalls_)
-    out.push_back({"gemm (BLAS)", "gemm (BLAS)", "", gemmTotal_, gemmCalls_});
+  for (auto &[label, t] : gemms_)
+    out.push_back(t);
   if (copyCalls_)
     out.push_back({"copy", "copy", "", copySeconds_, copyCalls_});
   return out;

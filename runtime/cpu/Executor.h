@@ -16,6 +16,7 @@
 #include "runtime/cpu/Jit.h"
 #include "runtime/cpu/ThreadPool.h"
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -57,8 +58,11 @@ private:
   bool profiling_ = false;
   std::vector<double> kernelSeconds_;
   std::vector<int64_t> kernelCalls_;
-  double copySeconds_ = 0, gemmTotal_ = 0;
-  int64_t gemmCalls_ = 0, copyCalls_ = 0;
+  double copySeconds_ = 0;
+  int64_t copyCalls_ = 0;
+  /// GEMM time by shape (program::gemmLabel), with the first call's model line.
+  std::map<std::string, Timing> gemms_;
+  void countGemm(const program::Step &s, double seconds);
 };
 
 } // namespace kiln::cpu

@@ -1,8 +1,8 @@
 //===- Gemm.h - kiln.matmul on the CPU through BLAS -------------*- C++ -*-===//
 //
 // The CPU backend turns kiln.matmul into library calls rather than generated
-// loops: OpenBLAS sgemm reaches ~190 GFLOP/s on the 2-core development
-// machine, far beyond what loop nests reach. This wrapper implements the op's
+// loops (runtime/cpu/Blas.h: MKL or OpenBLAS, single-threaded; Kiln's pool
+// runs the parts of a GEMM). This wrapper implements the op's
 // exact semantics (docs/dialect.md): optional transposes of either operand,
 // batch dimensions on both sides or on one side only (a weight shared by the
 // batch). Row-major, float32, accumulation as BLAS does it (float32 FMA).
@@ -28,15 +28,16 @@ void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out
 bool foldsBatch(const MatmulShape &s);
 
 /// Part `part` of `parts` of matmul(): whole batches when the batch is not
-/// folded and has at least `parts` entries, otherwise blocks of output rows,
-/// each one BLAS call with the full K.
+/// folded and has at least `parts` entries, otherwise blocks of output rows
+/// (or of columns, for products of fewer than 128 rows such as weight
+/// gradients [128, 768] x [768, 512]), each one BLAS call with the full K.
 void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
                 int64_t part, int64_t parts);
 
 /// How many parts the executor splits a GEMM into: a function of the shape
 /// only, never of the thread count. Splitting by whole batches gives the
-/// same bits as one call; splitting rows may not (OpenBLAS picks kernels by
-/// size), so the row split is fixed per shape and results stay independent
+/// same bits as one call; splitting rows or columns may not (BLAS libraries
+/// pick kernels by size), so the split is fixed per shape and results stay independent
 /// of the number of threads that run the parts.
 int64_t gemmParts(const MatmulShape &s);
 

@@ -201,11 +201,22 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
       auto ms = device_->elapsed(eventA_, eventB_);
       if (!ms)
         return ms.status();
-      Acc &acc = s.kind == program::Step::Kernel ? kernelTime_[size_t(s.kernel)]
-                 : s.kind == program::Step::Gemm ? gemmTime_
-                                                 : copyTime_;
-      acc.ms += *ms;
-      acc.calls++;
+      if (s.kind == program::Step::Gemm) {
+        std::string label = program::gemmLabel(s.gemm);
+        Timing &t = gemms_[label];
+        if (!t.calls) {
+          t.name = label;
+          t.op = "gemm (cuBLASLt)";
+          t.loc = s.loc;
+        }
+        t.seconds += *ms / 1e3;
+        t.calls++;
+        t.flops += program::gemmFlops(s.gemm);
+      } else {
+        Acc &acc = s.kind == program::Step::Kernel ? kernelTime_[size_t(s.kernel)] : copyTime_;
+        acc.ms += *ms;
+        acc.calls++;
+      }
     }
     if (s.kind == program::Step::Gemm && s.epilogue >= 0) {
       if (profiling_)
@@ -236,8 +247,8 @@ std::vector<Backend::Timing> Executor::timings() {
       out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
                      program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
                      kernelTime_[k].ms / 1e3, kernelTime_[k].calls});
-  if (gemmTime_.calls)
-    out.push_back({"gemm (cuBLASLt)", "gemm (cuBLASLt)", "", gemmTime_.ms / 1e3, gemmTime_.calls});
+  for (auto &[label, t] : gemms_)
+    out.push_back(t);
   if (copyTime_.calls)
     out.push_back({"copy", "copy", "", copyTime_.ms / 1e3, copyTime_.calls});
   return out;

@@ -80,7 +80,9 @@ private:
   int eventA_ = -1, eventB_ = -1;
   struct Acc { double ms = 0; int64_t calls = 0; };
   std::vector<Acc> kernelTime_;
-  Acc gemmTime_, copyTime_;
+  Acc copyTime_;
+  /// GEMM time by shape (program::gemmLabel), with the first call's model line.
+  std::map<std::string, Timing> gemms_;
 };
 
 } // namespace kiln::cuda

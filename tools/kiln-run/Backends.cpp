@@ -14,7 +14,7 @@
 #include <cstdlib>
 
 #ifdef KILN_HAVE_BLAS
-extern "C" char *openblas_get_corename(void);
+#include "runtime/cpu/Blas.h"
 #endif
 
 namespace kiln::run {
@@ -46,11 +46,14 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const BackendO
   auto lib = cpu::KernelLibrary::load(pkg.cpuBitcode, o.artifact, jo, &stats);
   if (!lib)
     return lib.status();
+  auto blas = cpu::blas();
+  if (!blas)
+    return blas.status();
   if (!o.quiet)
-    fmt::print("kiln-run: {} kernels for {} ({}), BLAS OpenBLAS {}{}\n", pkg.program.kernels.size(),
+    fmt::print("kiln-run: {} kernels for {} ({}), BLAS {}{}\n", pkg.program.kernels.size(),
                stats.cpu,
                stats.cacheHit ? "cached" : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
-               openblas_get_corename(), stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
+               (*blas)->name, stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), o.threads);
   if (!e)
     return e.status();

@@ -800,9 +800,11 @@ int trainCommand(const std::vector<std::string> &args) {
     for (auto &x : t)
       sum += x.seconds;
     fmt::print("profile (all entry points, {:.2f} s in steps):\n", sum);
-    for (size_t i = 0; i < std::min<size_t>(t.size(), 25); ++i)
-      fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {:<36} {}\n", 100 * t[i].seconds / sum,
-                 t[i].seconds, t[i].calls, t[i].name, t[i].loc);
+    for (size_t i = 0; i < std::min<size_t>(t.size(), 40); ++i)
+      fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {:<36} {}{}\n", 100 * t[i].seconds / sum,
+                 t[i].seconds, t[i].calls, t[i].name, t[i].loc,
+                 t[i].flops > 0 ? fmt::format("  {:.0f} GFLOP/s", t[i].flops / t[i].seconds / 1e9)
+                                : "");
     std::map<std::string, std::pair<double, int64_t>> byOp;
     for (auto &x : t) {
       byOp[x.op].first += x.seconds;

@@ -171,6 +171,7 @@ int inspect(const std::vector<std::string> &args) {
 } // namespace
 
 #ifdef KILN_HAVE_BLAS
+#include "runtime/cpu/Blas.h"
 extern "C" char *openblas_get_corename(void);
 
 namespace {
@@ -189,6 +190,9 @@ namespace {
 /// KILN_BLAS_CORETYPE=keep keeps OpenBLAS's own choice, any other value of
 /// it is used as the core type.
 void tuneBlas(char **argv) {
+  auto chosen = kiln::cpu::blas();
+  if (chosen && (*chosen)->mkl)
+    return; // OpenBLAS serves no GEMM
   const char *kiln = std::getenv("KILN_BLAS_CORETYPE");
   if (kiln && std::string(kiln) == "keep")
     return;

@@ -108,6 +108,11 @@ cl::opt<std::string> outputFile("o", cl::desc("Write output to <file>"),
 cl::opt<bool> noFusion("no-fusion",
                        cl::desc("One op per kernel (for comparison and debugging)"),
                        cl::init(false), cl::cat(kilncCategory));
+cl::opt<bool> printKernelIR(
+    "print-kernel-ir-after-all",
+    cl::desc("Print the CPU kernel module after every pass of its lowering (kiln -> linalg -> "
+             "bufferized memrefs -> loops -> LLVM dialect) to stderr"),
+    cl::init(false), cl::cat(kilncCategory));
 cl::opt<bool> fusionReport("fusion-report",
                            cl::desc("Print every kernel of the train step (kind, ops, "
                                     "model lines, FLOPs, bytes) and every refused "
@@ -426,6 +431,7 @@ int main(int argc, char **argv) {
     co.emitLLVM = emit == Emit::LLVM || emit == Emit::Package;
     co.keepLLVMText = emit == Emit::LLVM;
     co.fusion = !noFusion;
+    co.printKernelIRAfterAll = printKernelIR;
     std::string err;
     co.emitLLVM = co.emitLLVM && emit != Emit::Cuda && emit != Emit::Fused;
     auto compiled = kiln::compileProgram(*module, co, err);

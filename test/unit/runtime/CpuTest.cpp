@@ -1,4 +1,5 @@
 //===- CpuTest.cpp - Thread pool and BLAS matmul --------------------------===//
+#include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/ThreadPool.h"
 
@@ -128,11 +129,13 @@ TEST(Gemm, PartsMatchOneCall) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (auto [ab, bb] : {std::pair{true, true}, {true, false}, {false, true}})
-        for (int64_t batch : {1, 3}) {
+        for (int64_t batch : {1, 3})
+        for (auto [m, n] : {std::pair<int64_t, int64_t>{150, 19}, {100, 150}}) {
+          // m = 100: fewer than 128 rows, so single products split columns.
           MatmulShape s;
           s.batch = batch;
-          s.m = 150;
-          s.n = 19;
+          s.m = m;
+          s.n = n;
           s.k = 53;
           s.transposeLhs = ta;
           s.transposeRhs = tb;
@@ -160,6 +163,72 @@ TEST(Gemm, PartsMatchOneCall) {
             }
           }
         }
+}
+
+// The part count is a function of the shape: blocks of at least 64 rows
+// (or, for products of fewer than 128 rows, 64 columns), at most 4; whole
+// batches for unfolded batches; one part for small products.
+TEST(Gemm, PartCountsByShape) {
+  auto parts = [](int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool lhsBatched,
+                  bool rhsBatched) {
+    MatmulShape s;
+    s.batch = batch;
+    s.m = m;
+    s.n = n;
+    s.k = k;
+    s.transposeLhs = ta;
+    s.lhsBatched = lhsBatched;
+    s.rhsBatched = rhsBatched;
+    return gemmParts(s);
+  };
+  EXPECT_EQ(parts(12, 64, 512, 128, false, true, false), 4); // folded: 768 rows
+  EXPECT_EQ(parts(1, 128, 512, 768, true, false, false), 2); // weight gradient: 2 x 64 rows
+  EXPECT_EQ(parts(1, 65, 128, 768, true, false, false), 2);  // 65 rows: 2 x 64 columns
+  EXPECT_EQ(parts(1, 65, 100, 768, true, false, false), 1);  // too narrow to split
+  EXPECT_EQ(parts(48, 64, 64, 32, false, true, true), 48);   // whole batches
+  EXPECT_EQ(parts(1, 16, 16, 16, false, false, false), 1);   // small
+}
+
+// KILN_BLAS's choices: OpenBLAS always loads; MKL (when installed: PyPI's
+// mkl, which scripts/setup.sh installs) computes the same products within
+// float32 rounding; unknown names and bad paths are errors that say what to
+// do.
+TEST(Blas, Choices) {
+  auto ob = loadBlas("openblas");
+  ASSERT_TRUE(ob) << ob.status().message();
+  EXPECT_FALSE(ob->mkl);
+  EXPECT_EQ(ob->name.rfind("OpenBLAS (", 0), 0u) << ob->name;
+
+  auto bad = loadBlas("atlas");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("use auto, mkl, openblas or the path"), std::string::npos);
+  auto path = loadBlas("/nonexistent/libmkl_rt.so.3");
+  ASSERT_FALSE(path);
+  EXPECT_NE(path.status().message().find("/nonexistent/libmkl_rt.so.3"), std::string::npos);
+
+  auto autoChoice = loadBlas("");
+  ASSERT_TRUE(autoChoice);
+  auto mkl = loadBlas("mkl");
+  if (!mkl) {
+    EXPECT_FALSE(autoChoice->mkl);
+    EXPECT_NE(autoChoice->mklMissing.find("could not be loaded"), std::string::npos);
+    GTEST_SKIP() << "no Intel MKL here: " << mkl.status().message();
+  }
+  EXPECT_TRUE(autoChoice->mkl); // auto prefers MKL where it loads
+  EXPECT_EQ(mkl->name.rfind("Intel oneMKL", 0), 0u) << mkl->name;
+  const int m = 70, n = 90, k = 300;
+  std::vector<float> a(m * k), b(k * n), c1(m * n), c2(m * n);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (float &v : a) v = dist(rng);
+  for (float &v : b) v = dist(rng);
+  ob->sgemm(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, m, n, k, 1, a.data(), k, b.data(), n,
+            0, c1.data(), n);
+  mkl->sgemm(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, m, n, k, 1, a.data(), k, b.data(), n,
+             0, c2.data(), n);
+  // 300 products of magnitude <= 1, float32 accumulated in different orders.
+  for (int i = 0; i < m * n; ++i)
+    ASSERT_NEAR(c1[i], c2[i], 2e-5 * std::max(1.0f, std::fabs(c1[i]))) << i;
 }
 
 // Head-split layouts (a [0, 2, 1, 3] transpose folded into the GEMM): Q and
