@@ -161,7 +161,13 @@ LogicalResult GeluOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
   }
   Value d;
   if (getApproximation() == GeluApproximation::erf) {
-    Value cdf = h.scale(h.add(h.splat(x, 1.0), h.erf(h.scale(x, M_SQRT1_2))), 0.5);
+    // gelu(x) = x * cdf(x): the backward reads cdf back from the forward's
+    // result (y / x) instead of evaluating erf again, the costlier half of
+    // the derivative. Where |x| < 1e-20, cdf(x) is 0.5 to float precision
+    // and y / x would lose digits to underflow.
+    Value y = getResult();
+    Value tiny = h.cmp(CompareDirection::lt, b.create<AbsOp>(getLoc(), x), h.splat(x, 1e-20));
+    Value cdf = h.select(tiny, h.splat(x, 0.5), h.div(y, x));
     Value pdf = h.scale(h.exp(h.scale(h.mul(x, x), -0.5)), 1.0 / std::sqrt(2.0 * M_PI));
     d = h.add(cdf, h.mul(x, pdf));
   } else {

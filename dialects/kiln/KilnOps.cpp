@@ -174,6 +174,69 @@ OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
       [](const APInt &a, const APInt &b) -> std::optional<APInt> { return a + b; });
 }
 
+namespace {
+/// add(pad(x), pad(y)) => pad(concat(x, y)) when both pads fill with 0.0,
+/// have no interior padding, and place their operands side by side along
+/// one axis (equal padding on every other axis). The gradient of a split
+/// (slices of one tensor, such as attention's q, k, v) is such a sum, one
+/// pad per slice; this turns it into one concatenation, and a chain of them
+/// into one concat with no padding left (pad's fold drops that).
+struct AddOfAdjacentPads : OpRewritePattern<AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AddOp op, PatternRewriter &rw) const override {
+    auto a = op.getLhs().getDefiningOp<PadOp>(), b = op.getRhs().getDefiningOp<PadOp>();
+    if (!a || !b)
+      return rw.notifyMatchFailure(op, "operands are not both pads");
+    auto zeroPad = [](PadOp p) {
+      return p.getValue().isZero() && llvm::all_of(p.getInterior(), [](int64_t i) { return i == 0; });
+    };
+    if (!zeroPad(a) || !zeroPad(b))
+      return rw.notifyMatchFailure(op, "a pad with interior padding or a nonzero value");
+    RankedTensorType ta = a.getOperand().getType(), tb = b.getOperand().getType();
+    if (ta.getElementType() != tb.getElementType())
+      return failure();
+    int64_t rank = ta.getRank(), axis = -1;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (a.getLow()[d] == b.getLow()[d] && a.getHigh()[d] == b.getHigh()[d] &&
+          ta.getDimSize(d) == tb.getDimSize(d))
+        continue;
+      if (axis >= 0)
+        return rw.notifyMatchFailure(op, "the pads differ on more than one axis");
+      axis = d;
+    }
+    if (axis < 0)
+      return rw.notifyMatchFailure(op, "the pads overlap everywhere");
+    // Which operand comes first along the axis, and are they adjacent?
+    PadOp first = a, second = b;
+    if (b.getLow()[axis] < a.getLow()[axis])
+      std::swap(first, second);
+    int64_t firstEnd = first.getLow()[axis] + first.getOperand().getType().getDimSize(axis);
+    if (firstEnd != second.getLow()[axis])
+      return rw.notifyMatchFailure(op, "the padded operands are not side by side");
+    // Concat inputs, splicing concats already built along the same axis.
+    SmallVector<Value> inputs;
+    for (PadOp p : {first, second}) {
+      auto c = p.getOperand().getDefiningOp<ConcatOp>();
+      if (c && c.getDim() == axis)
+        inputs.append(c.getInputs().begin(), c.getInputs().end());
+      else
+        inputs.push_back(p.getOperand());
+    }
+    Value cat = rw.create<ConcatOp>(op.getLoc(), inputs, rw.getI64IntegerAttr(axis));
+    SmallVector<int64_t> low(first.getLow()), high(first.getHigh());
+    high[axis] = second.getHigh()[axis];
+    rw.replaceOpWithNewOp<PadOp>(op, op.getType(), cat, rw.getDenseI64ArrayAttr(low),
+                                 rw.getDenseI64ArrayAttr(high), first.getInteriorAttr(),
+                                 first.getValueAttr());
+    return success();
+  }
+};
+} // namespace
+
+void AddOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *ctx) {
+  results.add<AddOfAdjacentPads>(ctx);
+}
+
 // x - 0 => x
 OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
   if (isSplatOf(adaptor.getRhs(), 0))
@@ -470,6 +533,15 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, Loc loc,
     return failure();
   types.push_back(RankedTensorType::get(out, elementType));
   return success();
+}
+
+// pad(x) with no padding at all => x
+OpFoldResult PadOp::fold(FoldAdaptor) {
+  auto none = [](ArrayRef<int64_t> a) { return llvm::all_of(a, [](int64_t v) { return v == 0; }); };
+  if (none(getLow()) && none(getHigh()) && none(getInterior()) &&
+      getOperand().getType() == getType())
+    return getOperand();
+  return {};
 }
 
 // concat(x) => x

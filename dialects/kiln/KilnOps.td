@@ -157,6 +157,7 @@ class Kiln_BinaryOp<string mnemonic, Type type, string expr,
 
 def Kiln_AddOp : Kiln_BinaryOp<"add", Kiln_NumTensor, "lhs + rhs", [Commutative]> {
   let hasFolder = 1;
+  let hasCanonicalizer = 1;
 }
 def Kiln_SubOp : Kiln_BinaryOp<"sub", Kiln_NumTensor, "lhs - rhs"> {
   let hasFolder = 1;
@@ -392,7 +393,7 @@ def Kiln_PadOp : Kiln_Op<"pad", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMet
   let assemblyFormat = [{
     $operand `low` `=` $low `high` `=` $high `interior` `=` $interior `value`
     `=` $value attr-dict `:` type($operand) `->` type($result)
-  }];
+  }];  let hasFolder = 1;
 }
 
 def Kiln_ScatterAddOp : Kiln_Op<"scatter_add", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {

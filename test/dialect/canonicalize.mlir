@@ -643,3 +643,72 @@ func.func @no_fold_dropout(%x: tensor<12x64xf32>, %seed: tensor<i64>) -> tensor<
   %0 = kiln.dropout %x, %seed rate = 0.1 salt = 3 : tensor<12x64xf32>, tensor<i64>
   return %0 : tensor<12x64xf32>
 }
+
+// -----
+
+// The gradient of a split: add(pad(x), pad(y)) with the operands side by
+// side along one axis => pad(concat(x, y)); a chain of three => one concat,
+// no padding left.
+// CHECK-LABEL: func.func @adjacent_pads_concat
+// CHECK-NEXT: %0 = kiln.concat %arg2, %arg1, %arg0 dim = 1 : tensor<4x2xf32>, tensor<4x3xf32>, tensor<4x1xf32> -> tensor<4x6xf32>
+// CHECK-NEXT: return %0
+func.func @adjacent_pads_concat(%a: tensor<4x1xf32>, %b: tensor<4x3xf32>, %c: tensor<4x2xf32>) -> tensor<4x6xf32> {
+  %pa = kiln.pad %a low = [0, 5] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<4x1xf32> -> tensor<4x6xf32>
+  %pb = kiln.pad %b low = [0, 2] high = [0, 1] interior = [0, 0] value = 0.0 : tensor<4x3xf32> -> tensor<4x6xf32>
+  %pc = kiln.pad %c low = [0, 0] high = [0, 4] interior = [0, 0] value = 0.0 : tensor<4x2xf32> -> tensor<4x6xf32>
+  %0 = kiln.add %pa, %pb : tensor<4x6xf32>
+  %1 = kiln.add %0, %pc : tensor<4x6xf32>
+  return %1 : tensor<4x6xf32>
+}
+
+// -----
+
+// Two of three parts: the concat keeps the padding of the part missing.
+// CHECK-LABEL: func.func @adjacent_pads_partial
+// CHECK-NEXT: %0 = kiln.concat %arg1, %arg0 dim = 0 : tensor<1x3xf32>, tensor<2x3xf32> -> tensor<3x3xf32>
+// CHECK-NEXT: %1 = kiln.pad %0 low = [1, 0] high = [0, 0] interior = [0, 0] value = 0.000000e+00 : tensor<3x3xf32> -> tensor<4x3xf32>
+func.func @adjacent_pads_partial(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>) -> tensor<4x3xf32> {
+  %pa = kiln.pad %a low = [2, 0] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<2x3xf32> -> tensor<4x3xf32>
+  %pb = kiln.pad %b low = [1, 0] high = [2, 0] interior = [0, 0] value = 0.0 : tensor<1x3xf32> -> tensor<4x3xf32>
+  %0 = kiln.add %pa, %pb : tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+
+// -----
+
+// Pads that leave a gap, overlap, fill with another value, or differ on two
+// axes stay a sum.
+// CHECK-LABEL: func.func @no_concat_gap
+// CHECK: kiln.add
+// CHECK-LABEL: func.func @no_concat_value
+// CHECK: kiln.add
+// CHECK-LABEL: func.func @no_concat_two_axes
+// CHECK: kiln.add
+func.func @no_concat_gap(%a: tensor<4x1xf32>, %b: tensor<4x1xf32>) -> tensor<4x3xf32> {
+  %pa = kiln.pad %a low = [0, 0] high = [0, 2] interior = [0, 0] value = 0.0 : tensor<4x1xf32> -> tensor<4x3xf32>
+  %pb = kiln.pad %b low = [0, 2] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<4x1xf32> -> tensor<4x3xf32>
+  %0 = kiln.add %pa, %pb : tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+func.func @no_concat_value(%a: tensor<4x1xf32>, %b: tensor<4x2xf32>) -> tensor<4x3xf32> {
+  %pa = kiln.pad %a low = [0, 0] high = [0, 2] interior = [0, 0] value = 1.0 : tensor<4x1xf32> -> tensor<4x3xf32>
+  %pb = kiln.pad %b low = [0, 1] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<4x2xf32> -> tensor<4x3xf32>
+  %0 = kiln.add %pa, %pb : tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+func.func @no_concat_two_axes(%a: tensor<1x1xf32>, %b: tensor<2x2xf32>) -> tensor<3x3xf32> {
+  %pa = kiln.pad %a low = [0, 0] high = [2, 2] interior = [0, 0] value = 0.0 : tensor<1x1xf32> -> tensor<3x3xf32>
+  %pb = kiln.pad %b low = [1, 1] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<2x2xf32> -> tensor<3x3xf32>
+  %0 = kiln.add %pa, %pb : tensor<3x3xf32>
+  return %0 : tensor<3x3xf32>
+}
+
+// -----
+
+// pad with no padding => its operand
+// CHECK-LABEL: func.func @pad_nothing
+// CHECK-NEXT: return %arg0
+func.func @pad_nothing(%a: tensor<4x1xf32>) -> tensor<4x1xf32> {
+  %0 = kiln.pad %a low = [0, 0] high = [0, 0] interior = [0, 0] value = 0.0 : tensor<4x1xf32> -> tensor<4x1xf32>
+  return %0 : tensor<4x1xf32>
+}
