@@ -209,7 +209,15 @@ private:
   int indent_ = 0, counter_ = 0, kernelCount_ = 0;
   /// Vectorised elementwise loops: block arg -> "va.x"-style lane reads.
   llvm::DenseMap<Value, std::string> laneRead_;
+  /// Row kernels: one warp per row (kRowsPerBlock rows per block) instead
+  /// of one block per row.
+  bool warpRows_ = false;
 };
+
+/// Rows per block (one per warp) in the warp-per-row form; rows of at most
+/// kMaxWarpRow elements use it (up to 32 elements per lane).
+constexpr int64_t kRowsPerBlock = 8;
+constexpr int64_t kMaxWarpRow = 1024;
 
 std::string KernelEmitter::signature(const std::string &fname) {
   std::string s = "KILN_KERNEL void " + fname + "(";
@@ -280,6 +288,9 @@ std::string KernelEmitter::readReduction(Reduction &r, ArrayRef<std::string> idx
     coords.push_back(idx[pos]);
     sizes.push_back(in.getDimSize(d));
   }
+  if (warpRows_) // each warp's values of the kept-within dims
+    return fmt::format("{}[kiln_warp() * {} + {}]", r.storage, product(sizes),
+                       linear(coords, sizes));
   return fmt::format("{}[{}]", r.storage, linear(coords, sizes));
 }
 
@@ -819,7 +830,6 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
   if (!ti.isFloat)
     return fail(red, "integer reductions");
   std::string acc = fresh("acc"), store = fresh("red");
-  line(fmt::format("__shared__ {} {}[{}];", ti.compute, store, k));
   r.storage = store;
   r.keptWithin = within;
   r.indexed = true;
@@ -839,6 +849,44 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
     return idx;
   };
   bool isMax = isa<ReduceMaxOp>(red);
+  if (warpRows_) {
+    // The warp's lanes stride over the reduced elements; the butterfly
+    // leaves the total in every lane. One value (k == 1) stays in a
+    // register; several go to the warp's slice of shared memory.
+    if (k == 1) {
+      r.indexed = false;
+      line(fmt::format("{} {};", ti.compute, store));
+    } else {
+      line(fmt::format("__shared__ {} {}[{}];", ti.compute, store, kRowsPerBlock * k));
+    }
+    line("{");
+    push();
+    line(fmt::format("for (int k = 0; k < {}; ++k) {{", k));
+    push();
+    SmallVector<std::string> kc = delinear("k", withinSizes);
+    line(fmt::format("{} {} = {};", ti.compute, acc, accInit(red)));
+    line(fmt::format("for (int n = kiln_lane(); n < {}; n += 32) {{", n));
+    push();
+    SmallVector<std::string> nc = delinear("n", reducedSizes);
+    std::string v = emit(red->getOperand(0), inputIndex(kc, nc));
+    line(accumulate(red, acc, v));
+    pop();
+    line("}");
+    line(fmt::format("{} = {}({});", acc, isMax ? "kiln_warp_max" : "kiln_warp_sum", acc));
+    if (k == 1)
+      line(fmt::format("{} = {};", store, finalize(acc)));
+    else
+      line(fmt::format("if (kiln_lane() == 0) {}[kiln_warp() * {} + k] = {};", store, k,
+                       finalize(acc)));
+    pop();
+    line("}");
+    pop();
+    line("}");
+    if (k > 1)
+      line("__syncwarp();");
+    return error_.empty() ? success() : failure();
+  }
+  line(fmt::format("__shared__ {} {}[{}];", ti.compute, store, k));
   line("{");
   push();
   if (k == 1) {
@@ -850,8 +898,8 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
     line(accumulate(red, acc, v));
     pop();
     line("}");
-    line(fmt::format("{} = {}({}, kiln_scratch);", acc, isMax ? "kiln_block_max" : "kiln_block_sum",
-                     acc));
+    line(fmt::format("{} = {}({}, {});", acc, isMax ? "kiln_block_max" : "kiln_block_sum", acc,
+                     ti.compute == "double" ? "kiln_scratch_d" : "kiln_scratch"));
     line(fmt::format("if (threadIdx.x == 0) {}[0] = {};", store, finalize(acc)));
   } else {
     line(fmt::format("for (int k = kiln_warp(); k < {}; k += blockDim.x / 32) {{", k));
@@ -902,13 +950,28 @@ LogicalResult KernelEmitter::emitRows(int64_t rows, std::vector<CudaLaunch> &lau
     for (Value v : op.getResults())
       widen(v);
   }
-  int64_t block = widest >= 256 ? 256 : widest > 64 ? 128 : 64;
+  // Rows of up to kMaxWarpRow elements: a warp per row, kRowsPerBlock rows
+  // per block, no block-wide barrier (softmax over 64-256 keys, layer_norm
+  // over 128-768 features). Wider rows: a block per row.
+  warpRows_ = widest <= kMaxWarpRow;
+  int64_t block = warpRows_ ? 32 * kRowsPerBlock : widest >= 256 ? 256 : widest > 64 ? 128 : 64;
+  int64_t grid = warpRows_ ? (numRows + kRowsPerBlock - 1) / kRowsPerBlock : numRows;
   std::string fname = fmt::format("{}_{}", name_, kernelCount_++);
   indent_ = 1;
   memo_.clear();
   memo_.emplace_back();
-  line("__shared__ float kiln_scratch[32];");
-  SmallVector<std::string> rowCoords = delinear("blockIdx.x", rowShape);
+  std::string rowVar = "blockIdx.x", lane = "threadIdx.x", step = "blockDim.x";
+  if (warpRows_) {
+    line(fmt::format("const int row = blockIdx.x * {} + kiln_warp();", kRowsPerBlock));
+    line(fmt::format("if (row >= {}) return; // the whole warp: no barriers follow", numRows));
+    rowVar = "row";
+    lane = "kiln_lane()";
+    step = "32";
+  } else {
+    line("__shared__ float kiln_scratch[32];");
+    line("__shared__ double kiln_scratch_d[32]; // f64 reductions");
+  }
+  SmallVector<std::string> rowCoords = delinear(rowVar, rowShape);
   for (Operation &op : b.without_terminator()) {
     if (!isReduction(&op))
       continue;
@@ -923,8 +986,8 @@ LogicalResult KernelEmitter::emitRows(int64_t rows, std::vector<CudaLaunch> &lau
     SmallVector<int64_t> inner = rowShaped ? SmallVector<int64_t>(t.getShape().drop_front(rows))
                                            : SmallVector<int64_t>(t.getShape());
     if (!rowShaped)
-      line("if (blockIdx.x == 0)");
-    line(fmt::format("for (int e = threadIdx.x; e < {}; e += blockDim.x) {{", product(inner)));
+      line(fmt::format("if ({} == 0)", rowVar));
+    line(fmt::format("for (int e = {}; e < {}; e += {}) {{", lane, product(inner), step));
     push();
     SmallVector<std::string> idx;
     if (rowShaped)
@@ -937,7 +1000,8 @@ LogicalResult KernelEmitter::emitRows(int64_t rows, std::vector<CudaLaunch> &lau
   }
   if (!error_.empty())
     return failure();
-  finish(fname, "rows", numRows, block, launches);
+  finish(fname, warpRows_ ? "rows(warp per row)" : "rows(block per row)", grid, block, launches);
+  warpRows_ = false;
   return success();
 }
 
@@ -1020,6 +1084,7 @@ LogicalResult KernelEmitter::emitColumns(std::vector<CudaLaunch> &launches) {
   } else {
     line("const int k = blockIdx.x;");
     line("__shared__ float kiln_scratch[32];");
+    line("__shared__ double kiln_scratch_d[32]; // f64 reductions");
   }
   SmallVector<std::string> kc = delinear("k", keptSizes);
   for (Operation *red : reds) {
@@ -1049,8 +1114,8 @@ LogicalResult KernelEmitter::emitColumns(std::vector<CudaLaunch> &launches) {
       line(fmt::format("const {} {} = {};", ti.compute, r.storage, fin));
     } else {
       r.storage = fresh("red");
-      line(fmt::format("{} = {}({}, kiln_scratch);", acc, isMax ? "kiln_block_max" : "kiln_block_sum",
-                       acc));
+      line(fmt::format("{} = {}({}, {});", acc, isMax ? "kiln_block_max" : "kiln_block_sum", acc,
+                       ti.compute == "double" ? "kiln_scratch_d" : "kiln_scratch"));
       line(fmt::format("__shared__ {} {};", ti.compute, r.storage));
       line(fmt::format("if (threadIdx.x == 0) {} = {};", r.storage, fin));
       line("__syncthreads();");

@@ -37,6 +37,10 @@ public:
   virtual Status write(int id, const void *src, size_t bytes) = 0;
   /// Copies buffer `id` to the host (waits for queued work).
   virtual Status read(int id, void *dst, size_t bytes) = 0;
+  /// Whether GEMM steps with a library epilogue (program::LtEpilogue) run
+  /// it in the GEMM call: their epilogue kernel does not run, and the GEMM's
+  /// own output buffer is not written unless it is the pre-activation.
+  virtual bool usesLibraryEpilogues() const { return false; }
   /// Runs @name (may return before the device is done).
   Status run(const std::string &name) { return runSteps(name, 0, SIZE_MAX); }
   /// Runs steps [begin, end) of @name's schedule (kiln-run check compares

@@ -51,6 +51,15 @@ int Program::persistent(const std::string &name) const {
   return -1;
 }
 
+const char *activationName(LtEpilogue::Activation a) {
+  switch (a) {
+  case LtEpilogue::Activation::None: return "none";
+  case LtEpilogue::Activation::Relu: return "relu";
+  case LtEpilogue::Activation::GeluTanh: return "gelu_tanh";
+  }
+  return "none";
+}
+
 std::string gemmLabel(const GemmParams &g) {
   return fmt::format("gemm {}{}x{}x{} {}{}", g.batch > 1 ? fmt::format("{}x", g.batch) : "",
                      g.m, g.n, g.k, g.transposeLhs ? 'T' : 'N', g.transposeRhs ? 'T' : 'N');
@@ -89,6 +98,11 @@ std::string Program::toJson() const {
                      {"rhs_batched", s.gemm.rhsBatched}};
       if (s.kind == Step::Gemm && s.epilogue >= 0)
         e["epilogue"] = {{"kernel", s.epilogue}, {"args", s.epilogueArgs}};
+      if (s.kind == Step::Gemm && s.lt.valid())
+        e["lt_epilogue"] = {{"bias", s.lt.bias},
+                            {"activation", activationName(s.lt.activation)},
+                            {"out", s.lt.out},
+                            {"aux", s.lt.aux}};
       if (s.kind == Step::Gemm && s.gemm.heads > 0) {
         auto layout = [](const MatrixLayout &l) {
           return json{{"outer", l.outer}, {"inner", l.inner}, {"ld", l.ld}};
@@ -288,6 +302,37 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
             return bad(fmt::format("a gemm epilogue of kernel {} passes {} buffers, it takes {}",
                                    p.kernels[k].symbol, s.epilogueArgs.size(),
                                    p.kernels[k].numArgs));
+        }
+        if (se.contains("lt_epilogue")) {
+          const json &lt = se["lt_epilogue"];
+          int64_t bias, out, aux;
+          std::string act;
+          if (!r.i64(lt, "bias", bias, -1, numBuffers - 1) ||
+              !r.i64(lt, "out", out, 0, numBuffers - 1) ||
+              !r.i64(lt, "aux", aux, -1, numBuffers - 1) || !r.str(lt, "activation", act))
+            return bad(r.error);
+          if (act == "none")
+            s.lt.activation = LtEpilogue::Activation::None;
+          else if (act == "relu")
+            s.lt.activation = LtEpilogue::Activation::Relu;
+          else if (act == "gelu_tanh")
+            s.lt.activation = LtEpilogue::Activation::GeluTanh;
+          else
+            return bad("a gemm's library epilogue has an unknown activation '" + act + "'");
+          s.lt.bias = int(bias);
+          s.lt.out = int(out);
+          s.lt.aux = int(aux);
+          int64_t mn = gp.batch * gp.m * gp.n;
+          auto f32 = [&](int64_t id, int64_t elems) {
+            return p.buffers[size_t(id)].dtype == DType::F32 &&
+                   p.buffers[size_t(id)].numElements() == elems;
+          };
+          if (s.epilogue < 0 || g.contains("heads") || !f32(out, mn) ||
+              (bias >= 0 && !f32(bias, gp.n)) || (aux >= 0 && !f32(aux, mn)) ||
+              (aux >= 0 && gp.n % 8 != 0))
+            return bad("a gemm's library epilogue does not match its step (it needs an epilogue "
+                       "kernel, dense float32 buffers of the GEMM's shape, a bias of n, and n a "
+                       "multiple of 8 for the pre-activation)");
         }
         auto fits = [&](int id, int64_t elems) {
           return p.buffers[id].dtype == DType::F32 &&

@@ -72,6 +72,22 @@ inline double gemmFlops(const GemmParams &g) {
   return 2.0 * double(g.batch) * double(g.m) * double(g.n) * double(g.k);
 }
 
+/// The epilogue of a GEMM step in the form GEMM libraries apply themselves
+/// (cuBLASLt's epilogues): out = act(op(A) op(B) + bias), and, when `aux`
+/// is set, aux = op(A) op(B) + bias (the pre-activation). The compiler sets
+/// it where the step's epilogue kernel computes exactly that; a backend may
+/// then skip the kernel (the GEMM's own output buffer is not written unless
+/// it is `aux`). Only for dense (non-strided) float32 GEMMs.
+struct LtEpilogue {
+  enum class Activation { None, Relu, GeluTanh };
+  int bias = -1;  ///< [n] buffer, or -1
+  Activation activation = Activation::None;
+  int out = -1;   ///< the result; -1: no library epilogue for this step
+  int aux = -1;   ///< the pre-activation's buffer, or -1
+  bool valid() const { return out >= 0; }
+};
+const char *activationName(LtEpilogue::Activation a); ///< "none", "relu", "gelu_tanh"
+
 struct Step {
   enum Kind { Kernel, Gemm, Copy } kind = Kernel;
   int kernel = -1;       ///< index into Program::kernels (Kernel)
@@ -82,6 +98,8 @@ struct Step {
   /// the GEMM's output among them, then outputs).
   int epilogue = -1;
   std::vector<int> epilogueArgs;
+  /// Gemm: the epilogue kernel's work as a library epilogue, when it is one.
+  LtEpilogue lt;
   std::string loc;       ///< model-file location, "file:line:col"
 };
 

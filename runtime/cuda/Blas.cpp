@@ -325,7 +325,9 @@ Expected<Plan *> Blas::Impl::plan(const MatmulOp &op, const LtGemm &g,
   KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
       p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (op.activation == Activation::Gelu)
+  if (op.activation == Activation::Relu)
+    epilogue = op.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  else if (op.activation == Activation::Gelu)
     epilogue = op.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   else if (op.activation == Activation::GeluAux)
     epilogue =

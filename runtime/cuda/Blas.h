@@ -58,6 +58,7 @@ namespace kiln::cuda {
 /// The activation applied to the (bias-added) product.
 enum class Activation {
   None,
+  Relu,    ///< max(x, 0)
   Gelu,    ///< GELU, tanh approximation
   GeluAux, ///< GELU, and the pre-activation written to MatmulArgs::aux
 };

@@ -205,13 +205,27 @@ public:
                                              stream(s), params, nullptr));
   }
   Status gemm(const program::GemmParams &g, DevicePtr lhs, DevicePtr rhs, DevicePtr out,
-              Stream s) override {
+              Stream s, const Epilogue *epilogue) override {
     MatmulOp op;
     op.shape = g;
     MatmulArgs args;
     args.lhs = CUdeviceptr(lhs);
     args.rhs = CUdeviceptr(rhs);
     args.out = CUdeviceptr(out);
+    if (epilogue) {
+      using Act = program::LtEpilogue::Activation;
+      op.bias = epilogue->bias != 0;
+      args.bias = CUdeviceptr(epilogue->bias);
+      if (epilogue->activation == Act::Relu) {
+        op.activation = Activation::Relu;
+      } else if (epilogue->activation == Act::GeluTanh) {
+        op.activation = epilogue->aux ? Activation::GeluAux : Activation::Gelu;
+        op.auxLd = g.n; // the plan's pre-activation is dense (n % 8 == 0)
+        args.aux = CUdeviceptr(epilogue->aux);
+      } else if (epilogue->aux) {
+        return Status::internal("a library epilogue with a pre-activation but no GELU");
+      }
+    }
     return blas_->matmul(op, args, stream(s));
   }
 

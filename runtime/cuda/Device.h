@@ -56,9 +56,16 @@ public:
   /// A handle for a __global__ function of the loaded kernels.
   virtual Expected<int> function(const std::string &name) = 0;
   virtual Status launch(int function, const gpu::Launch &l, void **params, Stream s) = 0;
-  /// kiln.matmul on float32 buffers (the plan's GEMM step).
+  /// A GEMM's library epilogue (program::LtEpilogue) with its buffers.
+  struct Epilogue {
+    program::LtEpilogue::Activation activation = program::LtEpilogue::Activation::None;
+    DevicePtr bias = 0; ///< [n], or 0
+    DevicePtr aux = 0;  ///< the pre-activation [batch * m, n], or 0
+  };
+  /// kiln.matmul on float32 buffers (the plan's GEMM step); with `epilogue`,
+  /// out = act(A B + bias) and aux = A B + bias instead.
   virtual Status gemm(const program::GemmParams &g, DevicePtr lhs, DevicePtr rhs, DevicePtr out,
-                      Stream s) = 0;
+                      Stream s, const Epilogue *epilogue = nullptr) = 0;
 
   /// Events: created once, recorded on a stream, waited for by a stream or
   /// the host; elapsed() is milliseconds between two completed events.

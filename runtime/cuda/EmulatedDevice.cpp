@@ -12,6 +12,8 @@
 #include "runtime/cuda/emu/Module.h"
 #include "runtime/cpu/Gemm.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -91,9 +93,30 @@ public:
     return emu::launch(shims_[size_t(f)], grid, block, size_t(l.sharedBytes), params, o);
   }
   Status gemm(const program::GemmParams &g, DevicePtr lhs, DevicePtr rhs, DevicePtr out,
-              Stream) override {
+              Stream, const Epilogue *epilogue) override {
+    float *o = static_cast<float *>(host(out));
     cpu::matmul(g, static_cast<const float *>(host(lhs)), static_cast<const float *>(host(rhs)),
-                static_cast<float *>(host(out)));
+                o);
+    if (!epilogue)
+      return Status::ok();
+    // cuBLASLt's epilogues, on the host: bias, then the pre-activation to
+    // aux, then the activation (GELU with tanh, computed in float as the
+    // library's kernels do).
+    using Act = program::LtEpilogue::Activation;
+    const float *bias = epilogue->bias ? static_cast<const float *>(host(epilogue->bias)) : nullptr;
+    float *aux = epilogue->aux ? static_cast<float *>(host(epilogue->aux)) : nullptr;
+    int64_t rows = g.batch * g.m;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        float x = o[i * g.n + j] + (bias ? bias[j] : 0.0f);
+        if (aux)
+          aux[i * g.n + j] = x;
+        if (epilogue->activation == Act::Relu)
+          x = x > 0.0f ? x : (x == x ? 0.0f : x);
+        else if (epilogue->activation == Act::GeluTanh)
+          x = 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+        o[i * g.n + j] = x;
+      }
     return Status::ok();
   }
 

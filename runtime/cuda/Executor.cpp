@@ -183,8 +183,19 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
       r = runKernel(s.kernel, s.args);
       break;
     case program::Step::Gemm:
-      r = device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.args[2]),
-                        Stream::Compute);
+      if (s.lt.valid() && libraryEpilogues_) {
+        // The epilogue kernel's work in the library call: the result goes
+        // straight to the epilogue's output (and the pre-activation to aux).
+        Device::Epilogue e;
+        e.activation = s.lt.activation;
+        e.bias = s.lt.bias >= 0 ? address(s.lt.bias) : 0;
+        e.aux = s.lt.aux >= 0 ? address(s.lt.aux) : 0;
+        r = device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.lt.out),
+                          Stream::Compute, &e);
+      } else {
+        r = device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.args[2]),
+                          Stream::Compute);
+      }
       break;
     case program::Step::Copy:
       r = device_->copy(address(s.args[1]), address(s.args[0]),
@@ -218,7 +229,8 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
         acc.calls++;
       }
     }
-    if (s.kind == program::Step::Gemm && s.epilogue >= 0) {
+    if (s.kind == program::Step::Gemm && s.epilogue >= 0 &&
+        !(s.lt.valid() && libraryEpilogues_)) {
       if (profiling_)
         if (Status x = device_->record(eventA_, Stream::Compute); !x)
           return x;

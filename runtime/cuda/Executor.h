@@ -47,6 +47,11 @@ public:
   Status synchronize() override { return device_->synchronize(); }
   bool stagesInputs() const override { return true; }
   void setProfiling(bool on) override { profiling_ = on; }
+  /// GEMM steps with a library epilogue (program::LtEpilogue) run it in the
+  /// GEMM call instead of launching the epilogue kernel (default on;
+  /// KILN_CUDA_EPILOGUES=kernels turns it off, for comparison).
+  void setLibraryEpilogues(bool on) { libraryEpilogues_ = on; }
+  bool usesLibraryEpilogues() const override { return libraryEpilogues_; }
   std::vector<Timing> timings() override;
 
   Device &device() { return *device_; }
@@ -77,6 +82,7 @@ private:
   std::map<int, Staging> staging_;
 
   bool profiling_ = false;
+  bool libraryEpilogues_ = true;
   int eventA_ = -1, eventB_ = -1;
   struct Acc { double ms = 0; int64_t calls = 0; };
   std::vector<Acc> kernelTime_;

@@ -875,42 +875,55 @@ template <> KILN_DEVICE __nv_bfloat16 kiln_from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+/// max that propagates NaN from either side, like the CPU code's
+/// arith.maximumf (fmaxf would drop a NaN that only some lanes saw).
+KILN_DEVICE float kiln_nanmax(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+KILN_DEVICE double kiln_nanmax(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
+
+/// -infinity (max's identity) without <math.h>, which NVRTC lacks.
+template <typename T> KILN_DEVICE T kiln_neg_inf();
+template <> KILN_DEVICE float kiln_neg_inf<float>() { return __uint_as_float(0xff800000u); }
+template <> KILN_DEVICE double kiln_neg_inf<double>() {
+  return __longlong_as_double(static_cast<long long>(0xfff0000000000000ULL));
+}
+
 /// Butterfly reductions over a full warp: every lane gets the result.
-KILN_DEVICE float kiln_warp_sum(float v) {
+/// float or double (f64 reductions accumulate in double).
+template <typename T> KILN_DEVICE T kiln_warp_sum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1)
     v += __shfl_xor_sync(KILN_FULL_MASK, v, offset);
   return v;
 }
-KILN_DEVICE float kiln_warp_max(float v) {
+template <typename T> KILN_DEVICE T kiln_warp_max(T v) {
   for (int offset = 16; offset > 0; offset >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(KILN_FULL_MASK, v, offset));
+    v = kiln_nanmax(v, __shfl_xor_sync(KILN_FULL_MASK, v, offset));
   return v;
 }
 
 /// Block-wide sum; every thread of the block must call it (blockDim a
 /// multiple of 32, at most 1024) and gets the result. `scratch` is __shared__
-/// memory for 32 floats; it is free again when the call returns.
-KILN_DEVICE float kiln_block_sum(float v, float *scratch) {
+/// memory for 32 values of T; it is free again when the call returns.
+template <typename T> KILN_DEVICE T kiln_block_sum(T v, T *scratch) {
   const unsigned lane = kiln_lane(), warp = kiln_warp();
   const unsigned warps = (blockDim.x * blockDim.y * blockDim.z) >> 5;
   v = kiln_warp_sum(v);
   if (lane == 0)
     scratch[warp] = v;
   __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.0f;
+  v = lane < warps ? scratch[lane] : T(0);
   v = kiln_warp_sum(v);
   __syncthreads();
   return v;
 }
 /// Block-wide max, under the same rules as kiln_block_sum.
-KILN_DEVICE float kiln_block_max(float v, float *scratch) {
+template <typename T> KILN_DEVICE T kiln_block_max(T v, T *scratch) {
   const unsigned lane = kiln_lane(), warp = kiln_warp();
   const unsigned warps = (blockDim.x * blockDim.y * blockDim.z) >> 5;
   v = kiln_warp_max(v);
   if (lane == 0)
     scratch[warp] = v;
   __syncthreads();
-  v = lane < warps ? scratch[lane] : __uint_as_float(0xff800000u); // -inf
+  v = lane < warps ? scratch[lane] : kiln_neg_inf<T>();
   v = kiln_warp_max(v);
   __syncthreads();
   return v;

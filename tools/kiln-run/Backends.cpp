@@ -74,6 +74,14 @@ Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const BackendO
   auto e = cuda::Executor::create(pkg, std::move(device));
   if (!e)
     return e.status();
+  // KILN_CUDA_EPILOGUES=kernels: GEMM epilogues as Kiln's own kernels even
+  // where the library could apply them (for comparison and debugging).
+  if (const char *v = std::getenv("KILN_CUDA_EPILOGUES")) {
+    std::string want = v;
+    if (want != "kernels" && want != "library")
+      return Status::error("KILN_CUDA_EPILOGUES=" + want + ": use library (the default) or kernels");
+    (*e)->setLibraryEpilogues(want == "library");
+  }
   if (!o.quiet)
     fmt::print("kiln-run: {} kernels ({} CUDA functions) on {}, ready in {:.1f} s\n",
                pkg.program.kernels.size(),

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -929,12 +930,22 @@ int checkCommand(const std::vector<std::string> &args) {
   if (Status s = m.compile(f); !s)
     return fail(s);
   const program::Program &p = m.prog();
+  // Fresh random batches each run (tokens below the vocabulary, floats in
+  // [-1, 1)); --seed repeats one.
+  uint64_t seed = f.seedSet ? f.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  seed &= (uint64_t(1) << 53) - 1; // printable and re-readable as --seed
+  // A step that touches float16 or bfloat16 values is judged in their
+  // precision: every op rounds to the type, so the backends may differ by a
+  // rounding per op of a chain (allowed: 8 units of the last place at the
+  // tensor's largest value, 2^-8 * 8 for bfloat16, 2^-11 * 8 for float16).
+  const double bf16Tol = std::max(f.tolerance, 8 * std::ldexp(1.0, -8));
+  const double f16Tol = std::max(f.tolerance, 8 * std::ldexp(1.0, -11));
   fmt::print("kiln-run check: every step of @train_step, @eval_step and @predict on {} "
-             "against {}: the step's inputs copied from the reference, its outputs poisoned "
-             "(NaN) first; tolerance {:g} of each tensor's largest value (times sqrt(N/65536) for sums of N > 65536 terms) or 1e-6 absolute (integers: exact)\n",
-             m.exec->describe(), ref.exec->describe(), f.tolerance);
-  // Random batches: tokens below the vocabulary, floats in [-1, 1).
-  uint64_t seed = f.seedSet ? f.seed : 1;
+             "against {}: the step's inputs copied from the reference (random, --seed {}), its "
+             "outputs poisoned (NaN) first; tolerance {:g} of each tensor's largest value ({:g} "
+             "for steps with bfloat16 values, {:g} with float16; times sqrt(N/65536) for sums "
+             "of N > 65536 terms) or 1e-6 absolute (integers: exact)\n",
+             m.exec->describe(), ref.exec->describe(), seed, f.tolerance, bf16Tol, f16Tol);
   int64_t vocab = std::max<int64_t>(m.vocabSize(), 2);
   struct Worst { double error = 0; std::string where; int64_t checked = 0; };
   std::map<std::string, Worst> byForm;
@@ -968,6 +979,22 @@ int checkCommand(const std::vector<std::string> &args) {
         } else if (b.dtype == DType::F32) {
           float v = float(double(r >> 40) / double(1 << 24) * 2 - 1);
           std::memcpy(&bytes[size_t(i) * 4], &v, 4);
+        } else if (b.dtype == DType::F64) {
+          double v = double(r >> 11) / double(uint64_t(1) << 53) * 2 - 1;
+          std::memcpy(&bytes[size_t(i) * 8], &v, 8);
+        } else if (b.dtype == DType::BF16 || b.dtype == DType::F16) {
+          // Multiples of 2^-7 in [-1, 1): exact in both types.
+          float v = float(int64_t(r % 256) - 128) / 128.0f;
+          uint32_t u;
+          std::memcpy(&u, &v, 4);
+          uint16_t h;
+          if (b.dtype == DType::BF16) {
+            h = uint16_t(u >> 16);
+          } else { // |v| <= 1, a multiple of 2^-7: a normal half or zero
+            int e = int((u >> 23) & 255) - 127 + 15;
+            h = uint16_t(((u >> 16) & 0x8000u) | (v == 0 ? 0u : (uint32_t(e) << 10) | ((u >> 13) & 1023u)));
+          }
+          std::memcpy(&bytes[size_t(i) * 2], &h, 2);
         }
       }
       if (Status s = ref.exec->write(id, bytes.data(), bytes.size()); !s)
@@ -985,6 +1012,16 @@ int checkCommand(const std::vector<std::string> &args) {
         form = m.pkg.hasCuda && !m.pkg.cudaPlan.kernels[size_t(st.kernel)].empty()
                    ? m.pkg.cudaPlan.kernels[size_t(st.kernel)][0].form
                    : k.kind;
+      } else if (st.kind == program::Step::Gemm && st.lt.valid() &&
+                 m.exec->usesLibraryEpilogues()) {
+        // The epilogue in the library call: its result (and pre-activation).
+        written.push_back(st.lt.out);
+        if (st.lt.aux >= 0)
+          written.push_back(st.lt.aux);
+        all.insert(all.end(), st.epilogueArgs.begin(), st.epilogueArgs.end());
+        what = "gemm + library epilogue " + std::string(program::activationName(st.lt.activation)) +
+               (st.lt.bias >= 0 ? " with bias" : "");
+        form = "gemm+library epilogue";
       } else if (st.kind == program::Step::Gemm) {
         written.push_back(st.args[2]);
         what = "gemm";
@@ -1008,6 +1045,11 @@ int checkCommand(const std::vector<std::string> &args) {
       if (st.kind == program::Step::Kernel) {
         const program::Kernel &k = p.kernels[size_t(st.kernel)];
         reads.assign(st.args.begin(), st.args.begin() + k.numInputs);
+      } else if (st.kind == program::Step::Gemm && st.lt.valid() &&
+                 m.exec->usesLibraryEpilogues()) {
+        reads = {st.args[0], st.args[1]};
+        if (st.lt.bias >= 0)
+          reads.push_back(st.lt.bias);
       } else if (st.kind == program::Step::Gemm) {
         reads = {st.args[0], st.args[1]};
         if (st.epilogue >= 0) {
@@ -1053,7 +1095,12 @@ int checkCommand(const std::vector<std::string> &args) {
         for (int r : reads)
           largestIn = std::max(largestIn, p.buffers[size_t(r)].numElements());
         double terms = double(largestIn) / double(std::max<int64_t>(buf.numElements(), 1));
-        double tol = f.tolerance * std::max(1.0, std::sqrt(terms / 65536.0));
+        double base = f.tolerance;
+        for (int id2 : all) {
+          DType t = p.buffers[size_t(id2)].dtype;
+          base = std::max(base, t == DType::BF16 ? bf16Tol : t == DType::F16 ? f16Tol : 0.0);
+        }
+        double tol = base * std::max(1.0, std::sqrt(terms / 65536.0));
         bool bad = d.nonFinite > 0 ||
                    (d.exact ? d.error > 0 : d.error > tol && d.absolute > 1e-6);
         Worst &w = byForm[form];

@@ -592,6 +592,7 @@ std::string describe(const GpuCase &c) {
          (c.tf32 ? " tf32" : "") + (c.bias ? " +bias" : "") +
          (c.activation == Activation::Gelu      ? " gelu"
           : c.activation == Activation::GeluAux ? " gelu+aux"
+          : c.activation == Activation::Relu    ? " relu"
                                                 : "");
 }
 
@@ -710,7 +711,8 @@ void runCase(const GpuCase &c, GeluStats *gelu = nullptr) {
           acc += bias.values[size_t(j)];
           mag += std::fabs(bias.values[size_t(j)]);
         }
-        double want = act ? geluTanh(acc) : acc;
+        bool relu = c.activation == Activation::Relu;
+        double want = relu ? std::max(acc, 0.0) : act ? geluTanh(acc) : acc;
         double tol = 1e-6 + epsOut * std::fabs(want) +
                      epsAcc * mag * (act ? 1.13 : 1.0) +
                      (act ? std::ldexp(1.0, -9) * std::fabs(acc) : 0.0);
@@ -720,7 +722,7 @@ void runCase(const GpuCase &c, GeluStats *gelu = nullptr) {
           ADD_FAILURE() << "out[b=" << b << ", i=" << i << ", j=" << j
                         << "] = " << got << ", want " << want << " (tolerance "
                         << tol << ")";
-        if (act && gelu) {
+        if (act && !relu && gelu) {
           gelu->sqTanh += (got - geluTanh(acc)) * (got - geluTanh(acc));
           gelu->sqErf += (got - geluErf(acc)) * (got - geluErf(acc));
           ++gelu->count;
@@ -815,7 +817,7 @@ TEST(CudaBlasGpu, Epilogues) {
           dense(1, 32, 40, 64, true, false, false, false)}) // lhs^T
       for (bool bias : {false, true})
         for (Activation a :
-             {Activation::None, Activation::Gelu, Activation::GeluAux}) {
+             {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluAux}) {
           if (!bias && a == Activation::None)
             continue;
           GpuCase c;

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/cudaemu/EmuTest.h"
 
+#include <cmath>
+
 namespace kiln::cuda::emu::test {
 namespace {
 
@@ -104,6 +106,35 @@ TEST(CudaEmuSemantics, WarpsAreConsecutiveLinearIds) {
   for (int t = 0; t < 64; ++t) {
     EXPECT_EQ(out[size_t(t)], t / 32 * 32) << t;
     EXPECT_EQ(out[size_t(64 + t)], t % 32) << t;
+  }
+}
+
+// kiln_warp_max/kiln_block_max propagate a NaN that one lane holds (fmaxf
+// would drop it, unlike the CPU's maximumf); double sums stay double (1 +
+// 2^-40 per lane is lost in float).
+TEST(CudaEmuSemantics, PreludeReductionsKeepNaNAndDoubles) {
+  std::vector<float> x(64), out(192, -1);
+  std::vector<double> dx(64), dout(128, -1);
+  for (int t = 0; t < 64; ++t) {
+    x[size_t(t)] = float(t % 7) - 3;
+    dx[size_t(t)] = 1 + std::ldexp(1.0, -40);
+  }
+  x[40] = std::nanf(""); // second warp only
+  const float *px = x.data();
+  float *po = out.data();
+  const double *pdx = dx.data();
+  double *pdo = dout.data();
+  void *params[] = {&px, &po, &pdx, &pdo};
+  ASSERT_TRUE(kernels("warp").launch("reductions", {1}, {64}, 0, params));
+  for (int t = 0; t < 64; ++t) {
+    if (t < 32)
+      EXPECT_EQ(out[size_t(t)], 3.0f) << t;
+    else
+      EXPECT_TRUE(std::isnan(out[size_t(t)])) << "warp max, lane " << t;
+    EXPECT_TRUE(std::isnan(out[size_t(64 + t)])) << "block max, thread " << t;
+    EXPECT_TRUE(std::isnan(out[size_t(128 + t)])) << "block sum, thread " << t;
+    EXPECT_EQ(dout[size_t(t)], 32 * (1 + std::ldexp(1.0, -40))) << t;
+    EXPECT_EQ(dout[size_t(64 + t)], 64 * (1 + std::ldexp(1.0, -40))) << t;
   }
 }
 

@@ -66,3 +66,19 @@ KILN_KERNEL void block3d(int *out) {
   out[blockDim.x * blockDim.y * blockDim.z + linear] = (int)kiln_lane();
 }
 KILN_EMU_SHIM(block3d);
+
+// The prelude's reductions: a NaN in any lane reaches every lane of a max
+// (like the CPU code's maximumf), and double reductions stay double.
+// blockDim 64: out[t] = warp max of x, out[64 + t] = block max, out[128 + t]
+// = block sum; dout[t] = double warp sum of dx, dout[64 + t] = block sum.
+KILN_KERNEL void reductions(const float *x, float *out, const double *dx, double *dout) {
+  __shared__ float scratch[32];
+  __shared__ double dscratch[32];
+  const int t = threadIdx.x, n = blockDim.x;
+  out[t] = kiln_warp_max(x[t]);
+  out[n + t] = kiln_block_max(x[t], scratch);
+  out[2 * n + t] = kiln_block_sum(x[t], scratch);
+  dout[t] = kiln_warp_sum(dx[t]);
+  dout[n + t] = kiln_block_sum(dx[t], dscratch);
+}
+KILN_EMU_SHIM(reductions);
