@@ -242,6 +242,12 @@ struct VStep {
   /// outputs.
   int epilogue = -1;
   SmallVector<Value> epiIns, epiOuts;
+  /// The epilogue as a library epilogue (LtEpilogue), when it is one: the
+  /// bias (outside value), the result and pre-activation (fusion results,
+  /// or the GEMM's own value for a pre-activation without bias).
+  bool lt = false;
+  program::LtEpilogue::Activation ltAct = program::LtEpilogue::Activation::None;
+  Value ltBias, ltOut, ltAux;
   /// Outputs written over an input (a parameter update over the old value):
   /// (output value, input value); the output has no buffer of its own.
   SmallVector<std::pair<Value, Value>> tied;
@@ -593,6 +599,79 @@ private:
 
   /// A GEMM step for the kiln.matmul `mm` (inside `fusion`, whose operands
   /// are `outer`), with attention's head transposes read or written in place.
+  /// Sets s.lt* when the epilogue members `epi` of `mm` (in `fusion`, with
+  /// outputs `outs`, values inside the fusion) are what a GEMM library's
+  /// epilogue computes: [broadcast of a [n] bias + add], then [relu |
+  /// gelu(tanh)]; outputs the activation's result and, for GELU only, the
+  /// pre-activation. The GEMM's raw value may be read elsewhere only as that
+  /// pre-activation (no bias), whose buffer is then the GEMM's own.
+  void matchLtEpilogue(FusionOp fusion, MatmulOp mm, ArrayRef<Operation *> epi,
+                       ArrayRef<Value> outs, VStep &s) {
+    using Act = program::LtEpilogue::Activation;
+    auto ot = cast<RankedTensorType>(mm.getType());
+    if (!ot.getElementType().isF32())
+      return;
+    Value g = mm.getResult(), bias, pre = g, y;
+    Act act = Act::None;
+    for (Operation *m : epi) {
+      if (auto b = dyn_cast<BroadcastInDimOp>(m)) {
+        auto a = dyn_cast<BlockArgument>(b.getOperand());
+        auto bt = cast<RankedTensorType>(b.getOperand().getType());
+        if (bias || !a || bt.getRank() != 1 || b.getDims().size() != 1 ||
+            b.getDims()[0] != ot.getRank() - 1 || b.getType() != ot)
+          return;
+        bias = b.getResult();
+      } else if (auto add = dyn_cast<AddOp>(m)) {
+        if (pre != g || !bias || !((add.getLhs() == g && add.getRhs() == bias) ||
+                                   (add.getRhs() == g && add.getLhs() == bias)))
+          return;
+        pre = add.getResult();
+      } else if (auto r = dyn_cast<ReluOp>(m)) {
+        if (y || r.getOperand() != pre)
+          return;
+        y = r.getResult();
+        act = Act::Relu;
+      } else if (auto ge = dyn_cast<GeluOp>(m)) {
+        if (y || ge.getOperand() != pre || ge.getApproximation() != GeluApproximation::tanh)
+          return;
+        y = ge.getResult();
+        act = Act::GeluTanh;
+      } else {
+        return; // anything else: the epilogue stays a kernel
+      }
+    }
+    if (bias && pre == g)
+      return; // a broadcast bias that nothing adds
+    Value out = y ? y : pre;
+    if (out == g || !llvm::is_contained(outs, out))
+      return;
+    bool preOut = pre != g && llvm::is_contained(outs, pre);
+    auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+    bool gemmOut = llvm::is_contained(yield.getValues(), g);
+    // The outputs: `out`, and the pre-activation only as GELU's aux.
+    if (outs.size() != 1 + (preOut ? 1 : 0) || (preOut && act != Act::GeluTanh))
+      return;
+    // The raw GEMM value read outside: only as GELU's pre-activation.
+    if (gemmOut && (pre != g || act != Act::GeluTanh))
+      return;
+    if ((preOut || gemmOut) && ot.getDimSize(ot.getRank() - 1) % 8 != 0)
+      return; // cuBLASLt's aux rows are padded to 8 elements
+    auto resultOf = [&](Value inner) {
+      for (auto [i, v] : llvm::enumerate(yield.getValues()))
+        if (v == inner)
+          return fusion.getResult(i);
+      return Value();
+    };
+    s.lt = true;
+    s.ltAct = act;
+    if (bias) {
+      auto a = cast<BlockArgument>(cast<BroadcastInDimOp>(bias.getDefiningOp()).getOperand());
+      s.ltBias = root(fusion.getOperand(a.getArgNumber()));
+    }
+    s.ltOut = resultOf(out);
+    s.ltAux = preOut ? resultOf(pre) : gemmOut ? g : Value();
+  }
+
   LogicalResult gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
     auto outerOf = [&](Value inner) -> Value {
       if (auto a = dyn_cast<BlockArgument>(inner))
@@ -833,6 +912,8 @@ private:
               }
           for (auto [o, i] : ties)
             s.tied.push_back({s.epiOuts[o], s.epiIns[i]});
+          if (ties.empty() && s.gemm.heads == 0)
+            matchLtEpilogue(fusion, mm, epi, outs, s);
         }
         steps.push_back(std::move(s));
         continue;
@@ -1009,6 +1090,12 @@ private:
       for (Value v : s.epiOuts)
         if (!tiedOut.count(v))
           st.epilogueArgs.push_back(buffer[v]);
+      if (s.lt) {
+        st.lt.activation = s.ltAct;
+        st.lt.bias = s.ltBias ? buffer[root(s.ltBias)] : -1;
+        st.lt.out = buffer[s.ltOut];
+        st.lt.aux = !s.ltAux ? -1 : s.ltAux == s.outs.front() ? st.args[2] : buffer[s.ltAux];
+      }
       out.steps.push_back(std::move(st));
     }
     for (auto [v, target] : copies) {
@@ -1248,6 +1335,13 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
         }
         os << fmt::format("       + epilogue {:<23}{}\n",
                           k.symbol + (k.chunks > 1 ? fmt::format(" x{}", k.chunks) : ""), eargs);
+        if (s.lt.valid()) {
+          auto at = [&](int id) { return fmt::format("@{}", p.buffers[id].offset); };
+          os << fmt::format("         as a library epilogue (cuBLASLt): out = {}(A B{}) {}{}\n",
+                            program::activationName(s.lt.activation),
+                            s.lt.bias >= 0 ? " + bias " + at(s.lt.bias) : "", at(s.lt.out),
+                            s.lt.aux >= 0 ? ", pre-activation " + at(s.lt.aux) : "");
+        }
       }
     }
   }

@@ -139,7 +139,11 @@ KILN_UNARY_GRAD(TanhOp, return h.mul(g, h.sub(h.splat(y, 1.0), h.mul(y, y)));)
 // d sigmoid x = g y (1 - y)
 KILN_UNARY_GRAD(SigmoidOp, return h.mul(g, h.mul(y, h.sub(h.splat(y, 1.0), y)));)
 // d relu x = g where x > 0
-KILN_UNARY_GRAD(ReluOp, return h.select(h.cmp(CompareDirection::gt, x, h.zerosLike(x)), g, h.zerosLike(g));)
+// d relu(x) = g where x > 0, read off the result (relu(x) > 0 exactly
+// where x > 0, NaN included): the backward then keeps no pre-activation,
+// and a GEMM + bias + ReLU is one library call on a GPU (cuBLASLt's
+// RELU_BIAS epilogue).
+KILN_UNARY_GRAD(ReluOp, return h.select(h.cmp(CompareDirection::gt, y, h.zerosLike(y)), g, h.zerosLike(g));)
 // d erf x = g 2/sqrt(pi) e^(-x^2)
 KILN_UNARY_GRAD(ErfOp, return h.mul(g, h.scale(h.exp(h.neg(h.mul(x, x))), 2.0 / std::sqrt(M_PI)));)
 // d cos x = -g sin x

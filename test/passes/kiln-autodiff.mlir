@@ -176,13 +176,14 @@ func.func @forward(%w: tensor<3xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.o
 
 // -----
 
-// relu and abs select on a comparison with zero; cast casts the gradient back.
+// relu selects on its result being positive (no pre-activation kept);
+// cast casts the gradient back.
 // CHECK-LABEL: func.func @grad(
 // CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<2x3xf32> {kiln.param = "w"})
 // CHECK: %[[W64:.*]] = kiln.cast %[[W]] : tensor<2x3xf32> -> tensor<2x3xf64>
 // CHECK: %[[R:.*]] = kiln.relu %[[W64]] : tensor<2x3xf64>
 // CHECK: %[[G:.*]] = kiln.broadcast_in_dim %{{.*}}, dims = [] : tensor<f64> -> tensor<2x3xf64>
-// CHECK: %[[POS:.*]] = kiln.compare gt, %[[W64]], %{{.*}} : tensor<2x3xf64>
+// CHECK: %[[POS:.*]] = kiln.compare gt, %[[R]], %{{.*}} : tensor<2x3xf64>
 // CHECK: %[[DR:.*]] = kiln.select %[[POS]], %[[G]], %{{.*}} : tensor<2x3xi1>, tensor<2x3xf64>
 // CHECK: %[[DW:.*]] = kiln.cast %[[DR]] : tensor<2x3xf64> -> tensor<2x3xf32>
 // CHECK: return %{{.*}}, %[[DW]]
