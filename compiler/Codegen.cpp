@@ -573,6 +573,18 @@ private:
           continue;
         k.ops.push_back(m->getName().getStringRef().str());
         k.flops += estimateFlops(m);
+        for (Value r : m->getResults()) { // the narrowest float type computed
+          DType t;
+          auto rt = dyn_cast<RankedTensorType>(r.getType());
+          if (!rt || !toDType(rt.getElementType(), t))
+            continue;
+          auto rank = [](DType d) {
+            return d == DType::BF16 ? 0 : d == DType::F16 ? 1 : d == DType::F32 ? 2 : 3;
+          };
+          if ((t == DType::BF16 || t == DType::F16 || t == DType::F32) &&
+              rank(t) < rank(k.lowestFloat))
+            k.lowestFloat = t;
+        }
       }
       k.kind = kind.str();
       prog_.kernels.push_back(k);
@@ -645,7 +657,7 @@ private:
     Value out = y ? y : pre;
     if (out == g || !llvm::is_contained(outs, out))
       return;
-    bool preOut = pre != g && llvm::is_contained(outs, pre);
+    bool preOut = y && pre != g && llvm::is_contained(outs, pre);
     auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
     bool gemmOut = llvm::is_contained(yield.getValues(), g);
     // The outputs: `out`, and the pre-activation only as GELU's aux.
@@ -727,6 +739,8 @@ private:
       g.batch *= ot.getDimSize(d);
     g.transposeLhs = mm.getTransposeLhs();
     g.transposeRhs = mm.getTransposeRhs();
+    if (!toDType(ot.getElementType(), g.dtype))
+      return mm.emitOpError("has no library GEMM for its element type");
     g.lhsBatched = lt.getRank() > 2;
     g.rhsBatched = rt.getRank() > 2;
     if (outerResult && s.outs.front() == mm.getResult())
@@ -918,9 +932,9 @@ private:
         steps.push_back(std::move(s));
         continue;
       }
-      if (mm && !cast<RankedTensorType>(mm.getType()).getElementType().isF32() &&
-          members.size() != 1)
-        return fail(mm, "a non-float32 matmul must be a kernel of its own");
+      if (mm && members.size() != 1)
+        return fail(mm, "a matmul that is no library GEMM (f64 or integer) must be a kernel of "
+                        "its own");
       s.kind = Step::Kernel;
       SmallVector<Value> ins(fusion.getBlock().getArguments().begin(),
                              fusion.getBlock().getArguments().end());
@@ -1337,9 +1351,11 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                           k.symbol + (k.chunks > 1 ? fmt::format(" x{}", k.chunks) : ""), eargs);
         if (s.lt.valid()) {
           auto at = [&](int id) { return fmt::format("@{}", p.buffers[id].offset); };
-          os << fmt::format("         as a library epilogue (cuBLASLt): out = {}(A B{}) {}{}\n",
-                            program::activationName(s.lt.activation),
-                            s.lt.bias >= 0 ? " + bias " + at(s.lt.bias) : "", at(s.lt.out),
+          std::string pre = "A B" + (s.lt.bias >= 0 ? " + bias " + at(s.lt.bias) : "");
+          if (s.lt.activation != program::LtEpilogue::Activation::None)
+            pre = fmt::format("{}({})", program::activationName(s.lt.activation), pre);
+          os << fmt::format("         as a library epilogue (cuBLASLt): out = {} {}{}\n", pre,
+                            at(s.lt.out),
                             s.lt.aux >= 0 ? ", pre-activation " + at(s.lt.aux) : "");
         }
       }

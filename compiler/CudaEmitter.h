@@ -13,11 +13,13 @@
 //                reshapes, transposes, slices, pads, concatenations, gathers
 //                are index maps); 16-byte float4 loads and stores when every
 //                input is read at the output's index;
-//   rows         one thread block per row (the fusion's leading `rows`
-//                dimensions); each reduction is a stage (a warp per reduced
-//                element, or the whole block with warp shuffles and shared
-//                memory), its results in shared memory for later stages and
-//                the outputs;
+//   rows         the fusion's leading `rows` dimensions index rows; each
+//                reduction is a stage whose results later stages and the
+//                outputs read. "rows(warp per row)" for rows of at most 1024
+//                elements: a warp per row, 8 per block, warp butterflies,
+//                no block barrier; "rows(block per row)" for wider rows: a
+//                block per row, block reductions through shared memory (or
+//                a warp per kept element when the row keeps an axis);
 //   columns      reductions over leading dimensions: a block per reduced
 //                element (shuffle + shared-memory tree), or a thread per
 //                element looping over the column when there are many;

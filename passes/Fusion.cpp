@@ -367,10 +367,13 @@ bool Grouper::duplicable(Value v, int depth) {
       duplicable_[v] = true;
       return true;
     }
+  // Cheap producers only: transcendental functions are recomputed only on
+  // scalars (the learning-rate schedule's cosine), never on tensors.
   if (def && t && t.getNumElements() <= options_.maxDuplicatedElements && depth < 24 &&
       def->getNumResults() == 1 &&
       (isElementwiseOp(def) || isa<BroadcastInDimOp, ReshapeOp, IotaOp>(def)) &&
-      !foldedIn_.count(def) && !foldedOut_.count(def)) {
+      !(isExpensive(def) && t.getNumElements() > 1) && !foldedIn_.count(def) &&
+      !foldedOut_.count(def)) {
     ok = true;
     for (Value operand : def->getOperands()) {
       if (isCloneable(operand) || duplicable(operand, depth + 1))
@@ -398,8 +401,10 @@ Role Grouper::roleOf(Operation *op) {
     return Role::Alias;
   if (op->getNumResults() == 1 && duplicable(op->getResult(0)))
     return Role::Skip;
-  if (auto mm = dyn_cast<MatmulOp>(op))
-    return tensorType(mm.getResult()).getElementType().isF32() ? Role::Gemm : Role::Single;
+  if (auto mm = dyn_cast<MatmulOp>(op)) { // f32, f16, bf16: a library GEMM
+    Type et = tensorType(mm.getResult()).getElementType();
+    return et.isF32() || et.isF16() || et.isBF16() ? Role::Gemm : Role::Single;
+  }
   if (!options_.enabled)
     return isa<ReshapeOp>(op) ? Role::Alias : Role::Single;
   if (isElementwiseOp(op) ||
@@ -630,7 +635,8 @@ std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t
 std::string Grouper::canMerge(int a, int b) {
   Group &A = groups_[a], &B = groups_[b];
   if (contains(A.extDeps, b) || contains(B.extDeps, a))
-    return "cycle: the two kernels depend on each other through other kernels";
+    return "cycle: one kernel needs the other's results (directly or through other kernels), "
+           "so they cannot be one pass";
   if (A.kind == Kind::Column || B.kind == Kind::Column)
     if (A.kind != B.kind || A.reducedShape != B.reducedShape || A.reducedAxes != B.reducedAxes)
       return "column-sibling: sibling reductions share a kernel only with the same shape "
@@ -911,8 +917,14 @@ void Grouper::siblingMerges() {
                     onlyResults(int(a)) && onlyResults(int(b));
       if (!column && !update)
         continue;
-      if (!canMerge(int(a), int(b)).empty())
+      if (std::string why = canMerge(int(a), int(b)); !why.empty()) {
+        // Report siblings that read a common input but cannot share a
+        // kernel (a cycle through other kernels, say).
+        llvm::SetVector<Value> ia = inputsOf(int(a)), ib = inputsOf(int(b));
+        if (llvm::any_of(ia, [&](Value v) { return ib.contains(v); }))
+          refuse(A.members.front(), B.members.back(), why);
         continue;
+      }
       // Merging runs the earlier group at the later one's place, keeping its
       // inputs alive until then: only siblings with no GEMM between them
       // (the same layer's backward; the optimizer after the global norm).

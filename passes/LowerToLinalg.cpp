@@ -41,7 +41,6 @@ using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
 constexpr arith::FastMathFlags kReassoc = arith::FastMathFlags::reassoc;
 
 RankedTensorType tt(Value v) { return cast<RankedTensorType>(v.getType()); }
-bool isF(Type t) { return isa<FloatType>(getElementTypeOrSelf(t)); }
 
 Value emptyLike(OpBuilder &b, Location loc, RankedTensorType t) {
   return b.create<tensor::EmptyOp>(loc, t.getShape(), t.getElementType());

@@ -3,7 +3,9 @@
 # NVIDIA H200; CUDA 13, CMake, ninja, python3 with torch and JAX; no LLVM or
 # MLIR, maybe no fmt / nlohmann-json / GoogleTest, no network). In under 8
 # minutes on a bare machine it builds the runtime only (kiln-run with the
-# CUDA backend), runs the GPU unit tests, trains the shakespeare_char GPU
+# CUDA backend), runs the GPU unit tests, checks every step of six small
+# models on the GPU against the CUDA emulator (kiln-run check), trains the
+# shakespeare_char GPU
 # config with kiln-run --device cuda (its first 5 losses checked against a
 # CPU run made beforehand), trains the same model in PyTorch eager, JAX jit
 # and torch.compile (bench/gpt_gpu.py, fp32) and prints one table
@@ -27,7 +29,7 @@
 # Modes:
 #   tools/gpu-check.sh --prepare
 #       HERE, where build/ has kilnc (LLVM/MLIR): fills .gpu/ (ignored via
-#       .git/info/exclude; ~54 MiB: ~57 MiB with the ~3 MiB tree, under the
+#       .git/info/exclude; ~59 MiB: ~62 MiB with the ~3 MiB tree, under the
 #       device tool's 64 MiB):
 #         gpt.kpack      the GPU config, kilnc --target=cpu,cuda (PTX + CUBIN
 #                        for sm_80 and sm_90) --omit-zero-initializers: the
@@ -39,6 +41,8 @@
 #         small/         the small config (gpt_gpu.py --small's: 2 layers,
 #                        width 128, ctx 64, batch 8) and its CPU losses: a
 #                        5-step smoke test on the GPU, the --dry-run's model
+#         check/         small models for kiln-run check, GPU against the
+#                        CUDA emulator step by step (mlp and variants)
 #         prepared.txt   when, from which sources (hash), sizes
 #   tools/gpu-check.sh [--out DIR] [--budget S] [--steps N (300)] [--peer-steps N (= --steps)]
 #       THE DEVICE RUN (above).
@@ -146,6 +150,17 @@ prepare() {
     --checkpoint "$ck/small.ckpt" --quiet > "$G/small/ref-cpu.log" 2>&1 ||
     { cat "$G/small/ref-cpu.log"; exit 1; }
   rm -rf "$ck"
+
+  echo "gpu-check --prepare: artifacts for kiln-run check (every step on the GPU against the CUDA emulator)"
+  mkdir -p "$G/check"
+  nice build/bin/kilnc examples/mlp.kiln --target=cpu,cuda -o "$G/check/mlp.kpack" >/dev/null
+  for v in half-precision gemm-epilogues softmax-sums; do
+    nice build/bin/kilnc "test/runtime/Inputs/variants/$v.kiln" --target=cpu,cuda \
+      -o "$G/check/$v.kpack" >/dev/null
+  done
+  # Rows of 1088 features (a block per row), with 8 classes to stay small.
+  nice build/bin/kilnc test/runtime/Inputs/variants/wide-rows.kiln --param classes=8 \
+    --target=cpu,cuda -o "$G/check/wide-rows.kpack" >/dev/null
 
   local tree carry
   tree=$( { git ls-files; git ls-files --others --exclude-standard; } | sort -u |
@@ -387,6 +402,29 @@ if [ $BUILT = 1 ] && [ $SKIP_TESTS = 0 ]; then
     grep -vE 'no CUDA device|^\[|^--' | sort -u | head -3 | sed 's/^/    other skip: /'
 fi
 
+# --- (2b) every step of small models on the GPU against the CUDA emulator ------
+# kiln-run check runs each step of @train_step, @eval_step and @predict on
+# both backends from the same state (fresh random batches, outputs poisoned
+# first) and compares every output: the emulator runs the same CUDA C++ on
+# the host with the CPU's numerics (checked against the CPU backend in
+# test/runtime/cuda-emu.test), so this checks every kernel form, cuBLASLt's
+# GEMMs and library epilogues, and bf16/f16 on the real GPU. In the dry run
+# it is the emulator against itself (the logic only).
+CHECKS=()
+if [ $BUILT = 1 ]; then
+  for a in "$G"/check/*.kpack "$SMALL_ART"; do
+    [ -f "$a" ] || continue
+    n=$(basename "$a" .kpack)
+    stage "check-$n" 90 10 "$L/check-$n.log" -- "$KRUN" check "$a" --device "$DEVICE" --against cuda-emu
+    crc=$?
+    verdict=$(grep -E '^kiln-run check: (PASS|FAIL)' "$L/check-$n.log" | tail -1)
+    CHECKS+=("check $n: ${verdict:-no verdict (rc=$crc)}")
+    [ $crc -eq 99 ] && continue # skipped for the budget
+    [ $crc -eq 0 ] || fail "check-$n"
+    grep -E '^  MISMATCH' "$L/check-$n.log" | head -3 | cut -c1-200 | sed 's/^/    /'
+  done
+fi
+
 # --- (3) Kiln trains the GPU config; its first 5 losses against the CPU's -------
 # compare NAME REF LOSSLOG: bench/compare_losses.py on the first 5 steps.
 COMPARE=()
@@ -483,6 +521,7 @@ VERDICT=PASS
   echo "total $((SECONDS - START))s of a ${BUDGET}s budget; deps from .debs: ${DEPS_USED[*]:-none}"
   cat "$STAGES"
   echo "tests: $TESTS"
+  printf '%s\n' "${CHECKS[@]:-check: not run}"
   printf '%s\n' "${COMPARE[@]:-compare: not run}"
   [ -f "$L/table.err" ] && grep -v '^$' "$L/table.err" | sed 's/^/note: /'
   echo

@@ -61,8 +61,9 @@ const char *activationName(LtEpilogue::Activation a) {
 }
 
 std::string gemmLabel(const GemmParams &g) {
-  return fmt::format("gemm {}{}x{}x{} {}{}", g.batch > 1 ? fmt::format("{}x", g.batch) : "",
-                     g.m, g.n, g.k, g.transposeLhs ? 'T' : 'N', g.transposeRhs ? 'T' : 'N');
+  return fmt::format("gemm {}{}x{}x{} {}{}{}", g.batch > 1 ? fmt::format("{}x", g.batch) : "",
+                     g.m, g.n, g.k, g.transposeLhs ? 'T' : 'N', g.transposeRhs ? 'T' : 'N',
+                     g.dtype == DType::F32 ? "" : std::string(" ") + dtypeName(g.dtype));
 }
 
 std::string Program::toJson() const {
@@ -81,6 +82,7 @@ std::string Program::toJson() const {
                   {"chunks", k.chunks}, {"ops", k.ops}, {"kind", k.kind},
                   {"flops", k.flops},
                   {"in_place_safe", k.inPlaceSafe}, {"writes", k.writes}, {"num_inputs", k.numInputs},
+                  {"lowest_float", dtypeName(k.lowestFloat)},
                   {"locs", k.locs}});
   j["kernels"] = ks;
   json fs = json::array();
@@ -95,7 +97,8 @@ std::string Program::toJson() const {
                      {"k", s.gemm.k}, {"transpose_lhs", s.gemm.transposeLhs},
                      {"transpose_rhs", s.gemm.transposeRhs},
                      {"lhs_batched", s.gemm.lhsBatched},
-                     {"rhs_batched", s.gemm.rhsBatched}};
+                     {"rhs_batched", s.gemm.rhsBatched},
+                     {"dtype", dtypeName(s.gemm.dtype)}};
       if (s.kind == Step::Gemm && s.epilogue >= 0)
         e["epilogue"] = {{"kernel", s.epilogue}, {"args", s.epilogueArgs}};
       if (s.kind == Step::Gemm && s.lt.valid())
@@ -242,6 +245,8 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
       for (const json &o : e["ops"])
         if (o.is_string())
           k.ops.push_back(o.get<std::string>());
+    if (e.contains("lowest_float") && e["lowest_float"].is_string())
+      parseDType(e["lowest_float"].get<std::string>(), k.lowestFloat);
     if (e.contains("num_inputs") && e["num_inputs"].is_number_integer())
       k.numInputs = int(std::clamp<int64_t>(e["num_inputs"].get<int64_t>(), 0, k.numArgs));
     if (e.contains("writes") && e["writes"].is_array())
@@ -291,6 +296,12 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
           return bad(r.error);
         if (s.args.size() != 3)
           return bad("a gemm step needs 3 buffers");
+        if (g.contains("dtype")) { // absent in artifacts before half-precision GEMMs: f32
+          std::string dt;
+          if (!r.str(g, "dtype", dt) || !parseDType(dt, gp.dtype) ||
+              !(gp.dtype == DType::F32 || gp.dtype == DType::F16 || gp.dtype == DType::BF16))
+            return bad(r.error.empty() ? "a gemm step's dtype is not f32, f16 or bf16" : r.error);
+        }
         if (se.contains("epilogue")) {
           const json &ep = se["epilogue"];
           int64_t k;
@@ -327,7 +338,7 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
             return p.buffers[size_t(id)].dtype == DType::F32 &&
                    p.buffers[size_t(id)].numElements() == elems;
           };
-          if (s.epilogue < 0 || g.contains("heads") || !f32(out, mn) ||
+          if (s.epilogue < 0 || g.contains("heads") || gp.dtype != DType::F32 || !f32(out, mn) ||
               (bias >= 0 && !f32(bias, gp.n)) || (aux >= 0 && !f32(aux, mn)) ||
               (aux >= 0 && gp.n % 8 != 0))
             return bad("a gemm's library epilogue does not match its step (it needs an epilogue "
@@ -335,7 +346,7 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
                        "multiple of 8 for the pre-activation)");
         }
         auto fits = [&](int id, int64_t elems) {
-          return p.buffers[id].dtype == DType::F32 &&
+          return p.buffers[id].dtype == gp.dtype &&
                  p.buffers[id].numElements() == elems;
         };
         if (g.contains("heads")) {
@@ -358,7 +369,7 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
               return bad(r.error);
             int64_t last = (gp.batch / gp.heads - 1) * o.l->outer +
                            (gp.heads - 1) * o.l->inner + (o.rows - 1) * o.l->ld + o.cols;
-            if (p.buffers[o.id].dtype != DType::F32 || last > p.buffers[o.id].numElements())
+            if (p.buffers[o.id].dtype != gp.dtype || last > p.buffers[o.id].numElements())
               return bad("a strided gemm step reads or writes outside its buffers");
           }
         } else if (!fits(s.args[0], (gp.lhsBatched ? gp.batch : 1) * gp.m * gp.k) ||

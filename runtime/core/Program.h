@@ -56,6 +56,9 @@ struct MatrixLayout {
 
 struct GemmParams {
   int64_t batch = 1, m = 0, n = 0, k = 0;
+  /// Element type of both operands and the result: f32, f16 or bf16
+  /// (products accumulate in float32; the result is rounded to the type).
+  DType dtype = DType::F32;
   bool transposeLhs = false, transposeRhs = false;
   bool lhsBatched = false, rhsBatched = false;
   /// 0: dense batches (matrix b at b * rows * cols); otherwise the batch is
@@ -127,6 +130,9 @@ struct Kernel {
   /// tied outputs are written over (in-place updates).
   std::vector<int> writes;
   int numInputs = 0; ///< arguments [0, numInputs) are read; the rest are outputs
+  /// The narrowest float type its ops compute in (bf16, f16, f32; f64 for
+  /// none of those): the precision two backends can be held to.
+  DType lowestFloat = DType::F64;
   std::vector<std::string> locs; ///< every model-file location it serves
 };
 

@@ -1,7 +1,9 @@
 //===- Blas.cpp - Loading MKL, or using OpenBLAS --------------------------===//
 #include "runtime/cpu/Blas.h"
 
+#ifdef KILN_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 #include <dlfcn.h>
 #include <fmt/format.h>
 
@@ -9,8 +11,10 @@
 #include <mutex>
 #include <vector>
 
+#ifdef KILN_HAVE_OPENBLAS
 extern "C" char *openblas_get_corename(void);
 extern "C" void openblas_set_num_threads(int);
+#endif
 
 namespace kiln::cpu {
 
@@ -20,8 +24,22 @@ namespace {
 
 void openblasSgemm(int layout, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                    int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+#ifdef KILN_HAVE_OPENBLAS
   cblas_sgemm(CBLAS_ORDER(layout), CBLAS_TRANSPOSE(ta), CBLAS_TRANSPOSE(tb), m, n, k, alpha, a,
               lda, b, ldb, beta, c, ldc);
+#else
+  // Row-major only (Kiln's calls): C = alpha op(A) op(B) + beta C, each
+  // element a float32 sum in k order.
+  (void)layout;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int q = 0; q < k; ++q)
+        acc += (ta == kCblasTrans ? a[q * lda + i] : a[i * lda + q]) *
+               (tb == kCblasTrans ? b[j * ldb + q] : b[q * ldb + j]);
+      c[i * ldc + j] = alpha * acc + (beta == 0 ? 0.0f : beta * c[i * ldc + j]);
+    }
+#endif
 }
 
 namespace {
@@ -29,8 +47,12 @@ namespace {
 Blas openblas() {
   Blas b;
   b.sgemm = openblasSgemm;
+#ifdef KILN_HAVE_OPENBLAS
   b.name = fmt::format("OpenBLAS ({})", openblas_get_corename());
   openblas_set_num_threads(1);
+#else
+  b.name = "portable loops (no BLAS library at build time)";
+#endif
   return b;
 }
 

@@ -23,6 +23,17 @@ using MatmulShape = program::GemmParams;
 /// C[b] = op(A[b or 0]) * op(B[b or 0]) for every batch b; C is overwritten.
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out);
 
+/// matmul() on f32, f16 or bf16 buffers (s.dtype): half-precision operands
+/// are widened to float32 (exact), multiplied and accumulated in float32,
+/// and the result is rounded to nearest even (the CUDA libraries' bf16 and
+/// f16 GEMMs accumulate in float32 too). Whole buffers are converted, so
+/// strided head layouts keep their offsets.
+void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *out);
+
+/// Element counts of the buffers a GEMM reads and writes: lhs, rhs, out
+/// (strided layouts: up to the last element any matrix touches).
+void gemmExtents(const MatmulShape &s, int64_t &lhs, int64_t &rhs, int64_t &out);
+
 /// Whether matmul() runs the batch as one GEMM of batch*m rows (a weight
 /// shared by a batched, untransposed lhs).
 bool foldsBatch(const MatmulShape &s);

@@ -179,13 +179,20 @@ public:
       if (pkg.cudaPtx.empty())
         return m.status();
     }
-    // The driver JIT-compiles the newest PTX it can take.
-    for (auto it = pkg.cudaPtx.rbegin(); it != pkg.cudaPtx.rend(); ++it) {
-      int cc = std::atoi(it->first.c_str() + 3);
-      if (cc <= info_.major * 10 + info_.minor)
-        return loadImage(it->second + std::string(1, '\0'), "the driver's JIT of " + it->first +
-                                                                " PTX");
+    // The driver JIT-compiles the newest PTX it can take (by number:
+    // sm_100 is newer than sm_90).
+    const std::string *best = nullptr;
+    int bestCc = -1;
+    for (const auto &[name, ptx] : pkg.cudaPtx) {
+      int cc = std::atoi(name.c_str() + 3);
+      if (cc <= info_.major * 10 + info_.minor && cc > bestCc) {
+        bestCc = cc;
+        best = &name;
+      }
     }
+    if (best)
+      return loadImage(pkg.cudaPtx.at(*best) + std::string(1, '\0'),
+                       "the driver's JIT of " + *best + " PTX");
     return Status::error(fmt::format("{}: no CUDA kernels fit {} ({}); recompile with kilnc "
                                      "--target=cuda --cuda-arch={}",
                                      pkg.path, describe(), arch, arch));
@@ -208,6 +215,7 @@ public:
               Stream s, const Epilogue *epilogue) override {
     MatmulOp op;
     op.shape = g;
+    op.inputType = op.outputType = g.dtype; // f16/bf16: float32 accumulation
     MatmulArgs args;
     args.lhs = CUdeviceptr(lhs);
     args.rhs = CUdeviceptr(rhs);

@@ -62,7 +62,8 @@ public:
     DevicePtr bias = 0; ///< [n], or 0
     DevicePtr aux = 0;  ///< the pre-activation [batch * m, n], or 0
   };
-  /// kiln.matmul on float32 buffers (the plan's GEMM step); with `epilogue`,
+  /// kiln.matmul on f32, f16 or bf16 buffers (the plan's GEMM step, g.dtype;
+  /// float32 accumulation); with `epilogue` (f32 only),
   /// out = act(A B + bias) and aux = A B + bias instead.
   virtual Status gemm(const program::GemmParams &g, DevicePtr lhs, DevicePtr rhs, DevicePtr out,
                       Stream s, const Epilogue *epilogue = nullptr) = 0;

@@ -94,11 +94,10 @@ public:
   }
   Status gemm(const program::GemmParams &g, DevicePtr lhs, DevicePtr rhs, DevicePtr out,
               Stream, const Epilogue *epilogue) override {
-    float *o = static_cast<float *>(host(out));
-    cpu::matmul(g, static_cast<const float *>(host(lhs)), static_cast<const float *>(host(rhs)),
-                o);
+    cpu::matmulTyped(g, host(lhs), host(rhs), host(out));
     if (!epilogue)
       return Status::ok();
+    float *o = static_cast<float *>(host(out)); // library epilogues: f32 only
     // cuBLASLt's epilogues, on the host: bias, then the pre-activation to
     // aux, then the activation (GELU with tanh, computed in float as the
     // library's kernels do).

@@ -217,7 +217,7 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
         Timing &t = gemms_[label];
         if (!t.calls) {
           t.name = label;
-          t.op = "gemm (cuBLASLt)";
+          t.op = device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)";
           t.loc = s.loc;
         }
         t.seconds += *ms / 1e3;

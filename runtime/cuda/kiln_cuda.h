@@ -862,7 +862,7 @@ KILN_DEVICE unsigned kiln_lane() { return kiln_thread_linear() & 31u; }
 KILN_DEVICE unsigned kiln_warp() { return kiln_thread_linear() >> 5; }
 
 /// Loads as float / stores from float, for float, __half and __nv_bfloat16
-/// storage (accumulation is always float).
+/// storage (their accumulation is float; f64 accumulates in double).
 KILN_DEVICE float kiln_to_float(float x) { return x; }
 KILN_DEVICE float kiln_to_float(__half x) { return __half2float(x); }
 KILN_DEVICE float kiln_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -155,3 +155,19 @@ func.func @epilogue_feeds_reduction(%x: tensor<8x16xf32>, %w: tensor<16x4xf32>, 
   // expected-remark @below {{result}}
   return %2 : tensor<8x4xf32>
 }
+
+// -----
+
+// Sibling column reductions of one input share a kernel, except when one
+// needs the other's result: they cannot be one pass.
+func.func @sibling_cycle(%x: tensor<8x16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %a = kiln.reduce_sum %x axes = [0] : tensor<8x16xf32> -> tensor<16xf32>
+  %e = kiln.exp %a : tensor<16xf32>
+  // expected-remark @below {{not fused with kiln.exp: column-epilogue}}
+  %b1 = kiln.broadcast_in_dim %e, dims = [1] : tensor<16xf32> -> tensor<8x16xf32>
+  %m = kiln.mul %x, %b1 : tensor<8x16xf32>
+  // expected-remark @below {{not fused with kiln.reduce_sum: cycle: one kernel needs the other's results (directly or through other kernels), so they cannot be one pass}}
+  %b = kiln.reduce_sum %m axes = [0] : tensor<8x16xf32> -> tensor<16xf32>
+  // expected-remark @below {{result}}
+  return %a, %b : tensor<16xf32>, tensor<16xf32>
+}

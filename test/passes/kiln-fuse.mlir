@@ -151,6 +151,45 @@ func.func @duplicate(%s: tensor<2x16x16xf32>, %t: tensor<2x16x16xf32>) -> (tenso
 
 // -----
 
+// An expensive producer is never recomputed: exp of a [16] vector read by a
+// row kernel and a column kernel is computed once, in a kernel of its own.
+// On a scalar (a cosine schedule's learning rate) a transcendental function
+// is cheap and recomputed in each reader.
+// CHECK-LABEL: func.func @no_duplicate_expensive
+// CHECK: kiln.fusion "elementwise" rows = 1 ins(%arg1)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: kiln.exp
+// CHECK-NOT: kiln.exp
+// CHECK: return
+func.func @no_duplicate_expensive(%s: tensor<8x16xf32>, %w: tensor<16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>) {
+  %0 = kiln.exp %w : tensor<16xf32>
+  %1 = kiln.broadcast_in_dim %0, dims = [1] : tensor<16xf32> -> tensor<8x16xf32>
+  %2 = kiln.mul %s, %1 : tensor<8x16xf32>
+  %3 = kiln.softmax %2 axis = 1 : tensor<8x16xf32>
+  %4 = kiln.add %s, %1 : tensor<8x16xf32>
+  %5 = kiln.reduce_sum %4 axes = [0] : tensor<8x16xf32> -> tensor<16xf32>
+  return %3, %5 : tensor<8x16xf32>, tensor<16xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @duplicate_scalar_cos
+// CHECK: kiln.fusion "row_reduction"
+// CHECK: kiln.cos
+// CHECK: kiln.fusion "column_reduction"
+// CHECK: kiln.cos
+func.func @duplicate_scalar_cos(%s: tensor<8x16xf32>, %t: tensor<f32>) -> (tensor<8x16xf32>, tensor<16xf32>) {
+  %0 = kiln.cos %t : tensor<f32>
+  %1 = kiln.broadcast_in_dim %0, dims = [] : tensor<f32> -> tensor<8x16xf32>
+  %2 = kiln.mul %s, %1 : tensor<8x16xf32>
+  %3 = kiln.softmax %2 axis = 1 : tensor<8x16xf32>
+  %4 = kiln.add %s, %1 : tensor<8x16xf32>
+  %5 = kiln.reduce_sum %4 axes = [0] : tensor<8x16xf32> -> tensor<16xf32>
+  return %3, %5 : tensor<8x16xf32>, tensor<16xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @updates
 // CHECK: %[[F:.*]]:2 = kiln.fusion "elementwise" rows = 1
 // CHECK: kiln.cast

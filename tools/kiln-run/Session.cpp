@@ -1,7 +1,8 @@
-//===- Session.cpp - train / eval / sample on the CPU backend -------------===//
+//===- Session.cpp - train / eval / sample / check on any backend ---------===//
 //
-// The driver side of a run: loads and verifies the artifact, JIT-compiles
-// its CPU kernels (disk-cached), binds data files to the entry points'
+// The driver side of a run: loads and verifies the artifact, prepares its
+// kernels on the chosen backend (CPU JIT, disk-cached; CUDA or its
+// emulator), binds data files to the entry points'
 // inputs, and runs @train_step / @eval_step / @predict. Checkpoints hold
 // every parameter and optimizer-state tensor plus the next step; since the
 // program derives data windows and dropout seeds from (seed, step), resuming
@@ -958,6 +959,7 @@ int checkCommand(const std::vector<std::string> &args) {
     const program::Function *func = p.function(fn);
     if (!func)
       continue;
+    std::map<int, std::string> inputBytes; ///< this entry point's random batch
     for (int id : func->args) {
       const Buffer &b = p.buffers[size_t(id)];
       if (b.role != Role::Input)
@@ -999,6 +1001,9 @@ int checkCommand(const std::vector<std::string> &args) {
       }
       if (Status s = ref.exec->write(id, bytes.data(), bytes.size()); !s)
         return fail(s);
+      // A backend that stages inputs (CUDA) applies them at its next run:
+      // the checked backend gets them from here, not read back.
+      inputBytes[id] = std::move(bytes);
     }
     for (size_t si = 0; si < func->steps.size(); ++si) {
       const program::Step &st = func->steps[si];
@@ -1062,7 +1067,9 @@ int checkCommand(const std::vector<std::string> &args) {
       }
       for (int id : all) {
         std::string bytes;
-        if (Status s = readAll(*ref.exec, id, bytes); !s)
+        if (auto in = inputBytes.find(id); in != inputBytes.end())
+          bytes = in->second;
+        else if (Status s = readAll(*ref.exec, id, bytes); !s)
           return fail(s);
         bool read = std::count(reads.begin(), reads.end(), id) > 0;
         // The GEMM's own result is read by its epilogue but written first.
@@ -1095,11 +1102,18 @@ int checkCommand(const std::vector<std::string> &args) {
         for (int r : reads)
           largestIn = std::max(largestIn, p.buffers[size_t(r)].numElements());
         double terms = double(largestIn) / double(std::max<int64_t>(buf.numElements(), 1));
+        // The step's precision: its buffers' types and what its kernels
+        // compute in (a kernel may round to bfloat16 inside).
         double base = f.tolerance;
-        for (int id2 : all) {
-          DType t = p.buffers[size_t(id2)].dtype;
+        auto lower = [&](DType t) {
           base = std::max(base, t == DType::BF16 ? bf16Tol : t == DType::F16 ? f16Tol : 0.0);
-        }
+        };
+        for (int id2 : all)
+          lower(p.buffers[size_t(id2)].dtype);
+        if (st.kind == program::Step::Kernel)
+          lower(p.kernels[size_t(st.kernel)].lowestFloat);
+        if (st.kind == program::Step::Gemm && st.epilogue >= 0)
+          lower(p.kernels[size_t(st.epilogue)].lowestFloat);
         double tol = base * std::max(1.0, std::sqrt(terms / 65536.0));
         bool bad = d.nonFinite > 0 ||
                    (d.exact ? d.error > 0 : d.error > tol && d.absolute > 1e-6);

@@ -170,7 +170,7 @@ int inspect(const std::vector<std::string> &args) {
 
 } // namespace
 
-#ifdef KILN_HAVE_BLAS
+#ifdef KILN_HAVE_OPENBLAS
 #include "runtime/cpu/Blas.h"
 extern "C" char *openblas_get_corename(void);
 
@@ -231,7 +231,7 @@ void tuneBlas(char **argv) {
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-#ifdef KILN_HAVE_BLAS
+#ifdef KILN_HAVE_OPENBLAS
   if (!args.empty() && (args[0] == "train" || args[0] == "eval" || args[0] == "sample" ||
                         args[0] == "check"))
     tuneBlas(argv);

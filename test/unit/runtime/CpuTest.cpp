@@ -189,6 +189,64 @@ TEST(Gemm, PartCountsByShape) {
   EXPECT_EQ(parts(1, 16, 16, 16, false, false, false), 1);   // small
 }
 
+// Half-precision GEMMs (bf16, f16): operands widened exactly, products
+// accumulated in float32, the result rounded to nearest even once. Against
+// a double reference rounded to the type: within one unit of the last place
+// (the float32 accumulation may land on the other side of a rounding
+// boundary) plus float32 accumulation error.
+TEST(Gemm, HalfPrecisionTyped) {
+  for (kiln::program::DType dt : {kiln::program::DType::BF16, kiln::program::DType::F16}) {
+    MatmulShape s;
+    s.batch = 2;
+    s.m = 9;
+    s.n = 11;
+    s.k = 33;
+    s.transposeRhs = true;
+    s.lhsBatched = s.rhsBatched = true;
+    s.dtype = dt;
+    int ulpBits = dt == kiln::program::DType::BF16 ? 8 : 11;
+    // Values that are exact in both types: multiples of 2^-6 in [-2, 2).
+    std::mt19937 rng(13);
+    auto value = [&] { return float(int(rng() % 256) - 128) / 64.0f; };
+    auto encode = [&](float v) { // exact for these values
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      if (dt == kiln::program::DType::BF16)
+        return uint16_t(u >> 16);
+      if (v == 0)
+        return uint16_t((u >> 16) & 0x8000u);
+      int e = int((u >> 23) & 255) - 127 + 15;
+      return uint16_t(((u >> 16) & 0x8000u) | (uint32_t(e) << 10) | ((u >> 13) & 1023u));
+    };
+    std::vector<float> af(size_t(s.batch * s.m * s.k)), bf(size_t(s.batch * s.n * s.k));
+    std::vector<uint16_t> a(af.size()), b(bf.size()), c(size_t(s.batch * s.m * s.n), 0xffff);
+    for (size_t i = 0; i < af.size(); ++i) a[i] = encode(af[i] = value());
+    for (size_t i = 0; i < bf.size(); ++i) b[i] = encode(bf[i] = value());
+    matmulTyped(s, a.data(), b.data(), c.data());
+    for (int64_t p = 0; p < s.batch; ++p)
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          double ref = 0;
+          for (int64_t q = 0; q < s.k; ++q)
+            ref += double(af[size_t((p * s.m + i) * s.k + q)]) *
+                   double(bf[size_t((p * s.n + j) * s.k + q)]);
+          uint16_t h = c[size_t((p * s.m + i) * s.n + j)];
+          float got;
+          if (dt == kiln::program::DType::BF16) {
+            uint32_t u = uint32_t(h) << 16;
+            std::memcpy(&got, &u, 4);
+          } else {
+            int e = (h >> 10) & 31, m = h & 1023;
+            double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+            got = float((h & 0x8000) ? -mag : mag);
+          }
+          double ulp = std::ldexp(std::max(std::fabs(ref), 1e-3), -ulpBits);
+          ASSERT_NEAR(got, ref, ulp + 1e-6 * std::fabs(ref))
+              << kiln::program::dtypeName(dt) << " batch " << p << " (" << i << ", " << j << ")";
+        }
+  }
+}
+
 // KILN_BLAS's choices: OpenBLAS always loads; MKL (when installed: PyPI's
 // mkl, which scripts/setup.sh installs) computes the same products within
 // float32 rounding; unknown names and bad paths are errors that say what to
