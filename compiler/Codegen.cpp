@@ -33,6 +33,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
@@ -1154,6 +1155,35 @@ struct PolynomialMathPass
   }
 };
 
+/// linalg's elementwise fusion inside each kernel, with producers fused into
+/// every consumer (the upstream pass fuses single-use producers only). A
+/// value that several ops of a kernel read (a softmax's exponentials, read
+/// by the row sum and by the division; layer_norm's normalized input) is
+/// then recomputed in each loop nest instead of materialised in a
+/// temporary buffer, so fused ops exchange no intermediate arrays; only
+/// reduction results (one value per row) stay in memory.
+struct KernelFusionPass : PassWrapper<KernelFusionPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(KernelFusionPass)
+  StringRef getArgument() const override { return "kiln-kernel-elementwise-fusion"; }
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    RewritePatternSet patterns(ctx);
+    linalg::ControlFusionFn always = [](OpOperand *fused) {
+      return fused->get().getDefiningOp() != nullptr;
+    };
+    linalg::populateElementwiseOpsFusionPatterns(patterns, always);
+    linalg::populateConstantFoldLinalgOperations(patterns, always);
+    linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
+    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);
+    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, ctx);
+    ctx->getLoadedDialect<linalg::LinalgDialect>()->getCanonicalizationPatterns(patterns);
+    GreedyRewriteConfig config;
+    config.useTopDownTraversal = true;
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
+      signalPassFailure();
+  }
+};
+
 /// Lowers the kernel module (kiln on memrefs) to the LLVM dialect.
 LogicalResult lowerKernels(ModuleOp kernels, bool printAfterAll, std::string &error) {
   MLIRContext *ctx = kernels.getContext();
@@ -1173,9 +1203,10 @@ LogicalResult lowerKernels(ModuleOp kernels, bool printAfterAll, std::string &er
   }
   pm.addPass(createKilnLowerToLinalgPass());
   pm.addPass(createCanonicalizerPass());
-  // Folds splat constants and broadcasts into the generic that reads them
-  // (inside one kernel), so they are never materialised as arrays.
-  pm.addPass(createLinalgElementwiseOpFusionPass());
+  // Fuses every elementwise producer into its consumers inside a kernel
+  // (splat constants and broadcasts included), so no intermediate array is
+  // materialised between fused ops.
+  pm.addPass(std::make_unique<KernelFusionPass>());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(bufferization::createEmptyTensorEliminationPass());
   bufferization::OneShotBufferizationOptions opts;
