@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <fmt/format.h>
@@ -703,7 +704,7 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<CudaLaunch> &launches) 
     // elementwise at this shape (or a broadcast scalar): each input is then
     // read at the output's index.
     bool vec = n % 4 == 0 && n >= 4 && !shape.empty();
-    llvm::DenseSet<Value> identityArgs;
+    llvm::SetVector<Value> identityArgs; // in first-use order: the source must be deterministic
     std::function<void(Value)> check = [&](Value v) {
       if (!vec)
         return;
