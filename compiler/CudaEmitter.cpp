@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -850,19 +851,12 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
     return idx;
   };
   bool isMax = isa<ReduceMaxOp>(red);
-  if (warpRows_) {
-    // The warp's lanes stride over the reduced elements; the butterfly
-    // leaves the total in every lane. One value (k == 1) stays in a
-    // register; several go to the warp's slice of shared memory.
-    if (k == 1) {
-      r.indexed = false;
-      line(fmt::format("{} {};", ti.compute, store));
-    } else {
-      line(fmt::format("__shared__ {} {}[{}];", ti.compute, store, kRowsPerBlock * k));
-    }
-    line("{");
-    push();
-    line(fmt::format("for (int k = 0; k < {}; ++k) {{", k));
+  // One warp reduces each kept-within element `k` of the loop `kLoop`
+  // opens: lanes stride over the reduced elements, the butterfly leaves the
+  // total in every lane, `result(acc)` stores it.
+  auto warpReduce = [&](const std::string &kLoop,
+                        const std::function<std::string(const std::string &)> &result) {
+    line(kLoop);
     push();
     SmallVector<std::string> kc = delinear("k", withinSizes);
     line(fmt::format("{} {} = {};", ti.compute, acc, accInit(red)));
@@ -874,13 +868,27 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
     pop();
     line("}");
     line(fmt::format("{} = {}({});", acc, isMax ? "kiln_warp_max" : "kiln_warp_sum", acc));
-    if (k == 1)
-      line(fmt::format("{} = {};", store, finalize(acc)));
-    else
-      line(fmt::format("if (kiln_lane() == 0) {}[kiln_warp() * {} + k] = {};", store, k,
-                       finalize(acc)));
+    line(result(finalize(acc)));
     pop();
     line("}");
+  };
+  if (warpRows_) {
+    // The row's warp does every k in turn. One value (k == 1) stays in a
+    // register of every lane; several go to the warp's slice of shared
+    // memory.
+    if (k == 1) {
+      r.indexed = false;
+      line(fmt::format("{} {};", ti.compute, store));
+    } else {
+      line(fmt::format("__shared__ {} {}[{}];", ti.compute, store, kRowsPerBlock * k));
+    }
+    line("{");
+    push();
+    warpReduce(fmt::format("for (int k = 0; k < {}; ++k) {{", k), [&](const std::string &v) {
+      return k == 1 ? fmt::format("{} = {};", store, v)
+                    : fmt::format("if (kiln_lane() == 0) {}[kiln_warp() * {} + k] = {};", store,
+                                  k, v);
+    });
     pop();
     line("}");
     if (k > 1)
@@ -902,22 +910,11 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
     line(fmt::format("{} = {}({}, {});", acc, isMax ? "kiln_block_max" : "kiln_block_sum", acc,
                      ti.compute == "double" ? "kiln_scratch_d" : "kiln_scratch"));
     line(fmt::format("if (threadIdx.x == 0) {}[0] = {};", store, finalize(acc)));
-  } else {
-    line(fmt::format("for (int k = kiln_warp(); k < {}; k += blockDim.x / 32) {{", k));
-    push();
-    SmallVector<std::string> kc = delinear("k", withinSizes);
-    line(fmt::format("{} {} = {};", ti.compute, acc, accInit(red)));
-    line(fmt::format("for (int n = kiln_lane(); n < {}; n += 32) {{", n));
-    push();
-    SmallVector<std::string> nc = delinear("n", reducedSizes);
-    std::string v = emit(red->getOperand(0), inputIndex(kc, nc));
-    line(accumulate(red, acc, v));
-    pop();
-    line("}");
-    line(fmt::format("{} = {}({});", acc, isMax ? "kiln_warp_max" : "kiln_warp_sum", acc));
-    line(fmt::format("if (kiln_lane() == 0) {}[k] = {};", store, finalize(acc)));
-    pop();
-    line("}");
+  } else { // a warp per kept-within element
+    warpReduce(fmt::format("for (int k = kiln_warp(); k < {}; k += blockDim.x / 32) {{", k),
+               [&](const std::string &v) {
+                 return fmt::format("if (kiln_lane() == 0) {}[k] = {};", store, v);
+               });
   }
   pop();
   line("}");
