@@ -1,11 +1,10 @@
 //===- Gemm.cpp - kiln.matmul on the CPU through BLAS ---------------------===//
 #include "runtime/cpu/Gemm.h"
 
+#include "runtime/core/Half.h"
 #include "runtime/cpu/Blas.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <vector>
 
 namespace kiln::cpu {
@@ -93,57 +92,6 @@ void gemmExtents(const MatmulShape &s, int64_t &lhs, int64_t &rhs, int64_t &out)
   out = extent(s.outLayout, s.m, s.n, s.batch * s.m * s.n);
 }
 
-namespace {
-float widen(program::DType t, uint16_t h) {
-  uint32_t u;
-  if (t == program::DType::BF16) {
-    u = uint32_t(h) << 16;
-  } else { // IEEE half
-    uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u;
-    if (e == 31)
-      u = sign | 0x7f800000u | (m << 13);
-    else if (e != 0)
-      u = sign | ((e + 112) << 23) | (m << 13);
-    else if (m == 0)
-      u = sign;
-    else { // subnormal: normalise
-      int shift = 0;
-      while (!(m & 1024u)) {
-        m <<= 1;
-        ++shift;
-      }
-      u = sign | (uint32_t(113 - shift) << 23) | ((m & 1023u) << 13);
-    }
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t narrow(program::DType t, float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (t == program::DType::BF16) {
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-      return uint16_t((u >> 16) | 0x40u); // quiet NaN
-    return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); // nearest even
-  }
-  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u)
-    return uint16_t(sign | 0x7e00u);
-  if (a >= 0x477ff000u) // rounds to >= 65520: infinity
-    return uint16_t(sign | 0x7c00u);
-  if (a < 0x38800000u) { // below 2^-14: a subnormal half (or zero)
-    float mag;
-    std::memcpy(&mag, &a, 4);
-    // In units of 2^-24, rounded to nearest even by the FPU.
-    return uint16_t(sign | uint32_t(std::nearbyint(double(mag) * 16777216.0)));
-  }
-  uint32_t r = a + 0xfffu + ((a >> 13) & 1u); // nearest even at 13 dropped bits
-  return uint16_t(sign | ((r - (112u << 23)) >> 13));
-}
-} // namespace
-
 void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *out) {
   if (s.dtype == program::DType::F32) {
     matmul(s, static_cast<const float *>(lhs), static_cast<const float *>(rhs),
@@ -159,7 +107,7 @@ void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *o
   auto in = [&](const void *src, std::vector<float> &dst) {
     const uint16_t *h = static_cast<const uint16_t *>(src);
     for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] = widen(s.dtype, h[i]);
+      dst[i] = halfToFloat(s.dtype, h[i]);
   };
   in(lhs, a);
   in(rhs, b);
@@ -169,7 +117,7 @@ void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *o
   matmul(s, a.data(), b.data(), c.data());
   uint16_t *o = static_cast<uint16_t *>(out);
   for (size_t i = 0; i < c.size(); ++i)
-    o[i] = narrow(s.dtype, c[i]);
+    o[i] = floatToHalf(s.dtype, c[i]);
 }
 
 bool foldsBatch(const MatmulShape &s) {

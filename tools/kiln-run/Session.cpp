@@ -12,6 +12,8 @@
 //===----------------------------------------------------------------------===//
 #include "tools/kiln-run/Session.h"
 
+#include "runtime/core/Half.h"
+
 #include "runtime/core/Checkpoint.h"
 #include "runtime/core/Data.h"
 #include "runtime/core/Package.h"
@@ -873,16 +875,7 @@ Diff compareBuffers(const Buffer &b, const std::string &ref, const std::string &
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src.data() + 2 * i, 2);
-        float f;
-        if (b.dtype == DType::BF16) {
-          uint32_t u = uint32_t(h) << 16;
-          std::memcpy(&f, &u, 4);
-        } else {
-          int e = (h >> 10) & 31, m = h & 1023, sgn = h >> 15;
-          double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                           : std::ldexp(1024 + m, e - 25);
-          f = float(sgn ? -v : v);
-        }
+        float f = halfToFloat(b.dtype, h);
         std::memcpy(&dst[size_t(i) * 4], &f, 4);
       }
     };
@@ -986,16 +979,7 @@ int checkCommand(const std::vector<std::string> &args) {
           std::memcpy(&bytes[size_t(i) * 8], &v, 8);
         } else if (b.dtype == DType::BF16 || b.dtype == DType::F16) {
           // Multiples of 2^-7 in [-1, 1): exact in both types.
-          float v = float(int64_t(r % 256) - 128) / 128.0f;
-          uint32_t u;
-          std::memcpy(&u, &v, 4);
-          uint16_t h;
-          if (b.dtype == DType::BF16) {
-            h = uint16_t(u >> 16);
-          } else { // |v| <= 1, a multiple of 2^-7: a normal half or zero
-            int e = int((u >> 23) & 255) - 127 + 15;
-            h = uint16_t(((u >> 16) & 0x8000u) | (v == 0 ? 0u : (uint32_t(e) << 10) | ((u >> 13) & 1023u)));
-          }
+          uint16_t h = floatToHalf(b.dtype, float(int64_t(r % 256) - 128) / 128.0f);
           std::memcpy(&bytes[size_t(i) * 2], &h, 2);
         }
       }
