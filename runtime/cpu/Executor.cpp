@@ -77,18 +77,14 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
       runKernel(s.kernel, s.args, ptrs);
       break;
     case program::Step::Gemm: {
+      const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
+      float *out = as<float>(s.args[2]);
+      int64_t parts = gemmParts(s.gemm);
       if (s.gemm.dtype != program::DType::F32) {
         // Half precision: widened to float32 and back (one thread; the
         // CPU has no half-precision BLAS to split).
         matmulTyped(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]));
-        if (s.epilogue >= 0)
-          runKernel(s.epilogue, s.epilogueArgs, ptrs);
-        break;
-      }
-      const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
-      float *out = as<float>(s.args[2]);
-      int64_t parts = gemmParts(s.gemm);
-      if (parts == 1 || pool_->threads() == 1) {
+      } else if (parts == 1 || pool_->threads() == 1) {
         for (int64_t p = 0; p < parts; ++p)
           matmulPart(s.gemm, lhs, rhs, out, p, parts);
       } else {
