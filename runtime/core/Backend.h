@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,31 @@ public:
     double flops = 0; ///< floating-point operations in all calls (GEMMs), or 0
   };
   virtual std::vector<Timing> timings() = 0;
+
+  /// GEMM time by shape (program::gemmLabel), each with its first call's
+  /// model line and the FLOPs done (the profiler prints the rate).
+  class GemmTimings {
+  public:
+    void add(const program::Step &s, double seconds, const char *op) {
+      std::string label = program::gemmLabel(s.gemm);
+      Timing &t = byShape_[label];
+      if (!t.calls) {
+        t.name = label;
+        t.op = op;
+        t.loc = s.loc;
+      }
+      t.seconds += seconds;
+      t.calls++;
+      t.flops += program::gemmFlops(s.gemm);
+    }
+    void appendTo(std::vector<Timing> &out) const {
+      for (const auto &[label, t] : byShape_)
+        out.push_back(t);
+    }
+
+  private:
+    std::map<std::string, Timing> byShape_;
+  };
 
   /// Reads a float32 scalar buffer.
   Expected<float> scalar(int id) {

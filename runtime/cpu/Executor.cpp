@@ -97,7 +97,7 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
         clock::time_point t1;
         if (profiling_) {
           t1 = clock::now();
-          countGemm(s, std::chrono::duration<double>(t1 - t0).count());
+          gemms_.add(s, std::chrono::duration<double>(t1 - t0).count(), "gemm (BLAS)");
         }
         runKernel(s.epilogue, s.epilogueArgs, ptrs);
         if (profiling_) {
@@ -119,7 +119,7 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
         kernelSeconds_[s.kernel] += dt;
         kernelCalls_[s.kernel]++;
       } else if (s.kind == program::Step::Gemm) {
-        countGemm(s, dt);
+        gemms_.add(s, dt, "gemm (BLAS)");
       } else {
         copySeconds_ += dt;
         copyCalls_++;
@@ -127,19 +127,6 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
     }
   }
   return Status::ok();
-}
-
-void Executor::countGemm(const program::Step &s, double seconds) {
-  std::string label = program::gemmLabel(s.gemm);
-  Timing &t = gemms_[label];
-  if (!t.calls) {
-    t.name = label;
-    t.op = "gemm (BLAS)";
-    t.loc = s.loc;
-  }
-  t.seconds += seconds;
-  t.calls++;
-  t.flops += program::gemmFlops(s.gemm);
 }
 
 void Executor::runKernel(int kernel, const std::vector<int> &args, void **ptrs) {
@@ -185,8 +172,7 @@ std::vector<Executor::Timing> Executor::timings() {
       out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
                      program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
                      kernelSeconds_[k], kernelCalls_[k]});
-  for (auto &[label, t] : gemms_)
-    out.push_back(t);
+  gemms_.appendTo(out);
   if (copyCalls_)
     out.push_back({"copy", "copy", "", copySeconds_, copyCalls_});
   return out;

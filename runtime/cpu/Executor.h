@@ -16,7 +16,6 @@
 #include "runtime/cpu/Jit.h"
 #include "runtime/cpu/ThreadPool.h"
 
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -60,9 +59,7 @@ private:
   std::vector<int64_t> kernelCalls_;
   double copySeconds_ = 0;
   int64_t copyCalls_ = 0;
-  /// GEMM time by shape (program::gemmLabel), with the first call's model line.
-  std::map<std::string, Timing> gemms_;
-  void countGemm(const program::Step &s, double seconds);
+  GemmTimings gemms_;
 };
 
 } // namespace kiln::cpu

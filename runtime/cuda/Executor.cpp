@@ -213,16 +213,7 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
       if (!ms)
         return ms.status();
       if (s.kind == program::Step::Gemm) {
-        std::string label = program::gemmLabel(s.gemm);
-        Timing &t = gemms_[label];
-        if (!t.calls) {
-          t.name = label;
-          t.op = device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)";
-          t.loc = s.loc;
-        }
-        t.seconds += *ms / 1e3;
-        t.calls++;
-        t.flops += program::gemmFlops(s.gemm);
+        gemms_.add(s, *ms / 1e3, device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)");
       } else {
         Acc &acc = s.kind == program::Step::Kernel ? kernelTime_[size_t(s.kernel)] : copyTime_;
         acc.ms += *ms;
@@ -259,8 +250,7 @@ std::vector<Backend::Timing> Executor::timings() {
       out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
                      program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
                      kernelTime_[k].ms / 1e3, kernelTime_[k].calls});
-  for (auto &[label, t] : gemms_)
-    out.push_back(t);
+  gemms_.appendTo(out);
   if (copyTime_.calls)
     out.push_back({"copy", "copy", "", copyTime_.ms / 1e3, copyTime_.calls});
   return out;

@@ -87,8 +87,7 @@ private:
   struct Acc { double ms = 0; int64_t calls = 0; };
   std::vector<Acc> kernelTime_;
   Acc copyTime_;
-  /// GEMM time by shape (program::gemmLabel), with the first call's model line.
-  std::map<std::string, Timing> gemms_;
+  GemmTimings gemms_;
 };
 
 } // namespace kiln::cuda
