@@ -6,7 +6,7 @@
 //       what a checkpoint (.safetensors) or an artifact (.kpack) holds,
 //       after verifying it
 //   kiln-run train|eval|sample MODEL.kpack [options]
-//       run a compiled model on the CPU backend (Session.cpp)
+//       run a compiled model on the CPU backend (Commands.cpp, over runtime/train)
 //
 // The runtime never links MLIR; the CPU backend uses LLVM (ORC) and is left
 // out where LLVM is absent. Exit codes: 0 success, 1 user error, 2 internal error.
@@ -16,7 +16,7 @@
 #include "runtime/core/Checkpoint.h"
 #include "runtime/core/Data.h"
 #include "runtime/core/Package.h"
-#include "tools/kiln-run/Session.h"
+#include "tools/kiln-run/Commands.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
-//===- Backends.cpp - Choosing and creating kiln-run's backend ------------===//
-#include "tools/kiln-run/Backends.h"
+//===- Devices.cpp - Device names to backends -----------------------------===//
+#include "runtime/train/Devices.h"
 
 #ifdef KILN_HAVE_CPU_JIT
 #include "runtime/cpu/Executor.h"
@@ -17,7 +17,7 @@
 #include "runtime/cpu/Blas.h"
 #endif
 
-namespace kiln::run {
+namespace kiln::train {
 
 std::string availableDevices() {
   std::string s;
@@ -35,7 +35,8 @@ std::string availableDevices() {
 
 namespace {
 
-Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const BackendOptions &o) {
+Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOptions &o,
+                                              const Sink &out) {
 #ifdef KILN_HAVE_CPU_JIT
   if (pkg.cpuBitcode.empty())
     return Status::error(o.artifact + ": the artifact has no CPU kernels; compile it with "
@@ -50,10 +51,11 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const BackendO
   if (!blas)
     return blas.status();
   if (!o.quiet)
-    fmt::print("kiln-run: {} kernels for {} ({}), BLAS {}{}\n", pkg.program.kernels.size(),
-               stats.cpu,
-               stats.cacheHit ? "cached" : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
-               (*blas)->name, stats.cachePath.empty() ? "" : ", cache " + stats.cachePath);
+    emit(out, Channel::Note,
+         fmt::format("{} kernels for {} ({}), BLAS {}{}", pkg.program.kernels.size(), stats.cpu,
+                     stats.cacheHit ? "cached"
+                                    : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
+                     (*blas)->name, stats.cachePath.empty() ? "" : ", cache " + stats.cachePath));
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), o.threads);
   if (!e)
     return e.status();
@@ -61,14 +63,16 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const BackendO
 #else
   (void)pkg;
   (void)o;
+  (void)out;
   return Status::error("this kiln-run was built without the CPU backend (no LLVM or OpenBLAS at "
                        "build time); install llvm-19-dev and libopenblas-dev and rebuild, or use "
                        "--device " + availableDevices());
 #endif
 }
 
-Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const BackendOptions &o,
-                                              std::unique_ptr<cuda::Device> device) {
+Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const DeviceOptions &o,
+                                              std::unique_ptr<cuda::Device> device,
+                                              const Sink &out) {
   auto t0 = std::chrono::steady_clock::now();
   std::string what = device->describe();
   auto e = cuda::Executor::create(pkg, std::move(device));
@@ -82,32 +86,32 @@ Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const BackendO
       return Status::error("KILN_CUDA_EPILOGUES=" + want + ": use library (the default) or kernels");
     (*e)->setLibraryEpilogues(want == "library");
   }
-  if (!o.quiet)
-    fmt::print("kiln-run: {} kernels ({} CUDA functions) on {}, ready in {:.1f} s\n",
-               pkg.program.kernels.size(),
-               [&] {
-                 size_t n = 0;
-                 for (const auto &k : pkg.cudaPlan.kernels)
-                   n += k.size();
-                 return n;
-               }(),
-               what,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!o.quiet) {
+    size_t functions = 0;
+    for (const auto &k : pkg.cudaPlan.kernels)
+      functions += k.size();
+    emit(out, Channel::Note,
+         fmt::format("{} kernels ({} CUDA functions) on {}, ready in {:.1f} s",
+                     pkg.program.kernels.size(), functions, what,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                         .count()));
+  }
   return std::unique_ptr<Backend>(std::move(*e));
 }
 
 } // namespace
 
-Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const BackendOptions &o) {
+Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const DeviceOptions &o,
+                                               const Sink &out) {
   const std::string &d = o.device;
   if (d == "cpu")
-    return cpuBackend(pkg, o);
+    return cpuBackend(pkg, o, out);
   if (d == "cuda-emu") {
 #ifdef KILN_HAVE_CUDA_EMU
     auto dev = cuda::openEmulatedDevice();
     if (!dev)
       return dev.status();
-    return gpuBackend(pkg, o, std::move(*dev));
+    return gpuBackend(pkg, o, std::move(*dev), out);
 #else
     return Status::error("this kiln-run was built without the CUDA emulator; use --device " +
                          availableDevices());
@@ -127,7 +131,7 @@ Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const Backend
       return Status::error(dev.status().message() + (pkg.cpuBitcode.empty() ? "" :
                            " (this artifact also runs on the CPU: --device cpu)"),
                            dev.status().kind());
-    return gpuBackend(pkg, o, std::move(*dev));
+    return gpuBackend(pkg, o, std::move(*dev), out);
 #else
     (void)ordinal;
     return Status::error("this kiln-run was built without the CUDA backend (no CUDA toolkit at "
@@ -138,40 +142,33 @@ Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const Backend
                        ")");
 }
 
-} // namespace kiln::run
+} // namespace kiln::train
 
 #ifdef KILN_HAVE_CUDA_DEVICE
 #include "runtime/cuda/Driver.h"
 #endif
 
-namespace kiln::run {
+namespace kiln::train {
 
-int devicesCommand(const std::vector<std::string> &args) {
-  if (!args.empty()) {
-    fmt::print(stderr, "kiln-run: error: devices takes no arguments\n");
-    return 1;
-  }
-  fmt::print("backends in this kiln-run: {}\n", availableDevices());
+std::vector<std::string> describeGpus() {
+  std::vector<std::string> lines;
 #ifdef KILN_HAVE_CUDA_DEVICE
   auto driver = cuda::Driver::load();
-  if (!driver) {
-    fmt::print("no GPU: {}\n", driver.status().message());
-    return 0;
-  }
+  if (!driver)
+    return {"no GPU: " + driver.status().message()};
   auto devices = cuda::listDevices(**driver);
-  if (!devices) {
-    fmt::print("no GPU: {}\n", devices.status().message());
-    return 0;
-  }
-  fmt::print("NVIDIA driver {} ({}), {} GPU(s):\n", (*driver)->versionString(),
-             (*driver)->library, devices->size());
+  if (!devices)
+    return {"no GPU: " + devices.status().message()};
+  lines.push_back(fmt::format("NVIDIA driver {} ({}), {} GPU(s):", (*driver)->versionString(),
+                              (*driver)->library, devices->size()));
   for (const cuda::DeviceInfo &d : *devices)
-    fmt::print("  cuda:{}  {}  {}  {} SMs  {:.1f} GiB\n", d.ordinal, d.name, cuda::archName(d),
-               d.smCount, double(d.totalMemory) / (1 << 30));
+    lines.push_back(fmt::format("  cuda:{}  {}  {}  {} SMs  {:.1f} GiB", d.ordinal, d.name,
+                                cuda::archName(d), d.smCount,
+                                double(d.totalMemory) / (1 << 30)));
 #else
-  fmt::print("no GPU: this kiln-run was built without the CUDA backend\n");
+  lines.push_back("no GPU: this kiln-run was built without the CUDA backend");
 #endif
-  return 0;
+  return lines;
 }
 
-} // namespace kiln::run
+} // namespace kiln::train

@@ -1,6 +1,10 @@
-//===- Session.h - train / eval / sample on the CPU backend -------*- C++ -*-===//
-#ifndef KILN_TOOLS_KILN_RUN_SESSION_H
-#define KILN_TOOLS_KILN_RUN_SESSION_H
+//===- Commands.h - kiln-run's train, eval, sample, check, devices -*- C++ -*-===//
+//
+// Flags in, output out: the work is runtime/train's.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TOOLS_KILN_RUN_COMMANDS_H
+#define KILN_TOOLS_KILN_RUN_COMMANDS_H
 
 #include <string>
 #include <vector>
@@ -21,4 +25,4 @@ int devicesCommand(const std::vector<std::string> &args);
 
 } // namespace kiln::run
 
-#endif // KILN_TOOLS_KILN_RUN_SESSION_H
+#endif // KILN_TOOLS_KILN_RUN_COMMANDS_H

@@ -1,0 +1,218 @@
+//===- DataSource.cpp - Token files and .npy directories ------------------===//
+#include "runtime/train/DataSource.h"
+
+#include "runtime/core/Data.h"
+#include "runtime/core/Random.h"
+#include "runtime/train/Model.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <numeric>
+
+namespace kiln::train {
+
+namespace {
+
+using program::Buffer;
+using program::DType;
+
+/// Random (x, y) windows of a token file: x is the first data input, y the
+/// second (y[i] = x[i + 1]); windows depend only on (seed, index).
+class TokenSource : public DataSource {
+public:
+  static Expected<std::unique_ptr<DataSource>> open(const std::string &path,
+                                                    const Model &m,
+                                                    const std::vector<int> &inputs,
+                                                    uint64_t seed) {
+    const auto &bufs = m.prog().buffers;
+    if (inputs.size() != 2)
+      return Status::error(fmt::format(
+          "{} is a token file, but the model takes {} data inputs; token files feed "
+          "language models with two integer inputs (tokens, targets) of shape [batch, "
+          "context]", path, inputs.size()));
+    for (int id : inputs)
+      if ((bufs[id].dtype != DType::I32 && bufs[id].dtype != DType::I64) ||
+          bufs[id].shape.size() != 2 || bufs[id].shape != bufs[inputs[0]].shape)
+        return Status::error(fmt::format(
+            "{} is a token file, but input '{}' is not an integer [batch, context] tensor",
+            path, bufs[id].name));
+    auto src = std::make_unique<TokenSource>();
+    src->batch_ = bufs[inputs[0]].shape[0];
+    src->context_ = bufs[inputs[0]].shape[1];
+    src->seed_ = seed;
+    src->wide_[0] = bufs[inputs[0]].dtype == DType::I64;
+    src->wide_[1] = bufs[inputs[1]].dtype == DType::I64;
+    auto file = data::TokenFile::open(path, data::TokenFile::Width::U16, src->context_,
+                                      m.vocabSize());
+    if (!file)
+      return file.status();
+    src->file_ = std::make_unique<data::TokenFile>(std::move(*file));
+    return std::unique_ptr<DataSource>(std::move(src));
+  }
+  Batch batch(uint64_t index) const override {
+    std::vector<int32_t> x, y;
+    file_->sampleWindows(seed_, index, batch_, context_, x, y);
+    Batch b;
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<int32_t> &v = k == 0 ? x : y;
+      if (wide_[k]) {
+        std::vector<int64_t> w(v.begin(), v.end());
+        b.bytes.emplace_back(reinterpret_cast<const char *>(w.data()), w.size() * 8);
+      } else {
+        b.bytes.emplace_back(reinterpret_cast<const char *>(v.data()), v.size() * 4);
+      }
+    }
+    return b;
+  }
+  std::string describe() const override {
+    return fmt::format("{} ({} tokens; random windows of {})", file_->path(),
+                       file_->size(), context_);
+  }
+  bool countsTokens() const override { return true; }
+
+private:
+  std::unique_ptr<data::TokenFile> file_;
+  int64_t batch_ = 0, context_ = 0;
+  uint64_t seed_ = 0;
+  bool wide_[2] = {false, false};
+};
+
+/// .npy arrays, one per data input (DIR/<input name>.npy), the same number
+/// of rows each; batch i of a shuffled source takes rows of a permutation
+/// drawn per epoch from (seed, epoch); an ordered source (evaluation) reads
+/// rows in file order.
+class NpySource : public DataSource {
+public:
+  static Expected<std::unique_ptr<DataSource>> open(const std::string &dir,
+                                                    const Model &m,
+                                                    const std::vector<int> &inputs,
+                                                    uint64_t seed, bool shuffle) {
+    auto src = std::make_unique<NpySource>();
+    src->seed_ = seed;
+    src->shuffle_ = shuffle;
+    for (int id : inputs) {
+      const Buffer &b = m.prog().buffers[id];
+      std::string path = dir + "/" + b.name + ".npy";
+      if (!pathExists(path))
+        return Status::error(fmt::format(
+            "{}: no file for input '{}'; a data directory holds one .npy array per "
+            "input, named after it", path, b.name));
+      auto a = data::readNpy(path);
+      if (!a)
+        return a.status();
+      std::vector<int64_t> row(b.shape.begin() + 1, b.shape.end());
+      std::vector<int64_t> got(a->shape.begin() + (a->shape.empty() ? 0 : 1), a->shape.end());
+      if (a->shape.empty() || got != row)
+        return Status::error(fmt::format(
+            "{}: shape [{}] does not fit input '{}' of shape [{}]: expected [N, {}]",
+            path, fmt::join(a->shape, ", "), b.name, fmt::join(b.shape, ", "),
+            fmt::join(row, ", ")));
+      bool wantFloat = b.dtype == DType::F32 || b.dtype == DType::F64;
+      if (a->isFloat() != wantFloat)
+        return Status::error(fmt::format(
+            "{}: dtype {} does not fit input '{}' ({}): expected {} data", path,
+            a->descr, b.name, program::dtypeName(b.dtype), wantFloat ? "floating-point" : "integer"));
+      if (!src->arrays_.empty() && a->shape[0] != src->rows_)
+        return Status::error(fmt::format("{}: {} rows, but the other inputs have {}",
+                                         path, a->shape[0], src->rows_));
+      src->rows_ = a->shape[0];
+      src->batch_ = b.shape[0];
+      src->dtypes_.push_back(b.dtype);
+      src->rowElems_.push_back(b.numElements() / b.shape[0]);
+      src->paths_.push_back(path);
+      src->arrays_.push_back(std::move(*a));
+    }
+    if (src->rows_ < src->batch_)
+      return Status::error(fmt::format("{}: {} rows, fewer than one batch of {}", dir,
+                                       src->rows_, src->batch_));
+    return std::unique_ptr<DataSource>(std::move(src));
+  }
+  Batch batch(uint64_t index) const override {
+    Batch out;
+    out.bytes.resize(arrays_.size());
+    for (int64_t r = 0; r < batch_; ++r) {
+      int64_t row = rowAt(index * uint64_t(batch_) + uint64_t(r));
+      for (size_t k = 0; k < arrays_.size(); ++k) {
+        const data::NpyArray &a = arrays_[k];
+        int64_t n = rowElems_[k];
+        for (int64_t e = 0; e < n; ++e) {
+          int64_t at = row * n + e;
+          switch (dtypes_[k]) {
+          case DType::F32: { float v = float(a.f[at]); out.bytes[k].append((char *)&v, 4); break; }
+          case DType::F64: { double v = a.f[at]; out.bytes[k].append((char *)&v, 8); break; }
+          case DType::I64: { int64_t v = a.i[at]; out.bytes[k].append((char *)&v, 8); break; }
+          default: { int32_t v = int32_t(a.i[at]); out.bytes[k].append((char *)&v, 4); break; }
+          }
+        }
+      }
+    }
+    return out;
+  }
+  std::string describe() const override {
+    return fmt::format("{} ({} rows{})", fmt::join(paths_, ", "), rows_,
+                       shuffle_ ? ", shuffled per epoch" : "");
+  }
+  int64_t epochBatches() const override { return rows_ / batch_; }
+
+private:
+  int64_t rowAt(uint64_t position) const {
+    uint64_t epoch = position / uint64_t(rows_), at = position % uint64_t(rows_);
+    if (!shuffle_)
+      return int64_t(at);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (permEpoch_ != int64_t(epoch)) {
+      perm_.resize(size_t(rows_));
+      std::iota(perm_.begin(), perm_.end(), 0);
+      for (int64_t i = rows_ - 1; i > 0; --i) {
+        uint64_t r = random::bits(seed_, 0x5eedda7aULL + epoch, uint64_t(i));
+        std::swap(perm_[size_t(i)], perm_[size_t(r % uint64_t(i + 1))]);
+      }
+      permEpoch_ = int64_t(epoch);
+    }
+    return perm_[size_t(at)];
+  }
+  std::vector<data::NpyArray> arrays_;
+  std::vector<DType> dtypes_;
+  std::vector<int64_t> rowElems_;
+  std::vector<std::string> paths_;
+  int64_t rows_ = 0, batch_ = 0;
+  uint64_t seed_ = 0;
+  bool shuffle_ = true;
+  mutable std::mutex mu_;
+  mutable std::vector<int64_t> perm_;
+  mutable int64_t permEpoch_ = -1;
+};
+
+} // namespace
+
+Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Model &m,
+                                               const std::string &fn, uint64_t seed,
+                                               bool shuffle, const char *what) {
+  if (path.empty())
+    return Status::error(fmt::format(
+        "no {} data: name it in the model's train section ({} = \"...\") or pass "
+        "--{} PATH (a token file, or a directory of .npy arrays named after the inputs)",
+        what, std::string(what) == "training" ? "data" : "val_data",
+        std::string(what) == "training" ? "data" : "val-data"));
+  if (!pathExists(path))
+    return Status::error(fmt::format(
+        "{} data '{}' does not exist{}", what, path,
+        path.find(".bin") != std::string::npos
+            ? "; for the shakespeare_char examples run: kiln-run prepare "
+              "examples/data/tinyshakespeare.txt data/shakespeare_char"
+            : ""));
+  std::vector<int> inputs = m.dataInputs(fn);
+  if (isDirectory(path))
+    return NpySource::open(path, m, inputs, seed, shuffle);
+  return TokenSource::open(path, m, inputs, seed);
+}
+
+Status copyBatch(Backend &e, const std::vector<int> &inputs, const Batch &b) {
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (Status s = e.write(inputs[k], b.bytes[k].data(), b.bytes[k].size()); !s)
+      return s;
+  return Status::ok();
+}
+
+} // namespace kiln::train

@@ -1,0 +1,172 @@
+//===- Model.cpp - A loaded artifact with its backend ---------------------===//
+#include "runtime/train/Model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <sys/stat.h>
+
+namespace kiln::train {
+
+using program::Buffer;
+using program::DType;
+using program::Role;
+
+Expected<std::unique_ptr<Model>> Model::open(const std::string &artifact) {
+  auto pkg = Package::open(artifact);
+  if (!pkg)
+    return pkg.status();
+  auto m = std::make_unique<Model>();
+  m->pkg = std::move(*pkg);
+  return m;
+}
+
+Status Model::compile(const BackendFactory &make, bool profile) {
+  auto created = make(pkg);
+  if (!created)
+    return created.status();
+  return attach(std::move(*created), profile);
+}
+
+Status Model::attach(std::unique_ptr<Backend> backend, bool profile) {
+  exec = std::move(backend);
+  exec->setProfiling(profile);
+  return setPersistent(pkg.initial);
+}
+
+Status Model::setPersistent(const ckpt::Checkpoint &c) {
+  for (size_t id = 0; id < prog().buffers.size(); ++id) {
+    const Buffer &b = prog().buffers[id];
+    if (b.role != Role::Param && b.role != Role::State)
+      continue;
+    const ckpt::Tensor *t = c.find(b.name);
+    if (Status s = exec->write(int(id), t->bytes.data(), t->bytes.size()); !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+Expected<ckpt::Checkpoint> Model::getPersistent() {
+  ckpt::Checkpoint c;
+  for (size_t id = 0; id < prog().buffers.size(); ++id) {
+    const Buffer &b = prog().buffers[id];
+    if (b.role != Role::Param && b.role != Role::State)
+      continue;
+    ckpt::Tensor t;
+    t.name = b.name;
+    t.dtype = safetensorsDType(b.dtype);
+    t.shape = b.shape;
+    t.bytes.resize(size_t(b.bytes));
+    if (Status s = exec->read(int(id), t.bytes.data(), size_t(b.bytes)); !s)
+      return s;
+    c.tensors.push_back(std::move(t));
+  }
+  return c;
+}
+
+std::vector<int> Model::dataInputs(const std::string &fn) const {
+  std::vector<int> out;
+  for (int id : prog().function(fn)->args)
+    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name != "step")
+      out.push_back(id);
+  return out;
+}
+
+int Model::stepInput(const std::string &fn) const {
+  for (int id : prog().function(fn)->args)
+    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "step")
+      return id;
+  return -1;
+}
+
+int Model::result(const std::string &fn, const std::string &name) const {
+  for (int id : prog().function(fn)->results)
+    if (prog().buffers[id].name == name)
+      return id;
+  return -1;
+}
+
+int64_t Model::vocabSize() const {
+  const program::Function *p = prog().function("predict");
+  if (!p || p->results.empty())
+    return 0;
+  return prog().buffers[p->results[0]].shape.back();
+}
+
+float Model::scalar(int id) {
+  auto v = exec->scalar(id);
+  return v ? *v : NAN;
+}
+
+Status storeInts(Backend &e, int id, const int64_t *values, int64_t n) {
+  const Buffer &b = e.program().buffers[id];
+  if (b.dtype == DType::I64)
+    return e.write(id, values, size_t(n) * 8);
+  std::vector<int32_t> narrow(values, values + n);
+  return e.write(id, narrow.data(), size_t(n) * 4);
+}
+
+bool pathExists(const std::string &p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+bool isDirectory(const std::string &p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string dirOf(const std::string &p) {
+  size_t s = p.rfind('/');
+  return s == std::string::npos ? "." : (s == 0 ? "/" : p.substr(0, s));
+}
+
+std::string resolvePath(const std::string &p, const Package &pkg) {
+  if (p.empty() || pathExists(p) || p[0] == '/')
+    return p;
+  std::string alt = dirOf(pkg.sourcePath) + "/" + p;
+  return pathExists(alt) ? alt : p;
+}
+
+std::string defaultCheckpoint(const std::string &artifact) {
+  std::string base = artifact;
+  if (base.size() > 6 && base.compare(base.size() - 6, 6, ".kpack") == 0)
+    base.resize(base.size() - 6);
+  return base + ".ckpt.safetensors";
+}
+
+Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint64_t seed) {
+  auto got = m.getPersistent();
+  if (!got)
+    return got.status();
+  ckpt::Checkpoint c = std::move(*got);
+  c.metadata["kiln.format"] = "kiln-checkpoint-1";
+  c.metadata["step"] = std::to_string(nextStep);
+  c.metadata["data_seed"] = std::to_string(seed);
+  c.metadata["model"] = m.pkg.model;
+  c.metadata["source_sha256"] = m.pkg.sourceHash;
+  return ckpt::write(path, c);
+}
+
+Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &path, bool quiet,
+                                          const Sink &out) {
+  auto c = ckpt::read(path);
+  if (!c)
+    return c.status();
+  if (Status s = checkPersistent(m.prog(), *c, path); !s)
+    return s;
+  auto hash = c->metadata.find("source_sha256");
+  if (!quiet && hash != c->metadata.end() && hash->second != m.pkg.sourceHash)
+    emit(out, Channel::Warning,
+         fmt::format("{} was written by a different version of the model file; the shapes "
+                     "match, continuing", path));
+  return c;
+}
+
+int64_t checkpointStep(const ckpt::Checkpoint &c) {
+  auto s = c.metadata.find("step");
+  return s == c.metadata.end() ? 0 : std::strtoll(s->second.c_str(), nullptr, 10);
+}
+
+} // namespace kiln::train

@@ -1,0 +1,275 @@
+//===- Trainer.cpp - The training loop ------------------------------------===//
+#include "runtime/train/Trainer.h"
+
+#include "runtime/core/Data.h"
+#include "runtime/train/Evaluate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace kiln::train {
+
+namespace {
+
+/// The options with the train section's values filled in.
+struct Resolved {
+  uint64_t seed = 0;
+  int64_t steps = 0, evalInterval = 0, evalSteps = 0, ckptEvery = 0;
+  std::string ckptPath;
+};
+
+Resolved resolve(const Model &m, const TrainOptions &o) {
+  const TrainConfig &tc = m.pkg.train;
+  Resolved r;
+  r.seed = o.seed ? *o.seed : uint64_t(tc.seed);
+  r.steps = o.steps > 0 ? o.steps : std::max<int64_t>(tc.steps, 1);
+  r.evalInterval = o.evalInterval >= 0 ? o.evalInterval : tc.evalInterval;
+  r.evalSteps = o.evalSteps > 0 ? o.evalSteps : (tc.evalSteps > 0 ? tc.evalSteps : 20);
+  r.ckptPath = o.checkpoint.empty() ? defaultCheckpoint(o.artifact) : o.checkpoint;
+  r.ckptEvery = o.checkpointEvery >= 0 ? o.checkpointEvery : r.evalInterval;
+  return r;
+}
+
+Status noTrainStep(const Model &m, const TrainOptions &o) {
+  if (!m.prog().function("train_step"))
+    return Status::error(o.artifact + " has no @train_step");
+  return Status::ok();
+}
+
+/// "42s", "3m07s", "1h05m".
+std::string duration(double s) {
+  if (s < 60)
+    return fmt::format("{:.0f}s", s);
+  if (s < 3600)
+    return fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60);
+  return fmt::format("{}h{:02}m", int(s) / 3600, (int(s) % 3600) / 60);
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o,
+                                                 const BackendFactory &make, Sink out) {
+  if (Status s = noTrainStep(m, o); !s)
+    return s;
+  Resolved r = resolve(m, o);
+  const TrainConfig &tc = m.pkg.train;
+  std::string trainPath = resolvePath(o.data.empty() ? tc.data : o.data, m.pkg);
+  auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training");
+  if (!train)
+    return train.status();
+  std::shared_ptr<const DataSource> val;
+  std::string valPath = resolvePath(o.valData.empty() ? tc.valData : o.valData, m.pkg);
+  if (!valPath.empty() && r.evalInterval > 0) {
+    auto v = openData(valPath, m, "eval_step", r.seed ^ 0xe7a15eedULL, /*shuffle=*/false,
+                      "validation");
+    if (!v)
+      return v.status();
+    val = std::move(*v);
+  }
+  std::optional<ckpt::Checkpoint> resume;
+  if (!o.resume.empty()) {
+    auto c = readCheckpoint(m, o.resume, o.quiet || o.rank != 0, out);
+    if (!c)
+      return c.status();
+    resume = std::move(*c);
+  }
+  if (Status s = m.compile(make, o.profile); !s)
+    return s;
+  return create(m, o, std::move(*train), std::move(val), resume ? &*resume : nullptr,
+                std::move(out));
+}
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions &o,
+                                                   std::shared_ptr<const DataSource> train,
+                                                   std::shared_ptr<const DataSource> val,
+                                                   const ckpt::Checkpoint *resume, Sink out) {
+  if (Status s = noTrainStep(m, o); !s)
+    return s;
+  if (!m.exec)
+    return Status::internal("Trainer::create: the model has no backend (Model::compile)");
+  std::unique_ptr<Trainer> t(new Trainer(m));
+  t->o_ = o;
+  t->out_ = std::move(out);
+  Resolved r = resolve(m, o);
+  t->seed_ = r.seed;
+  t->steps_ = r.steps;
+  t->evalInterval_ = r.evalInterval;
+  t->evalSteps_ = r.evalSteps;
+  t->ckptEvery_ = r.ckptEvery;
+  t->ckptPath_ = r.ckptPath;
+  t->train_ = std::move(train);
+  t->val_ = r.evalInterval > 0 ? std::move(val) : nullptr;
+
+  if (resume) {
+    if (Status s = m.setPersistent(*resume); !s)
+      return s;
+    t->start_ = checkpointStep(*resume);
+    if (!o.quiet)
+      t->say(Channel::Note, fmt::format("resumed from {} at step {}", o.resume, t->start_));
+  }
+
+  t->inputs_ = m.dataInputs("train_step");
+  t->stepIn_ = m.stepInput("train_step");
+  t->lossId_ = m.result("train_step", "loss");
+  t->normId_ = m.result("train_step", "grad_norm");
+  t->lrId_ = m.result("train_step", "lr");
+  if (t->lossId_ < 0 || t->stepIn_ < 0)
+    return Status::error(o.artifact + ": @train_step lacks its step input or loss output");
+  if (t->inputs_.empty())
+    return Status::error(o.artifact + ": @train_step takes no data inputs");
+  const program::Buffer &first = m.prog().buffers[size_t(t->inputs_[0])];
+  t->tokens_ = t->train_->countsTokens();
+  t->items_ = 1;
+  if (t->tokens_)
+    for (int64_t d : first.shape)
+      t->items_ *= d;
+  else
+    t->items_ = first.shape.empty() ? 1 : first.shape[0];
+
+  if (!o.quiet) {
+    t->say(Channel::Note, fmt::format("training {} from {} for steps {}..{} on {}", m.pkg.model,
+                                      o.artifact, t->start_, t->steps_, m.exec->describe()));
+    t->say(Channel::Line, fmt::format("  data: {}", t->train_->describe()));
+    if (t->val_)
+      t->say(Channel::Line, fmt::format("  validation: {}, {} batches every {} steps",
+                                        t->val_->describe(), t->evalSteps_, t->evalInterval_));
+    t->say(Channel::Line, fmt::format("  checkpoint: {} every {} steps and at the end",
+                                      t->ckptPath_, t->ckptEvery_));
+  }
+  if (!o.lossLog.empty() && t->leader() &&
+      !(t->lossLog_ = std::fopen(o.lossLog.c_str(), t->start_ ? "a" : "w")))
+    return Status::error("cannot write the loss log " + o.lossLog);
+  return t;
+}
+
+Trainer::~Trainer() {
+  if (lossLog_)
+    std::fclose(lossLog_);
+}
+
+void Trainer::say(Channel c, const std::string &text) const {
+  if (leader())
+    emit(out_, c, text);
+}
+
+Expected<TrainResult> Trainer::run() {
+  Model &m = m_;
+  const DataSource &train = *train_;
+  data::Prefetcher<Batch> prefetch([&](uint64_t step) { return train.batch(step); },
+                                   uint64_t(start_), 3);
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now(), tLog = t0;
+  auto stopped = [&] { return o_.stop && o_.stop->load(); };
+  int64_t sinceLog = 0;
+  double lossSum = 0, lastVal = NAN;
+  float loss = 0, norm = 0, lr = 0;
+  int64_t step = start_;
+  // The next batch is written while the step runs (a GPU queues the step
+  // and copies the batch meanwhile); when an evaluation follows the step it
+  // is written after it (entry points share scratch memory).
+  bool batchReady = false;
+  auto writeNext = [&]() -> Status {
+    Batch b = prefetch.next();
+    batchReady = true;
+    return copyBatch(*m.exec, inputs_, b);
+  };
+  for (; step < steps_; ++step) {
+    if (!batchReady)
+      if (Status s = writeNext(); !s)
+        return s;
+    batchReady = false;
+    int64_t s64 = step;
+    if (Status s = storeInts(*m.exec, stepIn_, &s64, 1); !s)
+      return s;
+    if (Status s = m.exec->run("train_step"); !s)
+      return s;
+    bool evalAfter = val_ && evalInterval_ > 0 &&
+                     ((step + 1) % evalInterval_ == 0 || step + 1 == steps_);
+    bool early = m.exec->stagesInputs() && step + 1 < steps_ && !evalAfter;
+    if (early)
+      if (Status s = writeNext(); !s)
+        return s;
+    loss = m.scalar(lossId_);
+    norm = normId_ >= 0 ? m.scalar(normId_) : 0.f;
+    lr = lrId_ >= 0 ? m.scalar(lrId_) : 0.f;
+    if (o_.onStep)
+      o_.onStep(StepMetrics{step, loss, norm, lr});
+    if (lossLog_)
+      std::fprintf(lossLog_, "%lld %.9g %.9g\n", (long long)step, double(loss), double(norm));
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      if (lossLog_) {
+        std::fclose(lossLog_);
+        lossLog_ = nullptr;
+      }
+      return Status::error(fmt::format(
+          "step {}: the loss is {} (grad norm {}); training stopped and {} was not "
+          "overwritten.\n  Lower the learning rate, set grad_clip in the train section, or "
+          "resume from the last checkpoint with --resume.", step, loss, norm, ckptPath_));
+    }
+    lossSum += loss;
+    ++sinceLog;
+    bool last = step + 1 == steps_;
+    if (!o_.quiet && (sinceLog == o_.logInterval || last || step == start_)) {
+      auto now = clock::now();
+      double dt = std::chrono::duration<double>(now - tLog).count() / double(sinceLog);
+      double eta = dt * double(steps_ - step - 1);
+      say(Channel::Line,
+          fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} "
+                      "ms/step | {:.1f}k {}/s | ETA {}",
+                      step + 1, steps_, lossSum / double(sinceLog), lr, norm, dt * 1e3,
+                      double(items_) / dt / 1e3, tokens_ ? "tok" : "samples", duration(eta)));
+      tLog = now;
+      sinceLog = 0;
+      lossSum = 0;
+    }
+    if (val_ && evalInterval_ > 0 && ((step + 1) % evalInterval_ == 0 || last)) {
+      EvalResult e = evaluate(m, *val_, evalSteps_);
+      lastVal = e.loss;
+      if (!o_.quiet)
+        say(Channel::Line,
+            fmt::format("step {:>5}: val loss {:.4f}{} ({} batches)", step + 1, e.loss,
+                        e.accuracy >= 0 ? fmt::format(", accuracy {:.2f}%", 100 * e.accuracy)
+                                        : "",
+                        e.batches));
+    }
+    if (stopped()) {
+      ++step;
+      break;
+    }
+    if (ckptEvery_ > 0 && (step + 1) % ckptEvery_ == 0 && !last && leader())
+      if (Status s = saveCheckpoint(m, ckptPath_, step + 1, seed_); !s)
+        return s;
+  }
+  if (lossLog_) {
+    std::fclose(lossLog_);
+    lossLog_ = nullptr;
+  }
+  if (leader())
+    if (Status s = saveCheckpoint(m, ckptPath_, step, seed_); !s)
+      return s;
+  TrainResult r;
+  r.start = start_;
+  r.next = step;
+  r.loss = loss;
+  r.valLoss = lastVal;
+  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  r.interrupted = stopped();
+  r.checkpoint = ckptPath_;
+  if (!o_.quiet && !r.interrupted) {
+    int64_t ran = step - start_;
+    say(Channel::Line,
+        fmt::format("done: {} steps in {} ({:.1f} ms/step, {:.1f}k {}/s); final loss {:.4f}{}; "
+                    "checkpoint {}",
+                    ran, duration(r.seconds), ran ? r.seconds / double(ran) * 1e3 : 0.0,
+                    ran ? double(items_) * double(ran) / r.seconds / 1e3 : 0.0,
+                    tokens_ ? "tok" : "samples", loss,
+                    std::isnan(lastVal) ? "" : fmt::format(", val loss {:.4f}", lastVal),
+                    ckptPath_));
+  }
+  return r;
+}
+
+} // namespace kiln::train

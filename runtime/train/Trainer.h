@@ -1,0 +1,121 @@
+//===- Trainer.h - The training loop -----------------------------*- C++ -*-===//
+//
+// A Trainer runs @train_step of one Model for a range of steps: it feeds
+// batches from a DataSource (prefetched on a thread), logs progress,
+// evaluates on validation data, and writes checkpoints that a later run
+// resumes from bit for bit (the program derives data windows and dropout
+// seeds from (seed, step)).
+//
+// Replicas: a Trainer owns no global state. Its model (with the backend),
+// data sources, output sink and stop flag all come from the caller, so N
+// trainers can run as threads of one process or as N processes. Options
+// carry rank and world size; rank 0 prints, writes the loss log and saves
+// checkpoints, the others only train. (Nothing exchanges gradients yet:
+// that comes with collectives in the plan.)
+//
+//   Trainer::open()    what `kiln-run train` does: data and resume
+//                      checkpoint from the options, then the backend
+//   Trainer::create()  for a caller that made the backend and data itself
+//   run()              the steps, then the final checkpoint
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_TRAIN_TRAINER_H
+#define KILN_RUNTIME_TRAIN_TRAINER_H
+
+#include "runtime/train/DataSource.h"
+#include "runtime/train/Model.h"
+#include "runtime/train/Output.h"
+
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kiln::train {
+
+/// One step's metrics, for TrainOptions::onStep.
+struct StepMetrics {
+  int64_t step = 0;
+  float loss = 0, gradNorm = 0, lr = 0;
+};
+
+/// Unset values (-1, "") take the model's train section or the defaults
+/// kiln-run documents.
+struct TrainOptions {
+  std::string artifact; ///< the artifact's path: messages, the default checkpoint
+  int64_t steps = -1;   ///< train up to this step (exclusive)
+  int64_t logInterval = 10;
+  int64_t evalInterval = -1; ///< 0: never evaluate
+  int64_t evalSteps = -1;    ///< batches per evaluation (default 20)
+  int64_t checkpointEvery = -1; ///< default: evalInterval; 0: only at the end
+  std::string data, valData;    ///< token file or .npy directory
+  std::string checkpoint;       ///< default MODEL.ckpt.safetensors
+  std::string resume;           ///< a checkpoint to continue from
+  std::string lossLog;          ///< "step loss grad_norm" per line
+  std::optional<uint64_t> seed; ///< data seed (default: the train section's)
+  bool inOrder = false;         ///< .npy data in file order, not shuffled
+  bool quiet = false, profile = false;
+  /// This replica's place among `worldSize` (rank 0 prints and saves).
+  int rank = 0, worldSize = 1;
+  /// Set (e.g. by a SIGINT handler) to stop after the current step; the
+  /// trainer then saves a checkpoint and reports `interrupted`.
+  const std::atomic<bool> *stop = nullptr;
+  /// Called after every step (on every rank).
+  std::function<void(const StepMetrics &)> onStep;
+};
+
+struct TrainResult {
+  int64_t start = 0;  ///< the first step this run took
+  int64_t next = 0;   ///< the step a resume continues from
+  float loss = 0;     ///< the last step's loss
+  double valLoss = 0; ///< the last evaluation's loss (NaN: none)
+  double seconds = 0;
+  bool interrupted = false; ///< stopped by TrainOptions::stop
+  std::string checkpoint;   ///< where it was saved
+};
+
+class Trainer {
+public:
+  /// Opens the data and the resume checkpoint named in `o` (errors before
+  /// any kernel is compiled), creates the backend with `make`, then as
+  /// create().
+  static Expected<std::unique_ptr<Trainer>> open(Model &m, const TrainOptions &o,
+                                                 const BackendFactory &make, Sink out);
+  /// `m` has its backend (Model::compile/attach); `val` may be null.
+  /// Applies `resume`, says what will run, opens the loss log.
+  static Expected<std::unique_ptr<Trainer>> create(Model &m, const TrainOptions &o,
+                                                   std::shared_ptr<const DataSource> train,
+                                                   std::shared_ptr<const DataSource> val,
+                                                   const ckpt::Checkpoint *resume, Sink out);
+  ~Trainer();
+  Trainer(const Trainer &) = delete;
+  Trainer &operator=(const Trainer &) = delete;
+
+  /// Trains until the last step, a stop request, or a non-finite loss (an
+  /// error; the checkpoint is then left as it was), and saves a checkpoint.
+  Expected<TrainResult> run();
+
+private:
+  Trainer(Model &m) : m_(m) {}
+  bool leader() const { return o_.rank == 0; }
+  void say(Channel c, const std::string &text) const;
+
+  Model &m_;
+  TrainOptions o_;
+  Sink out_;
+  std::shared_ptr<const DataSource> train_, val_;
+  uint64_t seed_ = 0;
+  int64_t start_ = 0, steps_ = 0, evalInterval_ = 0, evalSteps_ = 0, ckptEvery_ = 0;
+  std::string ckptPath_;
+  std::vector<int> inputs_;
+  int stepIn_ = -1, lossId_ = -1, normId_ = -1, lrId_ = -1;
+  int64_t items_ = 0; ///< tokens or samples per step
+  bool tokens_ = false;
+  std::FILE *lossLog_ = nullptr;
+};
+
+} // namespace kiln::train
+
+#endif // KILN_RUNTIME_TRAIN_TRAINER_H
