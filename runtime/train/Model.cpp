@@ -67,21 +67,30 @@ Expected<ckpt::Checkpoint> Model::getPersistent() {
 
 std::vector<int> Model::dataInputs(const std::string &fn) const {
   std::vector<int> out;
-  for (int id : prog().function(fn)->args)
+  const program::Function *f = prog().function(fn);
+  if (!f)
+    return out;
+  for (int id : f->args)
     if (prog().buffers[id].role == Role::Input && prog().buffers[id].name != "step")
       out.push_back(id);
   return out;
 }
 
 int Model::stepInput(const std::string &fn) const {
-  for (int id : prog().function(fn)->args)
+  const program::Function *f = prog().function(fn);
+  if (!f)
+    return -1;
+  for (int id : f->args)
     if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "step")
       return id;
   return -1;
 }
 
 int Model::result(const std::string &fn, const std::string &name) const {
-  for (int id : prog().function(fn)->results)
+  const program::Function *f = prog().function(fn);
+  if (!f)
+    return -1;
+  for (int id : f->results)
     if (prog().buffers[id].name == name)
       return id;
   return -1;

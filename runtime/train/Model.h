@@ -46,7 +46,8 @@ struct Model {
   /// Reads every parameter and state tensor back.
   Expected<ckpt::Checkpoint> getPersistent();
 
-  /// Data inputs of `fn` (its Input buffers other than "step").
+  /// Data inputs of `fn` (its Input buffers other than "step"; none when
+  /// the program has no `fn`).
   std::vector<int> dataInputs(const std::string &fn) const;
   /// The "step" input of `fn`, or -1.
   int stepInput(const std::string &fn) const;
