@@ -78,10 +78,10 @@ Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const DeviceOp
   auto e = cuda::Executor::create(pkg, std::move(device));
   if (!e)
     return e.status();
-  // KILN_CUDA_EPILOGUES=kernels: GEMM epilogues as Kiln's own kernels even
-  // where the library could apply them (for comparison and debugging).
-  if (const char *v = std::getenv("KILN_CUDA_EPILOGUES")) {
-    std::string want = v;
+  // kernels: GEMM epilogues as Kiln's own kernels even where the library
+  // could apply them (for comparison and debugging).
+  if (o.cudaEpilogues) {
+    const std::string &want = *o.cudaEpilogues;
     if (want != "kernels" && want != "library")
       return Status::error("KILN_CUDA_EPILOGUES=" + want + ": use library (the default) or kernels");
     (*e)->setLibraryEpilogues(want == "library");

@@ -14,6 +14,7 @@
 #include "runtime/train/Output.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ struct DeviceOptions {
   int threads = 1; ///< CPU threads
   std::string cacheDir;
   bool noCache = false, quiet = false;
+  /// GPU GEMM epilogues: "library" (the default: in the cuBLASLt call where
+  /// it can), "kernels" (always Kiln's own kernels; for comparison and
+  /// debugging); unset: the default. kiln-run takes it from
+  /// KILN_CUDA_EPILOGUES.
+  std::optional<std::string> cudaEpilogues;
 };
 
 /// Creates the backend `o.device` names for `pkg`: compiles or loads its

@@ -159,6 +159,8 @@ train::BackendFactory backendFor(const Flags &f) {
   o.cacheDir = f.cacheDir;
   o.noCache = f.noCache;
   o.quiet = f.quiet;
+  if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
+    o.cudaEpilogues = v;
   return [o](const Package &pkg) { return train::makeBackend(pkg, o, print); };
 }
 
