@@ -15,9 +15,10 @@ namespace kiln::train {
 
 /// What kind of message a line is; the sink decides how to show it.
 enum class Channel {
-  Note,    ///< a status line ("4 kernels for ..."); kiln-run prefixes "kiln-run: "
-  Line,    ///< a line of progress or results, shown as it is
-  Warning, ///< something the user should know; kiln-run writes it to stderr
+  Note,     ///< a status line ("4 kernels for ..."); kiln-run prefixes "kiln-run: "
+  Line,     ///< a line of results, shown as it is
+  Progress, ///< a line of progress (a step, an evaluation), to show at once
+  Warning,  ///< something the user should know; kiln-run writes it to stderr
 };
 
 /// Receives one message (no trailing newline). An empty Sink drops them.

@@ -216,7 +216,7 @@ Expected<TrainResult> Trainer::run() {
       auto now = clock::now();
       double dt = std::chrono::duration<double>(now - tLog).count() / double(sinceLog);
       double eta = dt * double(steps_ - step - 1);
-      say(Channel::Line,
+      say(Channel::Progress,
           fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} "
                       "ms/step | {:.1f}k {}/s | ETA {}",
                       step + 1, steps_, lossSum / double(sinceLog), lr, norm, dt * 1e3,
@@ -229,7 +229,7 @@ Expected<TrainResult> Trainer::run() {
       EvalResult e = evaluate(m, *val_, evalSteps_);
       lastVal = e.loss;
       if (!o_.quiet)
-        say(Channel::Line,
+        say(Channel::Progress,
             fmt::format("step {:>5}: val loss {:.4f}{} ({} batches)", step + 1, e.loss,
                         e.accuracy >= 0 ? fmt::format(", accuracy {:.2f}%", 100 * e.accuracy)
                                         : "",

@@ -49,6 +49,9 @@ void print(Channel c, const std::string &text) {
     break;
   case Channel::Line:
     fmt::print("{}\n", text);
+    break;
+  case Channel::Progress:
+    fmt::print("{}\n", text);
     std::fflush(stdout);
     break;
   case Channel::Warning:
