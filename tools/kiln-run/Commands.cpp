@@ -60,7 +60,7 @@ void print(Channel c, const std::string &text) {
   }
 }
 
-/// Command-line flags shared by the three commands.
+/// Command-line flags of train, eval, sample and check.
 struct Flags {
   std::string artifact;
   int64_t steps = -1, logInterval = 10, evalInterval = -1, evalSteps = -1;
