@@ -468,7 +468,7 @@ void Elaborator::registerTensorBuiltins() {
     Args a = bindArgs(e, env, {"logits", "targets", "reduction"}, 2);
     Val logits = expectFloatTensor(tensorArg(a, 0), "the logits of cross_entropy()");
     Val targets = tensorArg(a, 1);
-    if (!isInt(targets.dtype))
+    if (!isInteger(targets.dtype))
       fail(targets.loc, "cross_entropy() targets must be an integer tensor "
                         "(class indices), got " + describe(targets));
     if (logits.shape.empty())

@@ -27,6 +27,7 @@
 
 #include "frontend/Frontend.h"
 
+#include "dialects/kiln/ElementTypes.h"
 #include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -38,6 +39,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -47,37 +49,17 @@ using namespace mlir;
 
 struct Abort {};
 
-enum class DType { F64, F32, F16, BF16, I64, I32, I1 };
+/// Element types: the one enum the compiler and runtime share
+/// (runtime/core/ElementType.h).
+using DType = ElementType;
 
-inline const char *dtypeName(DType t) {
-  switch (t) {
-  case DType::F64: return "f64";
-  case DType::F32: return "f32";
-  case DType::F16: return "f16";
-  case DType::BF16: return "bf16";
-  case DType::I64: return "i64";
-  case DType::I32: return "i32";
-  case DType::I1: return "i1";
-  }
-  return "?";
+/// The element type a .kiln file names: f64, f32, f16, bf16, i64, i32, i1,
+/// or bool (i1).
+inline std::optional<DType> parseTypeName(llvm::StringRef s) {
+  if (s == "bool")
+    return DType::I1;
+  return parseElementType(std::string_view(s.data(), s.size()));
 }
-
-inline std::optional<DType> parseDType(llvm::StringRef s) {
-  if (s == "f64") return DType::F64;
-  if (s == "f32") return DType::F32;
-  if (s == "f16") return DType::F16;
-  if (s == "bf16") return DType::BF16;
-  if (s == "i64") return DType::I64;
-  if (s == "i32") return DType::I32;
-  if (s == "i1" || s == "bool") return DType::I1;
-  return std::nullopt;
-}
-
-inline bool isFloat(DType t) {
-  return t == DType::F64 || t == DType::F32 || t == DType::F16 ||
-         t == DType::BF16;
-}
-inline bool isInt(DType t) { return t == DType::I64 || t == DType::I32; }
 
 /// One dimension: its size and, when it came from a named quantity, the name.
 struct Dim {
@@ -229,7 +211,6 @@ private:
   // Types and tensors (Values.cpp)
   //===--------------------------------------------------------------------===//
 
-  Type elemType(DType t);
   RankedTensorType tensorType(const Shape &s, DType t, SourceLoc l);
   Val tensor(mlir::Value v, Shape s, DType t, SourceLoc l);
   static Val scalarInt(int64_t v, SourceLoc l, std::string name = {});

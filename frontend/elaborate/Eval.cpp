@@ -74,7 +74,7 @@ Val Elaborator::eval(const Expr &e, Env &env) {
       v.loc = e.loc;
       return v;
     }
-    if (std::optional<DType> t = parseDType(e.text)) {
+    if (std::optional<DType> t = parseTypeName(e.text)) {
       Val v;
       v.kind = Val::Kind::Type;
       v.dtype = *t;
@@ -318,7 +318,7 @@ int64_t Elaborator::dimSize(const Expr &e, Env &env, std::string &name) {
 }
 
 void Elaborator::declareInput(const Stmt &s, Env &env) {
-  std::optional<DType> t = parseDType(s.dtype);
+  std::optional<DType> t = parseTypeName(s.dtype);
   if (!t) {
     SourceLoc l = s.dtypeLoc;
     l.length = s.dtype.size();

@@ -302,7 +302,7 @@ void Elaborator::registerLayerBuiltins() {
   B["embedding"] = [this](const Expr &e, Env &env) {
     Args a = bindArgs(e, env, {"indices", "num", "dim", "init", "name"}, 3);
     Val idx = tensorArg(a, 0);
-    if (!isInt(idx.dtype))
+    if (!isInteger(idx.dtype))
       fail(idx.loc, "embedding() indices must be an integer tensor, got " +
                         describe(idx));
     int64_t num = intArg(a, 1), dim = intArg(a, 2);

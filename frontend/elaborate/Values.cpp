@@ -72,19 +72,6 @@ void Elaborator::countOp(SourceLoc l) {
 // Types and tensors
 //===----------------------------------------------------------------------===//
 
-Type Elaborator::elemType(DType t) {
-  switch (t) {
-  case DType::F64: return b_.getF64Type();
-  case DType::F32: return b_.getF32Type();
-  case DType::F16: return b_.getF16Type();
-  case DType::BF16: return b_.getBF16Type();
-  case DType::I64: return b_.getI64Type();
-  case DType::I32: return b_.getI32Type();
-  case DType::I1: return b_.getI1Type();
-  }
-  return b_.getF32Type();
-}
-
 RankedTensorType Elaborator::tensorType(const Shape &s, DType t, SourceLoc l) {
   SmallVector<int64_t> dims;
   int64_t count = 1;
@@ -100,7 +87,7 @@ RankedTensorType Elaborator::tensorType(const Shape &s, DType t, SourceLoc l) {
     count *= d.size;
     dims.push_back(d.size);
   }
-  return RankedTensorType::get(dims, elemType(t));
+  return RankedTensorType::get(dims, toMlirType(t, b_));
 }
 
 Val Elaborator::tensor(mlir::Value v, Shape s, DType t, SourceLoc l) {
