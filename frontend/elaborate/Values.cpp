@@ -7,7 +7,10 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/elaborate/Elaborator.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <limits>
 
 namespace kiln::frontend::elab {
