@@ -1,6 +1,7 @@
 //===- Codegen.cpp - Kernel groups, the buffer plan and CPU code ----------===//
 #include "compiler/Codegen.h"
 
+#include "dialects/kiln/ElementTypes.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "passes/Fusion.h"
@@ -75,15 +76,10 @@ using program::Role;
 using program::Step;
 
 bool toDType(Type t, DType &out) {
-  if (t.isF32()) out = DType::F32;
-  else if (t.isF64()) out = DType::F64;
-  else if (t.isF16()) out = DType::F16;
-  else if (t.isBF16()) out = DType::BF16;
-  else if (t.isInteger(32)) out = DType::I32;
-  else if (t.isInteger(64)) out = DType::I64;
-  else if (t.isInteger(1)) out = DType::I1;
-  else return false;
-  return true;
+  std::optional<DType> e = toElementType(t);
+  if (e)
+    out = *e;
+  return e.has_value();
 }
 
 RankedTensorType tensorOf(Value v) { return cast<RankedTensorType>(v.getType()); }

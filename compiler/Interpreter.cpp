@@ -1,6 +1,7 @@
 //===- Interpreter.cpp - Reference interpreter for the kiln dialect -------===//
 #include "compiler/Interpreter.h"
 
+#include "dialects/kiln/ElementTypes.h"
 #include "dialects/kiln/KilnOps.h"
 #include "runtime/core/Random.h"
 
@@ -19,23 +20,6 @@
 using namespace mlir;
 
 namespace kiln::interp {
-
-bool isFloat(Elem e) {
-  return e == Elem::F64 || e == Elem::F32 || e == Elem::F16 || e == Elem::BF16;
-}
-
-const char *name(Elem e) {
-  switch (e) {
-  case Elem::F64: return "f64";
-  case Elem::F32: return "f32";
-  case Elem::F16: return "f16";
-  case Elem::BF16: return "bf16";
-  case Elem::I64: return "i64";
-  case Elem::I32: return "i32";
-  case Elem::I1: return "i1";
-  }
-  return "?";
-}
 
 namespace {
 /// Rounds a double to bfloat16 (8 exponent bits, 8 significand bits) to
@@ -87,15 +71,10 @@ int64_t Tensor::numel() const {
 bool elemOf(Type t, Elem &out) {
   if (auto rt = dyn_cast<RankedTensorType>(t))
     t = rt.getElementType();
-  if (t.isF64()) out = Elem::F64;
-  else if (t.isF32()) out = Elem::F32;
-  else if (t.isF16()) out = Elem::F16;
-  else if (t.isBF16()) out = Elem::BF16;
-  else if (t.isInteger(64)) out = Elem::I64;
-  else if (t.isInteger(32)) out = Elem::I32;
-  else if (t.isInteger(1)) out = Elem::I1;
-  else return false;
-  return true;
+  std::optional<Elem> e = toElementType(t);
+  if (e)
+    out = *e;
+  return e.has_value();
 }
 
 Tensor fromType(Type t) {

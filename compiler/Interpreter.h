@@ -11,6 +11,8 @@
 #ifndef KILN_COMPILER_INTERPRETER_H
 #define KILN_COMPILER_INTERPRETER_H
 
+#include "runtime/core/ElementType.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <cstdint>
@@ -19,10 +21,10 @@
 
 namespace kiln::interp {
 
-enum class Elem { F64, F32, F16, BF16, I64, I32, I1 };
-
-bool isFloat(Elem e);
-const char *name(Elem e);
+/// A tensor's element type: the one enum the compiler and runtime share.
+using Elem = ElementType;
+using kiln::isFloat;
+inline const char *name(Elem e) { return dtypeName(e); }
 /// Rounds `x` to what element type `e` can hold.
 double roundTo(Elem e, double x);
 

@@ -11,22 +11,10 @@ namespace kiln::program {
 using json = nlohmann::ordered_json;
 
 namespace {
-constexpr const char *kDTypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "i1"};
-constexpr int kWidths[] = {4, 8, 2, 2, 4, 8, 1};
 constexpr const char *kRoles[] = {"param", "state", "input", "output", "temp"};
 constexpr const char *kKinds[] = {"kernel", "gemm", "copy"};
 } // namespace
 
-const char *dtypeName(DType t) { return kDTypes[int(t)]; }
-int dtypeBytes(DType t) { return kWidths[int(t)]; }
-bool parseDType(const std::string &s, DType &out) {
-  for (int i = 0; i < 7; ++i)
-    if (s == kDTypes[i]) {
-      out = DType(i);
-      return true;
-    }
-  return false;
-}
 const char *roleName(Role r) { return kRoles[int(r)]; }
 
 int64_t Buffer::numElements() const {

@@ -19,6 +19,7 @@
 #ifndef KILN_RUNTIME_CORE_PROGRAM_H
 #define KILN_RUNTIME_CORE_PROGRAM_H
 
+#include "runtime/core/ElementType.h"
 #include "runtime/core/Status.h"
 
 #include <cstdint>
@@ -27,11 +28,12 @@
 
 namespace kiln::program {
 
-/// Element types buffers can hold (the dialect's tensor element types).
-enum class DType { F32, F64, F16, BF16, I32, I64, I1 };
-const char *dtypeName(DType t); ///< "f32", ...
-bool parseDType(const std::string &s, DType &out);
-int dtypeBytes(DType t);
+/// Element types buffers can hold: the one enum the compiler and runtime
+/// share (runtime/core/ElementType.h: dtypeName, dtypeBytes, parseDType).
+using DType = ElementType;
+using kiln::dtypeBytes;
+using kiln::dtypeName;
+using kiln::parseDType;
 
 enum class Role { Param, State, Input, Output, Temp };
 const char *roleName(Role r);

@@ -1,0 +1,502 @@
+//===- Builtins.cpp - Tensor builtins -------------------------------------===//
+//
+// Elementwise functions, matmul, reshape, transpose, slice, dropout,
+// reductions and activations, and the builtin table entries that call
+// them (softmax, comparisons, where, concat, cast, cross_entropy, ...).
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/elaborate/Elaborator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kiln::frontend::elab {
+
+//===----------------------------------------------------------------------===//
+// Tensor building blocks
+//===----------------------------------------------------------------------===//
+
+Val Elaborator::unaryTensorFn(const std::string &fn, const Val &x,
+                              SourceLoc l) {
+  if (x.isNumber()) {
+    double v = x.num(), r = 0;
+    if (fn == "sqrt") r = std::sqrt(v);
+    else if (fn == "rsqrt") r = 1.0 / std::sqrt(v);
+    else if (fn == "exp") r = std::exp(v);
+    else if (fn == "log") r = std::log(v);
+    else if (fn == "tanh") r = std::tanh(v);
+    else if (fn == "abs") {
+      if (x.kind == Val::Kind::Int && x.i != std::numeric_limits<int64_t>::min())
+        return scalarInt(x.i < 0 ? -x.i : x.i, l);
+      r = std::fabs(v);
+    } else if (fn == "sigmoid") r = 1.0 / (1.0 + std::exp(-v));
+    else if (fn == "relu") r = v > 0 ? v : 0;
+    else
+      fail(l, fn + "() needs a tensor");
+    if (!std::isfinite(r))
+      fail(l, fn + "(" + fmtDouble(v) + ") is not a finite number");
+    return scalarFloat(r, l);
+  }
+  bool numeric = fn == "abs" || fn == "relu";
+  if (numeric)
+    expectTensor(x, "the argument of " + fn + "()");
+  else
+    expectFloatTensor(x, "the argument of " + fn + "()");
+  if (x.dtype == DType::I1)
+    fail(x.loc, fn + "() does not apply to boolean tensors");
+  mlir::Value r;
+  if (fn == "sqrt") r = create<SqrtOp>(l, x.value);
+  else if (fn == "rsqrt") r = create<RsqrtOp>(l, x.value);
+  else if (fn == "exp") r = create<ExpOp>(l, x.value);
+  else if (fn == "log") r = create<LogOp>(l, x.value);
+  else if (fn == "tanh") r = create<TanhOp>(l, x.value);
+  else if (fn == "abs") r = create<AbsOp>(l, x.value);
+  else if (fn == "sigmoid") r = create<SigmoidOp>(l, x.value);
+  else if (fn == "relu") r = create<ReluOp>(l, x.value);
+  else
+    fail(l, "unknown function '" + fn + "'");
+  return tensor(r, x.shape, x.dtype, l);
+}
+
+Val Elaborator::matmul(const Val &a, const Val &c, bool ta, bool tb,
+                       SourceLoc l) {
+  if (a.dtype != c.dtype || a.dtype == DType::I1)
+    fail(l, "matmul needs two numeric tensors of one element type, got " +
+                describe(a) + " and " + describe(c));
+  if (a.shape.size() < 2 || c.shape.size() < 2)
+    fail(l, "matmul needs tensors of rank >= 2, got " + describe(a) +
+                " and " + describe(c));
+  size_t ar = a.shape.size(), cr = c.shape.size();
+  const Dim &m = ta ? a.shape[ar - 1] : a.shape[ar - 2];
+  const Dim &ka = ta ? a.shape[ar - 2] : a.shape[ar - 1];
+  const Dim &kc = tb ? c.shape[cr - 1] : c.shape[cr - 2];
+  const Dim &n = tb ? c.shape[cr - 2] : c.shape[cr - 1];
+  if (ka.size != kc.size)
+    fail(l, "matmul of " + str(a.shape) + " and " + str(c.shape) +
+                ": the inner dimensions differ (" + std::to_string(ka.size) +
+                " vs " + std::to_string(kc.size) + ")");
+  Shape batchA(a.shape.begin(), a.shape.end() - 2);
+  Shape batchC(c.shape.begin(), c.shape.end() - 2);
+  if (!batchA.empty() && !batchC.empty() && batchA != batchC)
+    fail(l, "matmul of " + str(a.shape) + " and " + str(c.shape) +
+                ": batch dimensions " + str(batchA) + " and " + str(batchC) +
+                " differ (they must match, or one side has none)");
+  Shape out = batchA.empty() ? batchC : batchA;
+  out.push_back(m);
+  out.push_back(n);
+  RankedTensorType type = tensorType(out, a.dtype, l);
+  countOp(l);
+  auto op = b_.create<MatmulOp>(loc(l), type, a.value, c.value,
+                                ta ? b_.getUnitAttr() : UnitAttr(),
+                                tb ? b_.getUnitAttr() : UnitAttr());
+  return tensor(op.getResult(), out, a.dtype, l);
+}
+
+Val Elaborator::reshape(const Val &x, const Shape &s, SourceLoc l) {
+  int64_t a = 1, c = 1;
+  for (const Dim &d : x.shape)
+    a *= d.size;
+  for (const Dim &d : s) {
+    if (d.size < 1 || c > kMaxTensorElements / d.size)
+      fail(l, "reshape target " + str(s) + " is invalid");
+    c *= d.size;
+  }
+  if (a != c)
+    fail(l, "cannot reshape " + str(x.shape) + " (" + std::to_string(a) +
+                " elements) to " + str(s) + " (" + std::to_string(c) +
+                " elements)");
+  if (x.shape == s)
+    return tensor(x.value, s, x.dtype, l);
+  return tensor(create<ReshapeOp>(l, tensorType(s, x.dtype, l), x.value), s,
+                x.dtype, l);
+}
+
+Val Elaborator::transpose(const Val &x, const std::vector<int64_t> &perm,
+                          SourceLoc l) {
+  if (perm.size() != x.shape.size())
+    fail(l, "transpose of rank-" + std::to_string(x.shape.size()) +
+                " tensor needs a permutation of " +
+                std::to_string(x.shape.size()) + " axes");
+  std::vector<bool> seen(perm.size(), false);
+  Shape out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= int64_t(perm.size()) || seen[p])
+      fail(l, "transpose needs a permutation of 0.." +
+                  std::to_string(perm.size() - 1));
+    seen[p] = true;
+    out.push_back(x.shape[p]);
+  }
+  SmallVector<int64_t> p(perm.begin(), perm.end());
+  return tensor(create<TransposeOp>(l, x.value, p), out, x.dtype, l);
+}
+
+Val Elaborator::sliceAxis(const Val &x, int64_t axis, int64_t start,
+                          int64_t end, int64_t step, SourceLoc l) {
+  int64_t size = x.shape[axis].size;
+  if (start < 0)
+    start += size;
+  if (end < 0)
+    end += size;
+  if (step < 1)
+    fail(l, "slice step must be >= 1, got " + std::to_string(step));
+  if (start < 0 || start > end || end > size)
+    fail(l, "slice [" + std::to_string(start) + ":" + std::to_string(end) +
+                ":" + std::to_string(step) + "] is out of range for axis " +
+                std::to_string(axis) + " of size " + std::to_string(size));
+  if (start == end)
+    fail(l, "slice is empty; Kiln tensors have no zero-size dimensions");
+  SmallVector<int64_t> starts(x.shape.size(), 0), limits, steps(x.shape.size(), 1);
+  for (const Dim &d : x.shape)
+    limits.push_back(d.size);
+  starts[axis] = start;
+  limits[axis] = end;
+  steps[axis] = step;
+  Shape out = x.shape;
+  out[axis] = Dim{(end - start - 1) / step + 1, ""};
+  return tensor(create<SliceOp>(l, x.value, starts, limits, steps), out,
+                x.dtype, l);
+}
+
+Val Elaborator::dropout(const Val &x, double p, SourceLoc l) {
+  expectFloatTensor(x, "the argument of dropout()");
+  if (!(p >= 0.0 && p < 1.0))
+    fail(l, "dropout probability " + fmtDouble(p) + " must be in [0, 1)");
+  if (p == 0.0)
+    return x;
+  if (!dropoutSeed_) {
+    OpBuilder::InsertionGuard guard(b_);
+    RankedTensorType type = RankedTensorType::get({}, b_.getI64Type());
+    BlockArgument arg = entry_->addArgument(type, loc(l));
+    NamedAttrList attrs;
+    attrs.append(KilnDialect::kInputAttr, b_.getStringAttr("dropout_seed"));
+    inputAttrs_.push_back(attrs);
+    inputNames_.push_back("dropout_seed");
+    dropoutSeed_ = tensor(arg, {}, DType::I64, l);
+  }
+  countOp(l);
+  auto op = b_.create<DropoutOp>(loc(l), x.value, dropoutSeed_->value,
+                                 b_.getF64FloatAttr(p),
+                                 b_.getI64IntegerAttr(dropoutSalt_++));
+  return tensor(op.getResult(), x.shape, x.dtype, l);
+}
+
+Val Elaborator::reduce(const std::string &fn, const Val &x,
+                       const std::vector<int64_t> &axes0, bool keepdims,
+                       SourceLoc l) {
+  if (fn == "mean")
+    expectFloatTensor(x, "the argument of mean()");
+  if (x.dtype == DType::I1)
+    fail(l, fn + "() does not apply to boolean tensors");
+  int64_t rank = x.shape.size();
+  std::vector<int64_t> axes;
+  for (int64_t a : axes0)
+    axes.push_back(normAxis(a, rank, l));
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    fail(l, fn + "() got the same axis twice");
+  Shape out;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(axes.begin(), axes.end(), d) == axes.end())
+      out.push_back(x.shape[d]);
+    else if (keepdims)
+      out.push_back(Dim{1, ""});
+  }
+  RankedTensorType type = tensorType(out, x.dtype, l);
+  SmallVector<int64_t> ax(axes.begin(), axes.end());
+  UnitAttr keep = keepdims ? b_.getUnitAttr() : UnitAttr();
+  mlir::Value r;
+  DenseI64ArrayAttr axAttr = b_.getDenseI64ArrayAttr(ax);
+  if (fn == "sum") r = create<ReduceSumOp>(l, type, x.value, axAttr, keep);
+  else if (fn == "mean") r = create<ReduceMeanOp>(l, type, x.value, axAttr, keep);
+  else r = create<ReduceMaxOp>(l, type, x.value, axAttr, keep);
+  return tensor(r, out, x.dtype, l);
+}
+
+Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
+  if (fn.kind != Val::Kind::Func)
+    fail(fn.loc, "expected an activation function (relu, gelu, gelu_tanh, "
+                 "tanh, sigmoid), got " + describe(fn));
+  if (fn.s == "gelu" || fn.s == "gelu_tanh") {
+    expectFloatTensor(x, "the argument of gelu()");
+    auto approx = fn.s == "gelu" ? GeluApproximation::erf : GeluApproximation::tanh;
+    return tensor(create<GeluOp>(l, approx, x.value), x.shape, x.dtype, l);
+  }
+  if (fn.s == "relu" || fn.s == "tanh" || fn.s == "sigmoid")
+    return unaryTensorFn(fn.s, x, l);
+  fail(fn.loc, "'" + fn.s + "' is not an activation; use relu, gelu, "
+               "gelu_tanh, tanh or sigmoid");
+}
+
+//===----------------------------------------------------------------------===//
+// The tensor builtin table
+//===----------------------------------------------------------------------===//
+
+void Elaborator::registerTensorBuiltins() {
+  auto &B = builtins_;
+  // Elementwise functions of one tensor (or one number).
+  for (const char *fn : {"sqrt", "rsqrt", "exp", "log", "tanh", "abs",
+                         "sigmoid", "relu"}) {
+    std::string name = fn;
+    B[name] = [this, name](const Expr &e, Env &env) {
+      Args a = bindArgs(e, env, {"x"}, 1);
+      return unaryTensorFn(name, arg(a, 0), e.loc);
+    };
+  }
+  for (const char *fn : {"gelu", "gelu_tanh"}) {
+    std::string name = fn;
+    B[name] = [this, name](const Expr &e, Env &env) {
+      Args a = bindArgs(e, env, {"x"}, 1);
+      Val f;
+      f.kind = Val::Kind::Func;
+      f.s = name;
+      return activation(f, tensorArg(a, 0), e.loc);
+    };
+  }
+  for (const char *fn : {"softmax", "log_softmax"}) {
+    std::string name = fn;
+    B[name] = [this, name](const Expr &e, Env &env) {
+      Args a = bindArgs(e, env, {"x", "axis"}, 1);
+      Val x = expectFloatTensor(tensorArg(a, 0), "the argument of " + name + "()");
+      if (x.shape.empty())
+        fail(x.loc, name + "() needs a tensor of rank >= 1");
+      int64_t ax = axisArg(a, 1, x.shape.size(), -1);
+      IntegerAttr axis = b_.getI64IntegerAttr(ax);
+      mlir::Value r = name == "softmax"
+                          ? create<SoftmaxOp>(e.loc, x.value, axis)
+                          : create<LogSoftmaxOp>(e.loc, x.value, axis);
+      return tensor(r, x.shape, x.dtype, e.loc);
+    };
+  }
+  for (const char *fn : {"sum", "mean", "max"}) {
+    std::string name = fn;
+    B[name] = [this, name](const Expr &e, Env &env) {
+      Args a = bindArgs(e, env, {"x", "axis", "keepdims"}, 1);
+      Val x = tensorArg(a, 0);
+      std::vector<int64_t> axes;
+      if (a.has(1))
+        axes = intListArg(a, 1);
+      else
+        for (size_t d = 0; d < x.shape.size(); ++d)
+          axes.push_back(d);
+      return reduce(name, x, axes, boolArg(a, 2, false), e.loc);
+    };
+  }
+  for (const char *fn : {"maximum", "minimum"}) {
+    std::string name = fn;
+    B[name] = [this, name](const Expr &e, Env &env) {
+      Args a = bindArgs(e, env, {"a", "b"}, 2);
+      Val x = arg(a, 0), y = arg(a, 1);
+      if (x.isNumber() && y.isNumber()) {
+        bool takeX = name == "maximum" ? x.num() >= y.num() : x.num() <= y.num();
+        return takeX ? x : y;
+      }
+      if (!x.isTensor() && !y.isTensor())
+        fail(e.loc, name + "() needs numbers or tensors");
+      Val p = x.isTensor() ? x : toTensorLike(x, y, e.loc);
+      Val q = y.isTensor() ? y : toTensorLike(y, x, e.loc);
+      if (p.dtype != q.dtype || p.dtype == DType::I1)
+        fail(e.loc, name + "() needs numeric tensors of one element type, "
+                    "got " + describe(p) + " and " + describe(q));
+      Shape s = broadcastShapes(p.shape, q.shape, e.loc, "combine");
+      p = broadcastTo(p, s, e.loc);
+      q = broadcastTo(q, s, e.loc);
+      mlir::Value r = name == "maximum" ? create<MaxOp>(e.loc, p.value, q.value)
+                                        : create<MinOp>(e.loc, p.value, q.value);
+      return tensor(r, s, p.dtype, e.loc);
+    };
+  }
+  static const std::pair<const char *, CompareDirection> comparisons[] = {
+      {"equal", CompareDirection::eq},      {"not_equal", CompareDirection::ne},
+      {"less", CompareDirection::lt},       {"less_equal", CompareDirection::le},
+      {"greater", CompareDirection::gt},    {"greater_equal", CompareDirection::ge}};
+  for (const auto &[fn, dir] : comparisons) {
+    std::string name = fn;
+    CompareDirection d = dir;
+    B[name] = [this, name, d](const Expr &e, Env &env) {
+      Args a = bindArgs(e, env, {"a", "b"}, 2);
+      Val x = arg(a, 0), y = arg(a, 1);
+      if (!x.isTensor() && !y.isTensor())
+        fail(e.loc, name + "() compares tensors; got " + describe(x) +
+                        " and " + describe(y));
+      Val p = x.isTensor() ? x : toTensorLike(x, y, e.loc);
+      Val q = y.isTensor() ? y : toTensorLike(y, x, e.loc);
+      if (p.dtype != q.dtype || p.dtype == DType::I1)
+        fail(e.loc, name + "() needs numeric tensors of one element type, "
+                    "got " + describe(p) + " and " + describe(q));
+      Shape s = broadcastShapes(p.shape, q.shape, e.loc, "compare");
+      p = broadcastTo(p, s, e.loc);
+      q = broadcastTo(q, s, e.loc);
+      return tensor(create<CompareOp>(e.loc, d, p.value, q.value), s,
+                    DType::I1, e.loc);
+    };
+  }
+  B["where"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"cond", "a", "b"}, 3);
+    Val c = tensorArg(a, 0);
+    if (c.dtype != DType::I1)
+      fail(c.loc, "where() needs a boolean condition (from less(), equal(), "
+                  "...), got " + describe(c));
+    Val x = arg(a, 1), y = arg(a, 2);
+    if (!x.isTensor() && !y.isTensor())
+      fail(e.loc, "where() needs at least one tensor value");
+    Val p = x.isTensor() ? x : toTensorLike(x, y, e.loc);
+    Val q = y.isTensor() ? y : toTensorLike(y, x, e.loc);
+    if (p.dtype != q.dtype)
+      fail(e.loc, "where() values differ in element type: " + describe(p) +
+                      " and " + describe(q));
+    Shape s = broadcastShapes(broadcastShapes(p.shape, q.shape, e.loc, "select"),
+                              c.shape, e.loc, "select");
+    c = broadcastTo(c, s, e.loc);
+    p = broadcastTo(p, s, e.loc);
+    q = broadcastTo(q, s, e.loc);
+    return tensor(create<SelectOp>(e.loc, c.value, p.value, q.value), s,
+                  p.dtype, e.loc);
+  };
+  B["matmul"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"a", "b", "transpose_a", "transpose_b"}, 2);
+    return matmul(tensorArg(a, 0), tensorArg(a, 1), boolArg(a, 2, false),
+                  boolArg(a, 3, false), e.loc);
+  };
+  B["reshape"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "shape"}, 2);
+    Val x = tensorArg(a, 0);
+    const Val &sv = arg(a, 1);
+    if (sv.kind != Val::Kind::List)
+      fail(sv.loc, "reshape() needs a shape list such as [B, 64, -1]");
+    Shape s;
+    int inferred = -1;
+    int64_t known = 1, total = 1;
+    for (const Dim &d : x.shape)
+      total *= d.size;
+    for (size_t i = 0; i < sv.items.size(); ++i) {
+      const Val &d = sv.items[i];
+      if (d.kind != Val::Kind::Int)
+        fail(d.loc, "a dimension must be an integer, got " + describe(d));
+      if (d.i == -1) {
+        if (inferred >= 0)
+          fail(d.loc, "only one dimension of a reshape may be -1");
+        inferred = i;
+        s.push_back(Dim{1, ""});
+        continue;
+      }
+      if (d.i < 1 || d.i > kMaxDimSize)
+        fail(d.loc, "dimension " + std::to_string(d.i) + " is out of range");
+      if (known > kMaxTensorElements / d.i)
+        fail(d.loc, "reshape target is too large");
+      known *= d.i;
+      s.push_back(Dim{d.i, d.s});
+    }
+    if (inferred >= 0) {
+      if (total % known != 0)
+        fail(sv.loc, "cannot infer the -1 dimension: " + std::to_string(total) +
+                         " elements do not divide by " + std::to_string(known));
+      s[inferred].size = total / known;
+    }
+    return reshape(x, s, e.loc);
+  };
+  B["transpose"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "perm"}, 1);
+    Val x = tensorArg(a, 0);
+    std::vector<int64_t> perm;
+    if (a.has(1)) {
+      perm = intListArg(a, 1);
+    } else {
+      if (x.shape.size() < 2)
+        fail(e.loc, "transpose() without perm swaps the last two axes and "
+                    "needs rank >= 2");
+      for (size_t i = 0; i < x.shape.size(); ++i)
+        perm.push_back(i);
+      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    }
+    return transpose(x, perm, e.loc);
+  };
+  B["slice"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "axis", "start", "end", "step"}, 4);
+    Val x = tensorArg(a, 0);
+    if (x.shape.empty())
+      fail(x.loc, "slice() needs a tensor of rank >= 1");
+    int64_t ax = axisArg(a, 1, x.shape.size(), 0);
+    return sliceAxis(x, ax, intArg(a, 2), intArg(a, 3), intArg(a, 4, 1), e.loc);
+  };
+  B["concat"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"tensors", "axis"}, 1);
+    const Val &list = arg(a, 0);
+    if (list.kind != Val::Kind::List || list.items.empty())
+      fail(list.loc, "concat() needs a non-empty list of tensors");
+    std::vector<Val> xs;
+    for (const Val &v : list.items)
+      xs.push_back(expectTensor(v, "each element of concat()'s list"));
+    if (xs[0].shape.empty())
+      fail(xs[0].loc, "concat() needs tensors of rank >= 1, got a scalar");
+    int64_t ax = axisArg(a, 1, xs[0].shape.size(), 0);
+    Shape out = xs[0].shape;
+    SmallVector<mlir::Value> vals;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const Val &v = xs[i];
+      if (v.dtype != xs[0].dtype || v.shape.size() != out.size())
+        fail(v.loc, "concat() element " + std::to_string(i) + " is " +
+                        describe(v) + " but element 0 is " + describe(xs[0]));
+      for (size_t d = 0; d < out.size(); ++d)
+        if (int64_t(d) != ax && v.shape[d].size != out[d].size)
+          fail(v.loc, "concat() element " + std::to_string(i) + " has shape " +
+                          str(v.shape) + " but element 0 has " +
+                          str(xs[0].shape) + "; only axis " +
+                          std::to_string(ax) + " may differ");
+      if (i > 0)
+        out[ax] = Dim{out[ax].size + v.shape[ax].size, ""};
+      vals.push_back(v.value);
+    }
+    RankedTensorType type = tensorType(out, xs[0].dtype, e.loc);
+    return tensor(create<ConcatOp>(e.loc, type, vals, b_.getI64IntegerAttr(ax)),
+                  out, xs[0].dtype, e.loc);
+  };
+  B["cast"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "dtype"}, 2);
+    Val x = tensorArg(a, 0);
+    const Val &t = arg(a, 1);
+    if (t.kind != Val::Kind::Type)
+      fail(t.loc, "cast() needs an element type (f64, f32, f16, bf16, i64, "
+                  "i32, i1), got " + describe(t));
+    if (t.dtype == x.dtype)
+      return x;
+    return tensor(create<CastOp>(e.loc, tensorType(x.shape, t.dtype, e.loc),
+                                 x.value),
+                  x.shape, t.dtype, e.loc);
+  };
+  B["cross_entropy"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"logits", "targets", "reduction"}, 2);
+    Val logits = expectFloatTensor(tensorArg(a, 0), "the logits of cross_entropy()");
+    Val targets = tensorArg(a, 1);
+    if (!isInteger(targets.dtype))
+      fail(targets.loc, "cross_entropy() targets must be an integer tensor "
+                        "(class indices), got " + describe(targets));
+    if (logits.shape.empty())
+      fail(logits.loc, "cross_entropy() logits need a class dimension");
+    Shape want(logits.shape.begin(), logits.shape.end() - 1);
+    if (targets.shape != want)
+      fail(targets.loc, "cross_entropy() targets have shape " +
+                            str(targets.shape) + " but logits " +
+                            str(logits.shape) + " need targets " + str(want));
+    LossReduction red = LossReduction::mean;
+    if (a.has(2)) {
+      const Val &r = arg(a, 2);
+      if (r.kind != Val::Kind::Str ||
+          (r.s != "mean" && r.s != "sum" && r.s != "none"))
+        fail(r.loc, "reduction must be \"mean\", \"sum\" or \"none\"");
+      red = r.s == "mean" ? LossReduction::mean
+            : r.s == "sum" ? LossReduction::sum : LossReduction::none;
+    }
+    Shape out = red == LossReduction::none ? want : Shape{};
+    countOp(e.loc);
+    auto op = b_.create<CrossEntropyOp>(loc(e.loc), logits.value,
+                                        targets.value, red);
+    return tensor(op.getResult(), out, logits.dtype, e.loc);
+  };
+  B["dropout"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "p"}, 2);
+    return dropout(tensorArg(a, 0), floatArg(a, 1, 0), e.loc);
+  };
+}
+
+} // namespace kiln::frontend::elab

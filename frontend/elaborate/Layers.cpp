@@ -1,0 +1,355 @@
+//===- Layers.cpp - The layer library -------------------------------------===//
+//
+// Layers with parameters: linear, embedding, position_embedding,
+// layer_norm, attention and mlp; the initialisers (normal, uniform, zeros,
+// ones); and how parameters and layers are named.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/elaborate/Elaborator.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kiln::frontend::elab {
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+std::string Elaborator::joinPrefix() const {
+  std::string out;
+  for (const std::string &p : prefix_)
+    out += (out.empty() ? "" : ".") + p;
+  return out;
+}
+
+std::string Elaborator::layerName(const std::string &kind, const Args &args,
+                                  int nameIdx) {
+  std::string base = joinPrefix();
+  std::string full;
+  if (nameIdx >= 0 && args.has(nameIdx)) {
+    const Val &n = *args.vals[nameIdx];
+    if (n.kind != Val::Kind::Str || n.s.empty())
+      fail(n.loc, "name must be a non-empty string");
+    full = base.empty() ? n.s : base + "." + n.s;
+    if (layers_.count(full))
+      fail(n.loc, "a layer named '" + full + "' already exists");
+  } else {
+    int &count = nameCounts_[base + "|" + kind];
+    do {
+      full = (base.empty() ? "" : base + ".") + kind +
+             (count ? "_" + std::to_string(count) : "");
+      ++count;
+    } while (layers_.count(full));
+  }
+  return full;
+}
+
+DictionaryAttr Elaborator::initAttr(const Val &init) {
+  NamedAttrList a;
+  a.append("kind", b_.getStringAttr(init.s));
+  if (init.s == "normal") {
+    a.append("mean", b_.getF64FloatAttr(init.p0));
+    a.append("std", b_.getF64FloatAttr(init.p1));
+  } else if (init.s == "uniform") {
+    a.append("low", b_.getF64FloatAttr(init.p0));
+    a.append("high", b_.getF64FloatAttr(init.p1));
+  }
+  return a.getDictionary(&ctx_);
+}
+
+Val Elaborator::makeInit(const std::string &kind, double p0, double p1,
+                         SourceLoc l) {
+  Val v;
+  v.kind = Val::Kind::Init;
+  v.s = kind;
+  v.p0 = p0;
+  v.p1 = p1;
+  v.loc = l;
+  return v;
+}
+
+Val Elaborator::newParam(const std::string &name, const std::string &layerKind,
+                         const Shape &shape, const Val &init, SourceLoc l) {
+  countOp(l);
+  if (!paramNames_.insert(name).second)
+    fail(l, "a parameter named '" + name + "' already exists; give this "
+            "layer another name = \"...\"");
+  RankedTensorType type = tensorType(shape, DType::F32, l);
+  BlockArgument arg = entry_->insertArgument(numParams_++, type, loc(l));
+  NamedAttrList attrs;
+  attrs.append(KilnDialect::kParamAttr, b_.getStringAttr(name));
+  attrs.append(KilnDialect::kLayerAttr, b_.getStringAttr(layerKind));
+  attrs.append(KilnDialect::kInitAttr, initAttr(init));
+  paramAttrs_.push_back(attrs);
+  return tensor(arg, shape, DType::F32, l);
+}
+
+//===----------------------------------------------------------------------===//
+// Layers
+//===----------------------------------------------------------------------===//
+
+Val Elaborator::linear(const Val &x, int64_t out, bool bias, const Val *tied,
+                       const Val &init, const std::string &name, SourceLoc l) {
+  expectF32(x, "linear()");
+  if (x.shape.size() < 2)
+    fail(x.loc, "linear() needs an input of rank >= 2 ([..., features]), "
+                "got " + describe(x));
+  if (out < 1 || out > kMaxDimSize)
+    fail(l, "linear() output size " + std::to_string(out) +
+                " is out of range");
+  const Dim &in = x.shape.back();
+  Val w;
+  if (tied) {
+    w = *tied;
+    if (w.shape.size() != 2 || w.shape[0].size != out ||
+        w.shape[1].size != in.size)
+      fail(l, "tied weight has shape " + str(w.shape) + " but this linear "
+              "layer needs [" + std::to_string(out) + ", " +
+              std::to_string(in.size) + "] ([out, in])");
+  } else {
+    w = newParam(name + ".weight", "linear", {Dim{out, ""}, in}, init, l);
+  }
+  Val y = matmul(x, w, false, true, l);
+  y.shape.back().name = tied ? tied->shape[0].name : "";
+  if (bias) {
+    Val bv = newParam(name + ".bias", "linear", {Dim{out, ""}},
+                      makeInit("zeros", 0, 0, l), l);
+    y = tensor(create<AddOp>(l, y.value,
+                             broadcastTo(bv, y.shape, l).value),
+               y.shape, y.dtype, l);
+  }
+  Layer layer{"linear", w, l};
+  layers_[name] = layer;
+  return y;
+}
+
+Val Elaborator::layerNorm(const Val &x, double eps, bool bias,
+                          const std::string &name, SourceLoc l) {
+  expectF32(x, "layer_norm()");
+  if (x.shape.empty())
+    fail(x.loc, "layer_norm() needs a tensor of rank >= 1");
+  if (!(eps > 0))
+    fail(l, "layer_norm() eps must be positive");
+  Shape ps{x.shape.back()};
+  Val g = newParam(name + ".weight", "layer_norm", ps,
+                   makeInit("ones", 0, 0, l), l);
+  mlir::Value bv;
+  if (bias)
+    bv = newParam(name + ".bias", "layer_norm", ps,
+                  makeInit("zeros", 0, 0, l), l)
+             .value;
+  countOp(l);
+  auto op = b_.create<LayerNormOp>(loc(l), x.value, g.value, bv,
+                                   b_.getF64FloatAttr(eps));
+  layers_[name] = Layer{"layer_norm", g, l};
+  return tensor(op.getResult(), x.shape, x.dtype, l);
+}
+
+Val Elaborator::attention(const Args &a, SourceLoc l) {
+  // attention(x, heads, causal, bias, dropout, init, proj_init, name)
+  Val x = tensorArg(a, 0);
+  expectF32(x, "attention()");
+  int64_t heads = intArg(a, 1);
+  bool causal = boolArg(a, 2, true);
+  bool bias = boolArg(a, 3, true);
+  double p = floatArg(a, 4, 0.0);
+  Val init = initArg(a, 5, makeInit("normal", 0, 0.02, l));
+  Val projInit = initArg(a, 6, init);
+  std::string name = layerName("attention", a, 7);
+  if (x.shape.size() != 3)
+    fail(x.loc, "attention() needs an input [batch, sequence, width], got " +
+                    describe(x));
+  Dim batch = x.shape[0], seq = x.shape[1], width = x.shape[2];
+  if (heads < 1)
+    fail(arg(a, 1).loc, "attention(): heads must be >= 1, got " +
+                            std::to_string(heads));
+  if (width.size % heads != 0)
+    fail(arg(a, 1).loc, "attention(): width " + str({width}) +
+                            " is not divisible by heads=" +
+                            std::to_string(heads));
+  int64_t hd = width.size / heads;
+  Dim H{heads, "heads"}, D{hd, ""};
+  prefix_.push_back(name.substr(name.rfind('.') + 1));
+  std::string inner = joinPrefix();
+  prefix_.pop_back();
+  // Fused q, k, v projection: [B, T, 3C].
+  Val qkv = linear(x, 3 * width.size, bias, nullptr, init,
+                   (name) + ".qkv", l);
+  auto head = [&](int64_t k) {
+    Val part = sliceAxis(qkv, 2, k * width.size, (k + 1) * width.size, 1, l);
+    part = reshape(part, {batch, seq, H, D}, l);
+    return transpose(part, {0, 2, 1, 3}, l); // [B, H, T, D]
+  };
+  Val q = head(0), k = head(1), v = head(2);
+  Val scores = matmul(q, k, false, true, l); // [B, H, T, T]
+  scores = arith("*", scores, scalarFloat(1.0 / std::sqrt(double(hd)), l), l);
+  if (causal) {
+    Shape tt{seq, seq};
+    RankedTensorType it = tensorType(tt, DType::I32, l);
+    mlir::Value rows = create<IotaOp>(l, it, b_.getI64IntegerAttr(0));
+    mlir::Value cols = create<IotaOp>(l, it, b_.getI64IntegerAttr(1));
+    Val mask = tensor(create<CompareOp>(l, CompareDirection::ge, rows, cols),
+                      tt, DType::I1, l);
+    mask = broadcastTo(mask, scores.shape, l);
+    Val neg = splat(scores.shape, scores.dtype,
+                    -std::numeric_limits<double>::infinity(), l);
+    scores = tensor(create<SelectOp>(l, mask.value, scores.value, neg.value),
+                    scores.shape, scores.dtype, l);
+  }
+  countOp(l);
+  Val probs = tensor(b_.create<SoftmaxOp>(loc(l), scores.value,
+                                          b_.getI64IntegerAttr(3))
+                         .getResult(),
+                     scores.shape, scores.dtype, l);
+  probs = dropout(probs, p, l);
+  Val y = matmul(probs, v, false, false, l); // [B, H, T, D]
+  y = transpose(y, {0, 2, 1, 3}, l);
+  y = reshape(y, {batch, seq, width}, l);
+  y = linear(y, width.size, bias, nullptr, projInit, name + ".proj", l);
+  y = dropout(y, p, l);
+  (void)inner;
+  return y;
+}
+
+Val Elaborator::mlp(const Args &a, SourceLoc l) {
+  // mlp(x, hidden, act, bias, dropout, init, proj_init, name)
+  Val x = tensorArg(a, 0);
+  expectF32(x, "mlp()");
+  int64_t hidden = intArg(a, 1);
+  Val act;
+  if (a.has(2)) {
+    act = arg(a, 2);
+  } else {
+    act.kind = Val::Kind::Func;
+    act.s = "gelu";
+    act.loc = l;
+  }
+  bool bias = boolArg(a, 3, true);
+  double p = floatArg(a, 4, 0.0);
+  Val init = initArg(a, 5, makeInit("normal", 0, 0.02, l));
+  Val projInit = initArg(a, 6, init);
+  std::string name = layerName("mlp", a, 7);
+  if (x.shape.size() < 2)
+    fail(x.loc, "mlp() needs an input of rank >= 2, got " + describe(x));
+  int64_t width = x.shape.back().size;
+  Val h = linear(x, hidden, bias, nullptr, init, name + ".fc", l);
+  h = activation(act, h, l);
+  Val y = linear(h, width, bias, nullptr, projInit, name + ".proj", l);
+  y.shape.back() = x.shape.back();
+  return dropout(y, p, l);
+}
+
+//===----------------------------------------------------------------------===//
+// The layer builtin table
+//===----------------------------------------------------------------------===//
+
+void Elaborator::registerLayerBuiltins() {
+  auto &B = builtins_;
+  // Initialisers.
+  B["normal"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"std", "mean"}, 1);
+    double sd = floatArg(a, 0, 0.02);
+    if (!(sd >= 0) || !std::isfinite(sd))
+      fail(arg(a, 0).loc, "normal() std must be a non-negative number");
+    return makeInit("normal", floatArg(a, 1, 0.0), sd, e.loc);
+  };
+  B["uniform"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"low", "high"}, 1);
+    double lo = floatArg(a, 0, 0), hi = a.has(1) ? floatArg(a, 1, 0) : -lo;
+    if (!a.has(1))
+      std::swap(lo, hi), lo = -std::fabs(lo), hi = std::fabs(hi);
+    if (!(lo <= hi))
+      fail(e.loc, "uniform() needs low <= high");
+    return makeInit("uniform", lo, hi, e.loc);
+  };
+  for (const char *fn : {"zeros", "ones"}) {
+    std::string name = fn;
+    B[name] = [this, name](const Expr &e, Env &env) {
+      bindArgs(e, env, {}, 0);
+      return makeInit(name, 0, 0, e.loc);
+    };
+  }
+  // Layers with parameters.
+  B["linear"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "out", "bias", "tied", "init", "name"}, 2);
+    Val x = tensorArg(a, 0);
+    int64_t out = intArg(a, 1);
+    std::string name = layerName("linear", a, 5);
+    std::optional<Val> tied;
+    if (a.has(3)) {
+      const Val &t = arg(a, 3);
+      std::string target = t.kind == Val::Kind::Str || t.kind == Val::Kind::Func
+                               ? t.s : "";
+      if (target.empty())
+        fail(t.loc, "tied must name a layer, as in tied = embedding or "
+                    "tied = \"wte\"");
+      auto it = layers_.find(target);
+      if (it == layers_.end())
+        fail(t.loc, "tied = " + target + ": no layer named '" + target +
+                        "' exists yet (layers are named by kind, e.g. "
+                        "'embedding', or by name = \"...\")");
+      tied = it->second.weight;
+    }
+    Val init = initArg(a, 4, makeInit("normal", 0, 0.02, e.loc));
+    bool bias = boolArg(a, 2, !tied);
+    Val y = linear(x, out, bias, tied ? &*tied : nullptr, init, name, e.loc);
+    Val outArg = arg(a, 1);
+    if (!outArg.s.empty())
+      y.shape.back().name = outArg.s;
+    return y;
+  };
+  B["embedding"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"indices", "num", "dim", "init", "name"}, 3);
+    Val idx = tensorArg(a, 0);
+    if (!isInteger(idx.dtype))
+      fail(idx.loc, "embedding() indices must be an integer tensor, got " +
+                        describe(idx));
+    int64_t num = intArg(a, 1), dim = intArg(a, 2);
+    std::string name = layerName("embedding", a, 4);
+    Val init = initArg(a, 3, makeInit("normal", 0, 0.02, e.loc));
+    Val w = newParam(name + ".weight", "embedding",
+                     {Dim{num, arg(a, 1).s}, Dim{dim, arg(a, 2).s}}, init,
+                     e.loc);
+    layers_[name] = Layer{"embedding", w, e.loc};
+    Shape out = idx.shape;
+    out.push_back(w.shape[1]);
+    RankedTensorType type = tensorType(out, DType::F32, e.loc);
+    return tensor(create<GatherOp>(e.loc, type, w.value, idx.value,
+                                   b_.getI64IntegerAttr(0)),
+                  out, DType::F32, e.loc);
+  };
+  B["position_embedding"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"length", "dim", "init", "name"}, 2);
+    int64_t len = intArg(a, 0), dim = intArg(a, 1);
+    std::string name = layerName("position_embedding", a, 3);
+    Val init = initArg(a, 2, makeInit("normal", 0, 0.02, e.loc));
+    Val w = newParam(name + ".weight", "position_embedding",
+                     {Dim{len, arg(a, 0).s}, Dim{dim, arg(a, 1).s}}, init,
+                     e.loc);
+    layers_[name] = Layer{"position_embedding", w, e.loc};
+    return w;
+  };
+  B["layer_norm"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"x", "eps", "bias", "name"}, 1);
+    Val x = tensorArg(a, 0);
+    std::string name = layerName("layer_norm", a, 3);
+    return layerNorm(x, floatArg(a, 1, 1e-5), boolArg(a, 2, true), name, e.loc);
+  };
+  B["attention"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env,
+                      {"x", "heads", "causal", "bias", "dropout", "init",
+                       "proj_init", "name"},
+                      2);
+    return attention(a, e.loc);
+  };
+  B["mlp"] = [this](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env,
+                      {"x", "hidden", "act", "bias", "dropout", "init",
+                       "proj_init", "name"},
+                      2);
+    return mlp(a, e.loc);
+  };
+}
+
+} // namespace kiln::frontend::elab

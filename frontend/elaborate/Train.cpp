@@ -1,0 +1,222 @@
+//===- Train.cpp - The train section --------------------------------------===//
+//
+// Optimizer and schedule calls (adamw(lr = 1e-3), cosine(warmup = 100))
+// and the plain settings (batch, steps, precision, data, ...), checked and
+// turned into the module's kiln.train attribute.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/elaborate/Elaborator.h"
+
+#include <cmath>
+
+namespace kiln::frontend::elab {
+
+void Elaborator::evalTrain() {
+  auto num = [&](const Val &v, const std::string &key) {
+    if (!v.isNumber())
+      fail(v.loc, "train setting '" + key + "' must be a number, got " +
+                      describe(v));
+    return v.num();
+  };
+  auto posInt = [&](const Val &v, const std::string &key, int64_t min) {
+    if (v.kind != Val::Kind::Int || v.i < min)
+      fail(v.loc, "train setting '" + key + "' must be an integer >= " +
+                      std::to_string(min) + ", got " +
+                      (v.kind == Val::Kind::Int ? std::to_string(v.i)
+                                                : describe(v)));
+    return v.i;
+  };
+  // Calls such as adamw(lr = 1e-3) are evaluated here, not as builtins.
+  struct Call {
+    std::string name;
+    SourceLoc loc;
+    std::vector<std::pair<std::string, const Expr *>> kwargs;
+    std::vector<const Expr *> positional;
+  };
+  auto asCall = [&](const Expr &e, const std::string &key) {
+    Call c;
+    c.loc = e.loc;
+    if (e.kind == Expr::Kind::Name) {
+      c.name = e.text;
+      return c;
+    }
+    if (e.kind != Expr::Kind::Call)
+      fail(e.loc, "train setting '" + key + "' expects a name or a call "
+                  "such as adamw(lr = 1e-3)");
+    c.name = e.text;
+    for (size_t i = 0; i < e.args.size(); ++i) {
+      if (e.argNames[i].empty())
+        c.positional.push_back(e.args[i].get());
+      else
+        c.kwargs.push_back({e.argNames[i], e.args[i].get()});
+    }
+    return c;
+  };
+  auto bindCall = [&](const Call &c,
+                      const std::vector<std::pair<const char *, double>> &spec,
+                      NamedAttrList &out) {
+    std::vector<bool> seen(spec.size(), false);
+    auto put = [&](size_t i, const Expr &x) {
+      Val v = eval(x, paramEnv_);
+      std::string n = spec[i].first;
+      if (n == "betas") {
+        if (v.kind != Val::Kind::List || v.items.size() != 2 ||
+            !v.items[0].isNumber() || !v.items[1].isNumber())
+          fail(x.loc, "betas must be a pair such as (0.9, 0.99)");
+        double b1 = v.items[0].num(), b2 = v.items[1].num();
+        if (!(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1))
+          fail(x.loc, "betas must be in [0, 1)");
+        out.set("beta1", b_.getF64FloatAttr(b1));
+        out.set("beta2", b_.getF64FloatAttr(b2));
+      } else if (n == "nesterov") {
+        if (v.kind != Val::Kind::Bool)
+          fail(x.loc, "nesterov must be true or false");
+        out.set(n, b_.getBoolAttr(v.b));
+      } else if (n == "warmup" || n == "decay_steps") {
+        if (v.kind != Val::Kind::Int || v.i < 0)
+          fail(x.loc, "'" + n + "' of " + c.name + "() must be an integer >= 0");
+        out.set(n, b_.getI64IntegerAttr(v.i));
+      } else {
+        if (!v.isNumber())
+          fail(x.loc, "'" + n + "' of " + c.name + "() must be a number, got " +
+                          describe(v));
+        double d = v.num();
+        if (!(d >= 0) || !std::isfinite(d))
+          fail(x.loc, "'" + n + "' of " + c.name + "() must be a non-negative number");
+        out.set(n, b_.getF64FloatAttr(d));
+      }
+      seen[i] = true;
+    };
+    if (c.positional.size() > spec.size())
+      fail(c.loc, c.name + "() takes at most " + std::to_string(spec.size()) +
+                      " arguments");
+    for (size_t i = 0; i < c.positional.size(); ++i)
+      put(i, *c.positional[i]);
+    for (const auto &[k, x] : c.kwargs) {
+      size_t i = 0;
+      while (i < spec.size() && k != spec[i].first)
+        ++i;
+      if (i == spec.size()) {
+        std::string names;
+        for (const auto &s : spec)
+          names += (names.empty() ? "" : ", ") + std::string(s.first);
+        fail(x->loc, c.name + "() has no setting '" + k + "'; it takes " +
+                         names);
+      }
+      if (seen[i])
+        fail(x->loc, "'" + k + "' is given twice");
+      put(i, *x);
+    }
+    for (size_t i = 0; i < spec.size(); ++i) {
+      if (seen[i])
+        continue;
+      std::string n = spec[i].first;
+      if (std::isnan(spec[i].second))
+        fail(c.loc, c.name + "() needs '" + n + "'");
+      if (n == "betas") {
+        out.set("beta1", b_.getF64FloatAttr(0.9));
+        out.set("beta2", b_.getF64FloatAttr(0.999));
+      } else if (n == "nesterov") {
+        out.set(n, b_.getBoolAttr(false));
+      } else if (n == "warmup" || n == "decay_steps") {
+        if (spec[i].second >= 0)
+          out.set(n, b_.getI64IntegerAttr(int64_t(spec[i].second)));
+      } else {
+        out.set(n, b_.getF64FloatAttr(spec[i].second));
+      }
+    }
+  };
+  const double req = std::nan("");
+  static const char *known =
+      "batch, steps, optimizer, schedule, precision, seed, grad_clip, "
+      "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
+      "checkpoint_interval, data, val_data";
+  for (const TrainEntry &t : ast_.train) {
+    const std::string &k = t.key;
+    if (k == "optimizer") {
+      Call c = asCall(*t.value, k);
+      NamedAttrList o;
+      o.set("name", b_.getStringAttr(c.name));
+      if (c.name == "sgd")
+        bindCall(c, {{"lr", req}, {"momentum", 0}, {"nesterov", 0},
+                     {"weight_decay", 0}}, o);
+      else if (c.name == "adam")
+        bindCall(c, {{"lr", req}, {"betas", 0}, {"eps", 1e-8},
+                     {"weight_decay", 0}}, o);
+      else if (c.name == "adamw")
+        bindCall(c, {{"lr", req}, {"betas", 0}, {"eps", 1e-8},
+                     {"weight_decay", 0.01}}, o);
+      else
+        fail(t.value->loc, "unknown optimizer '" + c.name +
+                               "'; expected sgd, adam or adamw");
+      trainAttrs_.set(k, o.getDictionary(&ctx_));
+    } else if (k == "schedule") {
+      Call c = asCall(*t.value, k);
+      NamedAttrList o;
+      o.set("name", b_.getStringAttr(c.name));
+      if (c.name == "constant")
+        bindCall(c, {}, o);
+      else if (c.name == "linear_warmup")
+        bindCall(c, {{"warmup", req}}, o);
+      else if (c.name == "cosine")
+        bindCall(c, {{"warmup", 0}, {"min_lr", 0}, {"decay_steps", -1}}, o);
+      else
+        fail(t.value->loc, "unknown schedule '" + c.name +
+                               "'; expected constant, linear_warmup or cosine");
+      trainAttrs_.set(k, o.getDictionary(&ctx_));
+    } else if (k == "precision") {
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (p != "fp32" && p != "bf16" && p != "fp16")
+        fail(e.loc, "precision must be fp32, bf16 or fp16");
+      trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "data" || k == "val_data") {
+      Val v = eval(*t.value, paramEnv_);
+      if (v.kind != Val::Kind::Str || v.s.empty())
+        fail(v.loc, "train setting '" + k + "' must be a path string");
+      trainAttrs_.set(k, b_.getStringAttr(v.s));
+    } else if (k == "recompute") {
+      Val v = eval(*t.value, paramEnv_);
+      if (v.kind != Val::Kind::Bool)
+        fail(v.loc, "recompute must be true or false");
+      trainAttrs_.set(k, b_.getBoolAttr(v.b));
+    } else if (k == "grad_clip") {
+      Val v = eval(*t.value, paramEnv_);
+      double d = num(v, k);
+      if (!(d >= 0))
+        fail(v.loc, "grad_clip must be >= 0 (0 disables clipping)");
+      trainAttrs_.set(k, b_.getF64FloatAttr(d));
+    } else if (k == "batch" || k == "steps" || k == "seed" ||
+               k == "grad_accum" || k == "eval_interval" ||
+               k == "eval_steps" || k == "log_interval" ||
+               k == "checkpoint_interval") {
+      Val v = eval(*t.value, paramEnv_);
+      int64_t min = k == "seed" || k == "checkpoint_interval" ? 0 : 1;
+      int64_t n = posInt(v, k, min);
+      if (k == "batch") {
+        if (n > kMaxDimSize)
+          fail(v.loc, "batch is too large");
+        trainBatch_ = n;
+      }
+      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+    } else {
+      SourceLoc l = t.loc;
+      l.length = k.size();
+      std::string best;
+      unsigned bestDist = 3;
+      llvm::SmallVector<llvm::StringRef> names;
+      llvm::StringRef(known).split(names, ", ");
+      for (llvm::StringRef n : names) {
+        unsigned d = llvm::StringRef(k).edit_distance(n, true, bestDist);
+        if (d < bestDist)
+          bestDist = d, best = n.str();
+      }
+      fail(l, "unknown train setting '" + k + "'" +
+                  (best.empty() ? "" : "; did you mean '" + best + "'?") +
+                  " (known: " + known + ")");
+    }
+  }
+}
+
+} // namespace kiln::frontend::elab
