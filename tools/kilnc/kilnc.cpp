@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"
-#include "compiler/CudaEmitter.h"
+#include "compiler/cuda/Emitter.h"
 #include "runtime/core/GpuPlan.h"
 #include "runtime/cuda/emu/Prelude.h"
 #ifdef KILN_HAVE_NVRTC

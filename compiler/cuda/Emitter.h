@@ -1,4 +1,4 @@
-//===- CudaEmitter.h - CUDA C++ for Kiln's kernels ---------------*- C++ -*-===//
+//===- Emitter.h - CUDA C++ for Kiln's kernels -------------*- C++ -*-===//
 //
 // emitCuda() turns every kernel of a compiled program (its target-neutral
 // form: func @<symbol>(memref args) around one kiln.fusion) into CUDA C++:
@@ -29,8 +29,8 @@
 // their type after every op, like the CPU code.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_COMPILER_CUDAEMITTER_H
-#define KILN_COMPILER_CUDAEMITTER_H
+#ifndef KILN_COMPILER_CUDA_EMITTER_H
+#define KILN_COMPILER_CUDA_EMITTER_H
 
 #include "runtime/core/Program.h"
 
@@ -62,4 +62,4 @@ mlir::FailureOr<CudaProgram> emitCuda(mlir::ModuleOp neutral, const program::Pro
 
 } // namespace kiln
 
-#endif // KILN_COMPILER_CUDAEMITTER_H
+#endif // KILN_COMPILER_CUDA_EMITTER_H
