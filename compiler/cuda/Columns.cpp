@@ -15,7 +15,7 @@ using namespace mlir;
 
 namespace kiln::cudagen {
 
-LogicalResult KernelEmitter::emitColumns(std::vector<CudaLaunch> &launches) {
+LogicalResult KernelEmitter::emitColumns(std::vector<gpu::Launch> &launches) {
   Block &b = fusion_.getBlock();
   auto yields = b.getTerminator()->getOperands();
   SmallVector<Operation *> reds;

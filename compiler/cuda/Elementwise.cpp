@@ -22,7 +22,7 @@ using namespace mlir;
 
 namespace kiln::cudagen {
 
-LogicalResult KernelEmitter::emitElementwise(std::vector<CudaLaunch> &launches) {
+LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches) {
   Block &b = fusion_.getBlock();
   auto yields = b.getTerminator()->getOperands();
   // A launch per output shape, and at most 8 outputs per launch: one

@@ -87,7 +87,7 @@ std::string KernelEmitter::signature(const std::string &fname) {
 }
 
 void KernelEmitter::finish(const std::string &fname, const char *form, int64_t grid,
-                           int64_t block, std::vector<CudaLaunch> &launches, int64_t shared) {
+                           int64_t block, std::vector<gpu::Launch> &launches, int64_t shared) {
   code_ += fmt::format("// {}: {} form, grid {}, block {}\n", name_, form, grid, block);
   std::string sig = signature(fname);
   sig.insert(sig.find(" void ") + 6, fmt::format("KILN_BOUNDS({}) ", block));
@@ -95,7 +95,7 @@ void KernelEmitter::finish(const std::string &fname, const char *form, int64_t g
   code_ += body_;
   code_ += "}\nKILN_EMU_SHIM(" + fname + ");\n\n";
   body_.clear();
-  CudaLaunch l;
+  gpu::Launch l;
   l.function = fname;
   l.grid[0] = std::max<int64_t>(grid, 1);
   l.block[0] = block;
@@ -195,7 +195,7 @@ void KernelEmitter::store(unsigned i, ArrayRef<std::string> idx) {
     line(fmt::format("{} = {};", target, v));
 }
 
-LogicalResult KernelEmitter::run(std::string &code, std::vector<CudaLaunch> &launches) {
+LogicalResult KernelEmitter::run(std::string &code, std::vector<gpu::Launch> &launches) {
   written_.assign(fn_.getNumArguments(), false);
   for (Operation &op : fn_.getBody().front()) {
     if (auto f = dyn_cast<FusionOp>(op))

@@ -32,6 +32,7 @@
 #ifndef KILN_COMPILER_CUDA_EMITTER_H
 #define KILN_COMPILER_CUDA_EMITTER_H
 
+#include "runtime/core/GpuPlan.h"
 #include "runtime/core/Program.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -41,18 +42,11 @@
 
 namespace kiln {
 
-/// One kernel launch: a __global__ function and its configuration.
-struct CudaLaunch {
-  std::string function;
-  int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
-  int64_t sharedBytes = 0; ///< dynamic shared memory
-  std::string form;        ///< elementwise, rows, columns, scatter
-};
-
 struct CudaProgram {
   std::string source; ///< the whole translation unit
-  /// Per program kernel (same index): its launches, in order.
-  std::vector<std::vector<CudaLaunch>> kernels;
+  /// Per program kernel (same index): its launches, in order (the plan's
+  /// own Launch: assembleCuda writes them into gpu::Plan as they are).
+  std::vector<std::vector<gpu::Launch>> kernels;
 };
 
 /// Emits CUDA C++ for `neutral` (CompiledProgram::neutralKernels). Fails

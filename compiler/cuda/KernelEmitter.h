@@ -74,7 +74,7 @@ public:
   KernelEmitter(func::FuncOp fn, std::string name, std::string &error)
       : fn_(fn), name_(std::move(name)), error_(error) {}
 
-  LogicalResult run(std::string &code, std::vector<CudaLaunch> &launches);
+  LogicalResult run(std::string &code, std::vector<gpu::Launch> &launches);
 
 private:
   // --- output ----------------------------------------------------------------
@@ -153,16 +153,16 @@ private:
   std::string accumulate(Operation *red, const std::string &acc, const std::string &v);
   std::string accInit(Operation *red);
 
-  LogicalResult emitElementwise(std::vector<CudaLaunch> &launches);
-  LogicalResult emitRows(int64_t rows, std::vector<CudaLaunch> &launches);
-  LogicalResult emitColumns(std::vector<CudaLaunch> &launches);
-  LogicalResult emitScatter(ScatterAddOp op, std::vector<CudaLaunch> &launches);
-  LogicalResult emitMatmul(MatmulOp op, std::vector<CudaLaunch> &launches);
+  LogicalResult emitElementwise(std::vector<gpu::Launch> &launches);
+  LogicalResult emitRows(int64_t rows, std::vector<gpu::Launch> &launches);
+  LogicalResult emitColumns(std::vector<gpu::Launch> &launches);
+  LogicalResult emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches);
+  LogicalResult emitMatmul(MatmulOp op, std::vector<gpu::Launch> &launches);
   /// Stores output `i` at `idx`.
   void store(unsigned i, ArrayRef<std::string> idx);
   std::string signature(const std::string &fname);
   void finish(const std::string &fname, const char *form, int64_t grid, int64_t block,
-              std::vector<CudaLaunch> &launches, int64_t shared = 0);
+              std::vector<gpu::Launch> &launches, int64_t shared = 0);
 
   func::FuncOp fn_;
   std::string name_;

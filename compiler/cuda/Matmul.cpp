@@ -14,7 +14,7 @@ using namespace mlir;
 
 namespace kiln::cudagen {
 
-LogicalResult KernelEmitter::emitMatmul(MatmulOp op, std::vector<CudaLaunch> &launches) {
+LogicalResult KernelEmitter::emitMatmul(MatmulOp op, std::vector<gpu::Launch> &launches) {
   // Only f64 and integer matmuls reach a kernel (f32, f16 and bf16 are
   // cuBLASLt steps): a plain thread-per-output dot product.
   RankedTensorType lt = op.getLhs().getType(), rt = op.getRhs().getType(), ot = op.getType();

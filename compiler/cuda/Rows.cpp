@@ -132,7 +132,7 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
   return error_.empty() ? success() : failure();
 }
 
-LogicalResult KernelEmitter::emitRows(int64_t rows, std::vector<CudaLaunch> &launches) {
+LogicalResult KernelEmitter::emitRows(int64_t rows, std::vector<gpu::Launch> &launches) {
   Block &b = fusion_.getBlock();
   auto yields = b.getTerminator()->getOperands();
   // The rows: the leading dims of the row-shaped outputs.

@@ -14,7 +14,7 @@ using namespace mlir;
 
 namespace kiln::cudagen {
 
-LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<CudaLaunch> &launches) {
+LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches) {
   RankedTensorType res = op.getType(), idxT = op.getIndices().getType();
   int64_t axis = op.getAxis(), outer = 1, inner = 1, rowsN = res.getDimSize(axis);
   for (int64_t d = 0; d < axis; ++d)
