@@ -14,6 +14,7 @@
 #include "passes/Passes.h"
 #include "passes/Fusion.h"
 
+#include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -83,56 +84,9 @@ Value fconst(OpBuilder &b, Location loc, Type t, double v) {
 Value buildScalarOp(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
   Type t = a.empty() ? Type() : a[0].getType();
   bool f = t && isa<FloatType>(t);
-  auto one = [&] { return fconst(b, loc, t, 1.0); };
-  if (isa<NegOp>(op))
-    return f ? b.create<arith::NegFOp>(loc, a[0]).getResult()
-             : b.create<arith::SubIOp>(loc, b.create<arith::ConstantOp>(loc, t, b.getIntegerAttr(t, 0)), a[0]).getResult();
-  if (isa<AbsOp>(op))
-    return f ? b.create<math::AbsFOp>(loc, a[0]).getResult()
-             : b.create<math::AbsIOp>(loc, a[0]).getResult();
-  if (isa<ExpOp>(op)) return b.create<math::ExpOp>(loc, a[0]);
-  if (isa<LogOp>(op)) return b.create<math::LogOp>(loc, a[0]);
-  if (isa<SqrtOp>(op)) return b.create<math::SqrtOp>(loc, a[0]);
-  if (isa<RsqrtOp>(op)) // 1 / sqrt(x): math.rsqrt has no LLVM lowering in MLIR 19
-    return b.create<arith::DivFOp>(loc, one(), b.create<math::SqrtOp>(loc, a[0]));
-  if (isa<TanhOp>(op)) return b.create<math::TanhOp>(loc, a[0]);
-  if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, a[0]);
-  if (isa<CosOp>(op)) return b.create<math::CosOp>(loc, a[0]);
-  if (isa<SinOp>(op)) return b.create<math::SinOp>(loc, a[0]);
-  if (isa<SigmoidOp>(op)) // 1 / (1 + e^-x)
-    return b.create<arith::DivFOp>(
-        loc, one(), b.create<arith::AddFOp>(loc, one(), b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, a[0]))));
-  if (isa<ReluOp>(op))
-    return f ? b.create<arith::MaximumFOp>(loc, a[0], fconst(b, loc, t, 0.0)).getResult()
-             : b.create<arith::MaxSIOp>(loc, a[0], b.create<arith::ConstantOp>(loc, t, b.getIntegerAttr(t, 0))).getResult();
-  if (auto g = dyn_cast<GeluOp>(op)) {
-    Value x = a[0], half = fconst(b, loc, t, 0.5);
-    Value inner;
-    if (g.getApproximation() == GeluApproximation::erf) {
-      inner = b.create<math::ErfOp>(loc, b.create<arith::MulFOp>(loc, x, fconst(b, loc, t, M_SQRT1_2)));
-    } else {
-      Value x3 = b.create<arith::MulFOp>(loc, x, b.create<arith::MulFOp>(loc, x, x));
-      Value u = b.create<arith::MulFOp>(
-          loc, fconst(b, loc, t, std::sqrt(2.0 / M_PI)),
-          b.create<arith::AddFOp>(loc, x, b.create<arith::MulFOp>(loc, fconst(b, loc, t, 0.044715), x3)));
-      inner = b.create<math::TanhOp>(loc, u);
-    }
-    return b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, half, x),
-                                   b.create<arith::AddFOp>(loc, one(), inner));
-  }
-  if (isa<AddOp>(op))
-    return f ? b.create<arith::AddFOp>(loc, a[0], a[1]).getResult() : b.create<arith::AddIOp>(loc, a[0], a[1]).getResult();
-  if (isa<SubOp>(op))
-    return f ? b.create<arith::SubFOp>(loc, a[0], a[1]).getResult() : b.create<arith::SubIOp>(loc, a[0], a[1]).getResult();
-  if (isa<MulOp>(op))
-    return f ? b.create<arith::MulFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MulIOp>(loc, a[0], a[1]).getResult();
-  if (isa<DivOp>(op))
-    return f ? b.create<arith::DivFOp>(loc, a[0], a[1]).getResult() : b.create<arith::DivSIOp>(loc, a[0], a[1]).getResult();
-  if (isa<PowOp>(op)) return b.create<math::PowFOp>(loc, a[0], a[1]);
-  if (isa<MaxOp>(op))
-    return f ? b.create<arith::MaximumFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MaxSIOp>(loc, a[0], a[1]).getResult();
-  if (isa<MinOp>(op))
-    return f ? b.create<arith::MinimumFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MinSIOp>(loc, a[0], a[1]).getResult();
+  // Arithmetic: dialects/kiln/Elementwise.cpp's table.
+  if (const elementwise_table::Entry *e = elementwise_table::lookup(op))
+    return e->build(elementwise_table::ScalarOperands{b, loc, a, t, f});
   if (auto c = dyn_cast<CompareOp>(op)) {
     if (f) {
       arith::CmpFPredicate p;

@@ -8,9 +8,9 @@
 #include "compiler/cuda/KernelEmitter.h"
 
 #include "dialects/kiln/KilnOps.h"
+#include "passes/Fusion.h"
 
 #include <fmt/format.h>
-#include "passes/Fusion.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"

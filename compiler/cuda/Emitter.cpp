@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/cuda/KernelEmitter.h"
 
+#include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
 #include "passes/Passes.h"
 
@@ -39,17 +40,7 @@ bool typeInfo(Type t, TypeInfo &ti) {
 }
 
 std::string floatLiteral(double v, bool isDouble) {
-  if (std::isnan(v))
-    return isDouble ? "__longlong_as_double(0x7ff8000000000000ll)" : "__int_as_float(0x7fc00000)";
-  if (std::isinf(v))
-    return v > 0 ? (isDouble ? "__longlong_as_double(0x7ff0000000000000ll)"
-                             : "__int_as_float(0x7f800000)")
-                 : (isDouble ? "__longlong_as_double(0xfff0000000000000ll)"
-                             : "__int_as_float(0xff800000)");
-  std::string s = fmt::format("{:.17g}", v);
-  if (s.find_first_of(".eE") == std::string::npos)
-    s += ".0";
-  return isDouble ? s : s + "f";
+  return elementwise_table::cudaFloatLiteral(v, isDouble);
 }
 
 const char *kHelpers = R"cuda(

@@ -8,10 +8,11 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/cuda/KernelEmitter.h"
 
+#include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
+#include "passes/Fusion.h"
 
 #include <fmt/format.h>
-#include "passes/Fusion.h"
 
 #include <cmath>
 
@@ -21,45 +22,9 @@ namespace kiln::cudagen {
 
 std::string KernelEmitter::scalarOp(Operation *op, ArrayRef<std::string> a, const TypeInfo &ti,
                                     const TypeInfo &oti) {
-  bool f = oti.isFloat, dbl = oti.compute == "double";
-  auto fn = [&](const char *name) {
-    return fmt::format("{}{}({})", name, dbl ? "" : "f", a[0]);
-  };
-  auto lit = [&](double x) { return floatLiteral(x, dbl); };
-  if (isa<NegOp>(op)) return "(-" + a[0] + ")";
-  if (isa<AbsOp>(op)) return f ? fn("fabs") : fmt::format("({0} < 0 ? -{0} : {0})", a[0]);
-  if (isa<ExpOp>(op)) return fn("exp");
-  if (isa<LogOp>(op)) return fn("log");
-  if (isa<SqrtOp>(op)) return fn("sqrt");
-  if (isa<RsqrtOp>(op)) return fmt::format("({} / {})", lit(1.0), fn("sqrt"));
-  if (isa<TanhOp>(op)) return fn("tanh");
-  if (isa<ErfOp>(op)) return fn("erf");
-  if (isa<CosOp>(op)) return fn("cos");
-  if (isa<SinOp>(op)) return fn("sin");
-  if (isa<SigmoidOp>(op))
-    return fmt::format("({} / ({} + {}{}(-{})))", lit(1.0), lit(1.0), "exp", dbl ? "" : "f", a[0]);
-  if (isa<ReluOp>(op))
-    return f ? fmt::format("(({0} != {0} || {0} > {1}) ? {0} : {1})", a[0], lit(0.0))
-             : fmt::format("({0} > 0 ? {0} : 0)", a[0]);
-  if (auto g = dyn_cast<GeluOp>(op)) {
-    if (g.getApproximation() == GeluApproximation::erf)
-      return fmt::format("({1} * {0} * ({2} + erf{4}({0} * {3})))", a[0], lit(0.5), lit(1.0),
-                         lit(M_SQRT1_2), dbl ? "" : "f");
-    return fmt::format("({1} * {0} * ({2} + tanh{5}({3} * ({0} + {4} * {0} * {0} * {0}))))",
-                       a[0], lit(0.5), lit(1.0), lit(std::sqrt(2.0 / M_PI)), lit(0.044715),
-                       dbl ? "" : "f");
-  }
-  if (isa<AddOp>(op)) return fmt::format("({} + {})", a[0], a[1]);
-  if (isa<SubOp>(op)) return fmt::format("({} - {})", a[0], a[1]);
-  if (isa<MulOp>(op)) return fmt::format("({} * {})", a[0], a[1]);
-  if (isa<DivOp>(op)) return fmt::format("({} / {})", a[0], a[1]);
-  if (isa<PowOp>(op)) return fmt::format("pow{}({}, {})", dbl ? "" : "f", a[0], a[1]);
-  if (isa<MaxOp>(op))
-    return f ? fmt::format("{}({}, {})", dbl ? "kiln_maxd" : "kiln_maxf", a[0], a[1])
-             : fmt::format("max({}, {})", a[0], a[1]);
-  if (isa<MinOp>(op))
-    return f ? fmt::format("{}({}, {})", dbl ? "kiln_mind" : "kiln_minf", a[0], a[1])
-             : fmt::format("min({}, {})", a[0], a[1]);
+  // Arithmetic: dialects/kiln/Elementwise.cpp's table.
+  if (const elementwise_table::Entry *e = elementwise_table::lookup(op))
+    return e->cuda(elementwise_table::CudaOperands{a, oti.isFloat, oti.compute == "double"});
   if (auto c = dyn_cast<CompareOp>(op)) {
     const char *o = "==";
     switch (c.getDirection()) {
