@@ -16,6 +16,7 @@
 
 #include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
+#include "runtime/core/Random.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -572,34 +573,28 @@ struct LowerGather : OpRewritePattern<GatherOp> {
 // in i64 arithmetic, per element, inside a generic
 //===----------------------------------------------------------------------===//
 
-uint64_t mixConst(uint64_t x) { // same as kiln::random::mix
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 struct Hash {
   OpBuilder &b;
   Location loc;
   Value c(uint64_t v) {
     return b.create<arith::ConstantOp>(loc, b.getI64Type(), b.getIntegerAttr(b.getI64Type(), APInt(64, v)));
   }
+  /// random::mix, step by step from its constants.
   Value mix(Value x) {
-    x = b.create<arith::AddIOp>(loc, x, c(0x9E3779B97F4A7C15ull));
-    x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(30))), c(0xBF58476D1CE4E5B9ull));
-    x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(27))), c(0x94D049BB133111EBull));
-    return b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(31)));
+    x = b.create<arith::AddIOp>(loc, x, c(random::kMixIncrement));
+    for (const random::MixRound &r : random::kMixRounds)
+      x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(r.shift))), c(r.multiplier));
+    return b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(random::kMixFinalShift)));
   }
   /// bits(seed, salt, i) with `keyed` = mix(seed ^ mix(salt)) precomputed.
   Value bits(Value keyed, Value i) { return mix(b.create<arith::AddIOp>(loc, keyed, i)); }
   /// (bits >> 40 [+ 1]) * 2^-24 as f64
   Value unit(Value bitsV, bool plusOne) {
-    Value top = b.create<arith::ShRUIOp>(loc, bitsV, c(40));
+    Value top = b.create<arith::ShRUIOp>(loc, bitsV, c(random::kUnitShift));
     if (plusOne)
       top = b.create<arith::AddIOp>(loc, top, c(1));
     Value f = b.create<arith::UIToFPOp>(loc, b.getF64Type(), top);
-    return b.create<arith::MulFOp>(loc, f, fconst(b, loc, b.getF64Type(), 1.0 / 16777216.0));
+    return b.create<arith::MulFOp>(loc, f, fconst(b, loc, b.getF64Type(), random::kUnitScale));
   }
   /// The element's row-major linear index as i64.
   Value linearIndex(RankedTensorType t) {
@@ -616,7 +611,7 @@ struct Hash {
 Value keyedSeed(PatternRewriter &rw, Location loc, Value seedTensor, int64_t salt) {
   Value seed = rw.create<tensor::ExtractOp>(loc, seedTensor, ValueRange{});
   Hash h{rw, loc};
-  return h.mix(rw.create<arith::XOrIOp>(loc, seed, h.c(mixConst(uint64_t(salt)))));
+  return h.mix(rw.create<arith::XOrIOp>(loc, seed, h.c(random::mix(uint64_t(salt)))));
 }
 
 struct LowerRandom : OpRewritePattern<RandomOp> {
@@ -639,7 +634,7 @@ struct LowerRandom : OpRewritePattern<RandomOp> {
         Value u2 = h.unit(h.bits(keyed, b.create<arith::AddIOp>(l, k2, h.c(1))), false);
         Type f64 = b.getF64Type();
         Value rad = b.create<math::SqrtOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, -2.0), b.create<math::LogOp>(l, u1)));
-        v = b.create<arith::MulFOp>(l, rad, b.create<math::CosOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, 6.283185307179586), u2)));
+        v = b.create<arith::MulFOp>(l, rad, b.create<math::CosOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, random::kTwoPi), u2)));
       }
       Type et = t.getElementType();
       return et.isF64() ? v : b.create<arith::TruncFOp>(l, et, v).getResult();

@@ -65,8 +65,9 @@ bool typeInfo(Type t, TypeInfo &ti);
 /// infinities by their bits.
 std::string floatLiteral(double v, bool isDouble);
 
-/// The helpers every generated unit has after the prelude.
-extern const char *kHelpers;
+/// The helpers every generated unit has after the prelude (max/min,
+/// rounding, and runtime/core/Random.h's hash as kiln_mix and kiln_unit).
+std::string helpers();
 
 /// One kernel's CUDA code.
 class KernelEmitter {

@@ -11,6 +11,7 @@
 #include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
 #include "passes/Fusion.h"
+#include "runtime/core/Random.h"
 
 #include <fmt/format.h>
 
@@ -176,12 +177,7 @@ std::string KernelEmitter::emitOp(Operation *op, ArrayRef<std::string> idx) {
   }
   if (auto d = dyn_cast<DropoutOp>(op)) {
     std::string seed = emit(d.getSeed(), {});
-    uint64_t salt = uint64_t(d.getSalt());
-    uint64_t saltMix = salt; // mix(salt), as runtime/core/Random.h
-    saltMix += 0x9E3779B97F4A7C15ull;
-    saltMix = (saltMix ^ (saltMix >> 30)) * 0xBF58476D1CE4E5B9ull;
-    saltMix = (saltMix ^ (saltMix >> 27)) * 0x94D049BB133111EBull;
-    saltMix ^= saltMix >> 31;
+    uint64_t saltMix = random::mix(uint64_t(d.getSalt()));
     std::string bits = fresh("b");
     line(fmt::format("const unsigned long long {} = kiln_mix(kiln_mix((unsigned long long){} ^ "
                      "0x{:x}ull) + (unsigned long long)({}));",
@@ -195,11 +191,7 @@ std::string KernelEmitter::emitOp(Operation *op, ArrayRef<std::string> idx) {
   }
   if (auto rnd = dyn_cast<RandomOp>(op)) {
     std::string seed = emit(rnd.getSeed(), {});
-    uint64_t salt = uint64_t(rnd.getSalt());
-    salt += 0x9E3779B97F4A7C15ull;
-    salt = (salt ^ (salt >> 30)) * 0xBF58476D1CE4E5B9ull;
-    salt = (salt ^ (salt >> 27)) * 0x94D049BB133111EBull;
-    salt ^= salt >> 31;
+    uint64_t salt = random::mix(uint64_t(rnd.getSalt()));
     std::string keyed = fresh("k");
     line(fmt::format("const unsigned long long {} = kiln_mix((unsigned long long){} ^ 0x{:x}ull);",
                      keyed, seed, salt));
@@ -209,8 +201,8 @@ std::string KernelEmitter::emitOp(Operation *op, ArrayRef<std::string> idx) {
       line(fmt::format("const unsigned long long {} = 2ull * (unsigned long long)({});", k2, lin));
       return define(fmt::format(
           "({0})(sqrt(-2.0 * log(kiln_unit(kiln_mix({1} + {2}), 1))) * "
-          "cos(6.283185307179586 * kiln_unit(kiln_mix({1} + {2} + 1ull), 0)))",
-          ti.compute, keyed, k2));
+          "cos({3} * kiln_unit(kiln_mix({1} + {2} + 1ull), 0)))",
+          ti.compute, keyed, k2, random::kTwoPi));
     }
     return define(fmt::format("({})kiln_unit(kiln_mix({} + (unsigned long long)({})), 0)",
                               ti.compute, keyed, lin));
