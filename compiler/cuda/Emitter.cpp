@@ -56,7 +56,7 @@ KILN_DEVICE double kiln_mind(double a, double b) { return (a != a || b != b) ? a
 )cuda";
 
 /// runtime/core/Random.h's hash in CUDA, written from its constants.
-std::string randomHelpers() {
+static std::string randomHelpers() {
   namespace r = random;
   std::string s = "/// runtime/core/Random.h's mixer (splitmix64's finaliser).\n"
                   "KILN_DEVICE unsigned long long kiln_mix(unsigned long long x) {\n";
