@@ -14,7 +14,9 @@
 #include "passes/Passes.h"
 #include "passes/Fusion.h"
 
+#include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
+#include "runtime/core/Random.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -83,56 +85,9 @@ Value fconst(OpBuilder &b, Location loc, Type t, double v) {
 Value buildScalarOp(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
   Type t = a.empty() ? Type() : a[0].getType();
   bool f = t && isa<FloatType>(t);
-  auto one = [&] { return fconst(b, loc, t, 1.0); };
-  if (isa<NegOp>(op))
-    return f ? b.create<arith::NegFOp>(loc, a[0]).getResult()
-             : b.create<arith::SubIOp>(loc, b.create<arith::ConstantOp>(loc, t, b.getIntegerAttr(t, 0)), a[0]).getResult();
-  if (isa<AbsOp>(op))
-    return f ? b.create<math::AbsFOp>(loc, a[0]).getResult()
-             : b.create<math::AbsIOp>(loc, a[0]).getResult();
-  if (isa<ExpOp>(op)) return b.create<math::ExpOp>(loc, a[0]);
-  if (isa<LogOp>(op)) return b.create<math::LogOp>(loc, a[0]);
-  if (isa<SqrtOp>(op)) return b.create<math::SqrtOp>(loc, a[0]);
-  if (isa<RsqrtOp>(op)) // 1 / sqrt(x): math.rsqrt has no LLVM lowering in MLIR 19
-    return b.create<arith::DivFOp>(loc, one(), b.create<math::SqrtOp>(loc, a[0]));
-  if (isa<TanhOp>(op)) return b.create<math::TanhOp>(loc, a[0]);
-  if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, a[0]);
-  if (isa<CosOp>(op)) return b.create<math::CosOp>(loc, a[0]);
-  if (isa<SinOp>(op)) return b.create<math::SinOp>(loc, a[0]);
-  if (isa<SigmoidOp>(op)) // 1 / (1 + e^-x)
-    return b.create<arith::DivFOp>(
-        loc, one(), b.create<arith::AddFOp>(loc, one(), b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, a[0]))));
-  if (isa<ReluOp>(op))
-    return f ? b.create<arith::MaximumFOp>(loc, a[0], fconst(b, loc, t, 0.0)).getResult()
-             : b.create<arith::MaxSIOp>(loc, a[0], b.create<arith::ConstantOp>(loc, t, b.getIntegerAttr(t, 0))).getResult();
-  if (auto g = dyn_cast<GeluOp>(op)) {
-    Value x = a[0], half = fconst(b, loc, t, 0.5);
-    Value inner;
-    if (g.getApproximation() == GeluApproximation::erf) {
-      inner = b.create<math::ErfOp>(loc, b.create<arith::MulFOp>(loc, x, fconst(b, loc, t, M_SQRT1_2)));
-    } else {
-      Value x3 = b.create<arith::MulFOp>(loc, x, b.create<arith::MulFOp>(loc, x, x));
-      Value u = b.create<arith::MulFOp>(
-          loc, fconst(b, loc, t, std::sqrt(2.0 / M_PI)),
-          b.create<arith::AddFOp>(loc, x, b.create<arith::MulFOp>(loc, fconst(b, loc, t, 0.044715), x3)));
-      inner = b.create<math::TanhOp>(loc, u);
-    }
-    return b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, half, x),
-                                   b.create<arith::AddFOp>(loc, one(), inner));
-  }
-  if (isa<AddOp>(op))
-    return f ? b.create<arith::AddFOp>(loc, a[0], a[1]).getResult() : b.create<arith::AddIOp>(loc, a[0], a[1]).getResult();
-  if (isa<SubOp>(op))
-    return f ? b.create<arith::SubFOp>(loc, a[0], a[1]).getResult() : b.create<arith::SubIOp>(loc, a[0], a[1]).getResult();
-  if (isa<MulOp>(op))
-    return f ? b.create<arith::MulFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MulIOp>(loc, a[0], a[1]).getResult();
-  if (isa<DivOp>(op))
-    return f ? b.create<arith::DivFOp>(loc, a[0], a[1]).getResult() : b.create<arith::DivSIOp>(loc, a[0], a[1]).getResult();
-  if (isa<PowOp>(op)) return b.create<math::PowFOp>(loc, a[0], a[1]);
-  if (isa<MaxOp>(op))
-    return f ? b.create<arith::MaximumFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MaxSIOp>(loc, a[0], a[1]).getResult();
-  if (isa<MinOp>(op))
-    return f ? b.create<arith::MinimumFOp>(loc, a[0], a[1]).getResult() : b.create<arith::MinSIOp>(loc, a[0], a[1]).getResult();
+  // Arithmetic: dialects/kiln/Elementwise.cpp's table.
+  if (const elementwise_table::Entry *e = elementwise_table::lookup(op))
+    return e->build(elementwise_table::ScalarOperands{b, loc, a, t, f});
   if (auto c = dyn_cast<CompareOp>(op)) {
     if (f) {
       arith::CmpFPredicate p;
@@ -618,34 +573,28 @@ struct LowerGather : OpRewritePattern<GatherOp> {
 // in i64 arithmetic, per element, inside a generic
 //===----------------------------------------------------------------------===//
 
-uint64_t mixConst(uint64_t x) { // same as kiln::random::mix
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 struct Hash {
   OpBuilder &b;
   Location loc;
   Value c(uint64_t v) {
     return b.create<arith::ConstantOp>(loc, b.getI64Type(), b.getIntegerAttr(b.getI64Type(), APInt(64, v)));
   }
+  /// random::mix, step by step from its constants.
   Value mix(Value x) {
-    x = b.create<arith::AddIOp>(loc, x, c(0x9E3779B97F4A7C15ull));
-    x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(30))), c(0xBF58476D1CE4E5B9ull));
-    x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(27))), c(0x94D049BB133111EBull));
-    return b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(31)));
+    x = b.create<arith::AddIOp>(loc, x, c(random::kMixIncrement));
+    for (const random::MixRound &r : random::kMixRounds)
+      x = b.create<arith::MulIOp>(loc, b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(r.shift))), c(r.multiplier));
+    return b.create<arith::XOrIOp>(loc, x, b.create<arith::ShRUIOp>(loc, x, c(random::kMixFinalShift)));
   }
   /// bits(seed, salt, i) with `keyed` = mix(seed ^ mix(salt)) precomputed.
   Value bits(Value keyed, Value i) { return mix(b.create<arith::AddIOp>(loc, keyed, i)); }
   /// (bits >> 40 [+ 1]) * 2^-24 as f64
   Value unit(Value bitsV, bool plusOne) {
-    Value top = b.create<arith::ShRUIOp>(loc, bitsV, c(40));
+    Value top = b.create<arith::ShRUIOp>(loc, bitsV, c(random::kUnitShift));
     if (plusOne)
       top = b.create<arith::AddIOp>(loc, top, c(1));
     Value f = b.create<arith::UIToFPOp>(loc, b.getF64Type(), top);
-    return b.create<arith::MulFOp>(loc, f, fconst(b, loc, b.getF64Type(), 1.0 / 16777216.0));
+    return b.create<arith::MulFOp>(loc, f, fconst(b, loc, b.getF64Type(), random::kUnitScale));
   }
   /// The element's row-major linear index as i64.
   Value linearIndex(RankedTensorType t) {
@@ -662,7 +611,7 @@ struct Hash {
 Value keyedSeed(PatternRewriter &rw, Location loc, Value seedTensor, int64_t salt) {
   Value seed = rw.create<tensor::ExtractOp>(loc, seedTensor, ValueRange{});
   Hash h{rw, loc};
-  return h.mix(rw.create<arith::XOrIOp>(loc, seed, h.c(mixConst(uint64_t(salt)))));
+  return h.mix(rw.create<arith::XOrIOp>(loc, seed, h.c(random::mix(uint64_t(salt)))));
 }
 
 struct LowerRandom : OpRewritePattern<RandomOp> {
@@ -685,7 +634,7 @@ struct LowerRandom : OpRewritePattern<RandomOp> {
         Value u2 = h.unit(h.bits(keyed, b.create<arith::AddIOp>(l, k2, h.c(1))), false);
         Type f64 = b.getF64Type();
         Value rad = b.create<math::SqrtOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, -2.0), b.create<math::LogOp>(l, u1)));
-        v = b.create<arith::MulFOp>(l, rad, b.create<math::CosOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, 6.283185307179586), u2)));
+        v = b.create<arith::MulFOp>(l, rad, b.create<math::CosOp>(l, b.create<arith::MulFOp>(l, fconst(b, l, f64, random::kTwoPi), u2)));
       }
       Type et = t.getElementType();
       return et.isF64() ? v : b.create<arith::TruncFOp>(l, et, v).getResult();

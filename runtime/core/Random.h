@@ -23,26 +23,50 @@
 
 namespace kiln::random {
 
-inline uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+// The hash as data. The CPU lowering (passes/LowerToLinalg.cpp, arith ops)
+// and the CUDA emitter (compiler/cuda/Emitter.cpp, the kiln_mix helper) build
+// their forms from these constants; test/unit/compiler/RandomFormsTest.cpp
+// runs both against the functions below.
+
+/// mix(x): x += kMixIncrement; then per round x = (x ^ (x >> shift)) *
+/// multiplier; then x ^ (x >> kMixFinalShift). All wrapping.
+inline constexpr uint64_t kMixIncrement = 0x9E3779B97F4A7C15ull;
+struct MixRound {
+  unsigned shift;
+  uint64_t multiplier;
+};
+inline constexpr MixRound kMixRounds[] = {{30, 0xBF58476D1CE4E5B9ull},
+                                          {27, 0x94D049BB133111EBull}};
+inline constexpr unsigned kMixFinalShift = 31;
+/// Uniforms use the top 64 - kUnitShift = 24 bits, times kUnitScale = 2^-24.
+inline constexpr unsigned kUnitShift = 40;
+inline constexpr double kUnitScale = 1.0 / 16777216.0;
+/// Box-Muller's 2 pi, as written in every form.
+inline constexpr double kTwoPi = 6.283185307179586;
+
+constexpr uint64_t mix(uint64_t x) {
+  x += kMixIncrement;
+  for (const MixRound &r : kMixRounds)
+    x = (x ^ (x >> r.shift)) * r.multiplier;
+  return x ^ (x >> kMixFinalShift);
 }
 
-inline uint64_t bits(uint64_t seed, uint64_t salt, uint64_t index) {
+constexpr uint64_t bits(uint64_t seed, uint64_t salt, uint64_t index) {
   return mix(mix(seed ^ mix(salt)) + index);
 }
 
-inline double uniform(uint64_t seed, uint64_t salt, uint64_t index) {
-  return double(bits(seed, salt, index) >> 40) * (1.0 / 16777216.0);
+constexpr double uniform(uint64_t seed, uint64_t salt, uint64_t index) {
+  return double(bits(seed, salt, index) >> kUnitShift) * kUnitScale;
 }
 
 inline double normal(uint64_t seed, uint64_t salt, uint64_t index) {
-  double u1 = double((bits(seed, salt, 2 * index) >> 40) + 1) * (1.0 / 16777216.0);
+  double u1 = double((bits(seed, salt, 2 * index) >> kUnitShift) + 1) * kUnitScale;
   double u2 = uniform(seed, salt, 2 * index + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
 }
+
+// splitmix64's first output for state 0 (the increment is inside mix).
+static_assert(mix(0) == 0xE220A8397B1DCDAFull);
 
 } // namespace kiln::random
 

@@ -10,12 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"
-#include "compiler/CudaEmitter.h"
-#include "runtime/core/GpuPlan.h"
-#include "runtime/cuda/emu/Prelude.h"
-#ifdef KILN_HAVE_NVRTC
-#include "runtime/cuda/Nvrtc.h"
-#endif
+#include "compiler/cuda/Assemble.h"
+#include "compiler/cuda/Emitter.h"
 #include "compiler/Package.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
@@ -173,94 +169,6 @@ bool splitAssign(const std::string &s, std::string &name, std::string &value) {
     return false;
   name = s.substr(0, eq);
   value = s.substr(eq + 1);
-  return true;
-}
-} // namespace
-
-namespace {
-/// The CUDA side of the artifact: the source (prelude included), the launch
-/// plan, and PTX + CUBIN for each ahead-of-time architecture. Prints one line
-/// per architecture and a warning per kernel that spills registers.
-bool buildCuda(const kiln::CompiledProgram &compiled, const kiln::CudaProgram &cuda,
-               const std::vector<std::string> &archs, int maxRegisters,
-               kiln::PackageInputs &in, std::string &error) {
-  using kiln::artifact::Section;
-  using kiln::artifact::SectionKind;
-  // A register cap is part of the source, so that a load-time NVRTC compile
-  // for another architecture honours it too.
-  std::string source =
-      (maxRegisters > 0 ? fmt::format("#define KILN_MAX_REGISTERS {}\n", maxRegisters) : "") +
-      std::string(kiln::cuda::preludeText()) + "\n" + cuda.source;
-  kiln::gpu::Plan plan;
-  for (const auto &k : cuda.kernels) {
-    std::vector<kiln::gpu::Launch> ls;
-    for (const kiln::CudaLaunch &l : k) {
-      kiln::gpu::Launch x;
-      x.function = l.function;
-      x.form = l.form;
-      for (int i = 0; i < 3; ++i)
-        x.grid[i] = l.grid[i], x.block[i] = l.block[i];
-      x.sharedBytes = l.sharedBytes;
-      ls.push_back(x);
-    }
-    plan.kernels.push_back(ls);
-  }
-  std::string manifest = "{\"format\": \"cuda-c++\", \"source\": \"kernels.cuda.source\", "
-                         "\"plan\": \"kernels.cuda.plan\", \"archs\": [";
-#ifdef KILN_HAVE_NVRTC
-  plan.nvrtcVersion = kiln::cuda::nvrtcVersion();
-  for (size_t a = 0; a < archs.size(); ++a) {
-    kiln::cuda::CompileOptions o;
-    o.arch = archs[a];
-    auto mod = kiln::cuda::compile(source, "kernels.cuda.cu", o);
-    if (!mod) {
-      error = mod.status().message();
-      return false;
-    }
-    plan.archs.push_back(archs[a]);
-    std::vector<kiln::gpu::Resources> &res = plan.resources[archs[a]];
-    int maxRegs = 0;
-    std::vector<std::string> spilling;
-    for (const kiln::cuda::KernelResources &r : mod->resources) {
-      kiln::gpu::Resources x;
-      x.function = r.name;
-      x.registers = r.registers;
-      x.spillStores = r.spillStores;
-      x.spillLoads = r.spillLoads;
-      x.stackBytes = r.stackBytes;
-      x.sharedBytes = r.sharedBytes;
-      res.push_back(x);
-      maxRegs = std::max(maxRegs, r.registers);
-      if (r.spills())
-        spilling.push_back(fmt::format("{} ({} bytes stored, {} loaded)", r.name,
-                                       r.spillStores, r.spillLoads));
-    }
-    std::fprintf(stderr,
-                 "kilnc: CUDA %s: %zu functions for %zu kernels compiled by NVRTC %s in %.1f s; "
-                 "at most %d registers per thread; %s\n",
-                 archs[a].c_str(), mod->resources.size(), compiled.program.kernels.size(),
-                 plan.nvrtcVersion.c_str(), mod->seconds, maxRegs,
-                 spilling.empty() ? "no spills" : "SPILLS (see below)");
-    for (const std::string &sp : spilling)
-      std::fprintf(stderr, "kilnc: warning: CUDA %s: %s spills registers to local memory\n",
-                   archs[a].c_str(), sp.c_str());
-    in.extraSections.push_back({SectionKind::Kernels, "kernels.cuda." + archs[a] + ".ptx", mod->ptx});
-    if (!mod->cubin.empty())
-      in.extraSections.push_back(
-          {SectionKind::Kernels, "kernels.cuda." + archs[a] + ".cubin", mod->cubin});
-    manifest += (a ? ", \"" : "\"") + archs[a] + "\"";
-  }
-#else
-  (void)archs;
-  (void)maxRegisters;
-  std::fprintf(stderr, "kilnc: built without the CUDA toolkit: the artifact holds the CUDA "
-                       "source only; kiln-run compiles it with NVRTC when it loads\n");
-#endif
-  manifest += "], \"nvrtc\": \"" + plan.nvrtcVersion + "\"}";
-  in.extraSections.insert(in.extraSections.begin(),
-                          {{SectionKind::Kernels, "kernels.cuda.source", source},
-                           {SectionKind::Kernels, "kernels.cuda.plan", plan.toJson()}});
-  in.cudaManifest = manifest;
   return true;
 }
 } // namespace
@@ -457,9 +365,19 @@ int main(int argc, char **argv) {
       in.target = target;
       in.seed = 0;
       in.omitZeroInitializers = omitZeroInitializers;
-      if (cuda && !buildCuda(*compiled, *cuda, archs, cudaMaxRegisters, in, err)) {
-        std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
-        return 2;
+      if (cuda) {
+        kiln::CudaAssembleOptions ao;
+        ao.archs = archs;
+        ao.maxRegisters = cudaMaxRegisters;
+        auto assembled = kiln::assembleCuda(
+            *cuda, compiled->program.kernels.size(), ao,
+            [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); });
+        if (!assembled) {
+          std::fprintf(stderr, "kilnc: error: %s\n", assembled.status().message().c_str());
+          return 2;
+        }
+        in.extraSections = std::move(assembled->sections);
+        in.cudaManifest = std::move(assembled->manifest);
       }
       if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>("kiln.train"))
         if (auto s = train.getAs<mlir::IntegerAttr>("seed"))

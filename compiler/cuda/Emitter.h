@@ -1,4 +1,4 @@
-//===- CudaEmitter.h - CUDA C++ for Kiln's kernels ---------------*- C++ -*-===//
+//===- Emitter.h - CUDA C++ for Kiln's kernels -------------*- C++ -*-===//
 //
 // emitCuda() turns every kernel of a compiled program (its target-neutral
 // form: func @<symbol>(memref args) around one kiln.fusion) into CUDA C++:
@@ -29,9 +29,10 @@
 // their type after every op, like the CPU code.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_COMPILER_CUDAEMITTER_H
-#define KILN_COMPILER_CUDAEMITTER_H
+#ifndef KILN_COMPILER_CUDA_EMITTER_H
+#define KILN_COMPILER_CUDA_EMITTER_H
 
+#include "runtime/core/GpuPlan.h"
 #include "runtime/core/Program.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -41,18 +42,11 @@
 
 namespace kiln {
 
-/// One kernel launch: a __global__ function and its configuration.
-struct CudaLaunch {
-  std::string function;
-  int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
-  int64_t sharedBytes = 0; ///< dynamic shared memory
-  std::string form;        ///< elementwise, rows, columns, scatter
-};
-
 struct CudaProgram {
   std::string source; ///< the whole translation unit
-  /// Per program kernel (same index): its launches, in order.
-  std::vector<std::vector<CudaLaunch>> kernels;
+  /// Per program kernel (same index): its launches, in order (the plan's
+  /// own Launch: assembleCuda writes them into gpu::Plan as they are).
+  std::vector<std::vector<gpu::Launch>> kernels;
 };
 
 /// Emits CUDA C++ for `neutral` (CompiledProgram::neutralKernels). Fails
@@ -62,4 +56,4 @@ mlir::FailureOr<CudaProgram> emitCuda(mlir::ModuleOp neutral, const program::Pro
 
 } // namespace kiln
 
-#endif // KILN_COMPILER_CUDAEMITTER_H
+#endif // KILN_COMPILER_CUDA_EMITTER_H

@@ -1,0 +1,233 @@
+//===- Elementwise.cpp - The elementwise kernel form ------------------------===//
+//
+// A grid-stride loop per output shape (at most 8 outputs per launch,
+// ordered around in-place updates); float4 loads and stores when every input
+// is read at the output's index.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/cuda/KernelEmitter.h"
+
+#include "dialects/kiln/KilnOps.h"
+#include "passes/Fusion.h"
+
+#include <fmt/format.h>
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <functional>
+#include <map>
+
+using namespace mlir;
+
+namespace kiln::cudagen {
+
+LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches) {
+  Block &b = fusion_.getBlock();
+  auto yields = b.getTerminator()->getOperands();
+  // A launch per output shape, and at most 8 outputs per launch: one
+  // thread's share of a wide multi-output kernel (13 optimizer updates) would
+  // not fit in registers; shared scalar work is recomputed per launch.
+  //
+  // Outputs written over an input (parameters and optimizer state updated
+  // in place) constrain the split: a launch that overwrites X must not run
+  // before a launch that still reads X. Outputs of one shape that touch the
+  // same overwritten input stay in one launch; across shapes, readers are
+  // ordered before the writer.
+  unsigned numOut = yields.size();
+  SmallVector<int> writesInput(numOut, -1); // kernel arg overwritten, or -1
+  SmallVector<llvm::DenseSet<unsigned>> reads(numOut);
+  for (unsigned o = 0; o < numOut; ++o) {
+    for (auto &[arg, num] : argOf_)
+      if (num == outArg_[o])
+        writesInput[o] = int(num);
+    llvm::DenseSet<Value> seen;
+    SmallVector<Value> work{yields[o]};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (isa<BlockArgument>(v)) {
+        if (argOf_.count(v))
+          reads[o].insert(argOf_.lookup(v));
+        continue;
+      }
+      for (Value x : v.getDefiningOp()->getOperands())
+        work.push_back(x);
+    }
+  }
+  auto conflict = [&](unsigned a, unsigned b) {
+    return (writesInput[a] >= 0 && reads[b].count(unsigned(writesInput[a]))) ||
+           (writesInput[b] >= 0 && reads[a].count(unsigned(writesInput[b])));
+  };
+  std::map<SmallVector<int64_t>, SmallVector<unsigned>> byShape;
+  for (auto [i, y] : llvm::enumerate(yields))
+    byShape[SmallVector<int64_t>(tensorOf(y).getShape())].push_back(unsigned(i));
+  std::vector<std::pair<SmallVector<int64_t>, SmallVector<unsigned>>> groups;
+  for (auto &[shape, all] : byShape) {
+    // Components of outputs linked by in-place hazards, packed into launches.
+    SmallVector<unsigned> comp(all.size());
+    for (unsigned i = 0; i < all.size(); ++i)
+      comp[i] = i;
+    std::function<unsigned(unsigned)> root = [&](unsigned i) {
+      return comp[i] == i ? i : comp[i] = root(comp[i]);
+    };
+    for (unsigned i = 0; i < all.size(); ++i)
+      for (unsigned j = i + 1; j < all.size(); ++j)
+        if (conflict(all[i], all[j]))
+          comp[root(i)] = root(j);
+    std::map<unsigned, SmallVector<unsigned>> members;
+    for (unsigned i = 0; i < all.size(); ++i)
+      members[root(i)].push_back(all[i]);
+    SmallVector<SmallVector<unsigned>> comps;
+    for (unsigned i = 0; i < all.size(); ++i)
+      if (root(i) == i)
+        comps.push_back(members[i]);
+    SmallVector<unsigned> cur;
+    for (auto &c : comps) {
+      if (!cur.empty() && cur.size() + c.size() > 8) {
+        groups.push_back({shape, cur});
+        cur.clear();
+      }
+      cur.append(c.begin(), c.end());
+    }
+    if (!cur.empty())
+      groups.push_back({shape, cur});
+  }
+  // Order the launches: a launch that reads X before the one overwriting it.
+  {
+    size_t g = groups.size();
+    std::vector<SmallVector<size_t>> after(g);
+    std::vector<int> indegree(g, 0);
+    for (size_t a = 0; a < g; ++a)
+      for (size_t w = 0; w < g; ++w)
+        if (a != w && llvm::any_of(groups[a].second, [&](unsigned ra) {
+              return llvm::any_of(groups[w].second, [&](unsigned ow) {
+                return writesInput[ow] >= 0 && reads[ra].count(unsigned(writesInput[ow]));
+              });
+            })) {
+          after[a].push_back(w);
+          ++indegree[w];
+        }
+    std::vector<std::pair<SmallVector<int64_t>, SmallVector<unsigned>>> ordered;
+    std::vector<bool> done(g, false);
+    while (ordered.size() < g) {
+      size_t next = g;
+      for (size_t i = 0; i < g && next == g; ++i)
+        if (!done[i] && indegree[i] == 0)
+          next = i;
+      if (next == g)
+        return fail(nullptr, "outputs of different shapes written over inputs that each "
+                             "other's outputs read");
+      done[next] = true;
+      for (size_t w : after[next])
+        --indegree[w];
+      ordered.push_back(groups[next]);
+    }
+    groups = std::move(ordered);
+  }
+  for (auto &[shape, outs] : groups) {
+    int64_t n = product(shape);
+    // float4 when every output is f32 and every value on the way is
+    // elementwise at this shape (or a broadcast scalar): each input is then
+    // read at the output's index.
+    bool vec = n % 4 == 0 && n >= 4 && !shape.empty();
+    llvm::SetVector<Value> identityArgs; // in first-use order: the source must be deterministic
+    std::function<void(Value)> check = [&](Value v) {
+      if (!vec)
+        return;
+      if (isa<BlockArgument>(v)) {
+        if (tensorOf(v).getShape() == ArrayRef<int64_t>(shape) && tensorOf(v).getElementType().isF32())
+          identityArgs.insert(v);
+        else if (tensorOf(v).getRank() != 0)
+          vec = false;
+        return;
+      }
+      Operation *op = v.getDefiningOp();
+      if (isa<ConstantOp>(op))
+        return;
+      if (auto bc = dyn_cast<BroadcastInDimOp>(op)) {
+        if (tensorOf(bc.getOperand()).getNumElements() != 1)
+          vec = false;
+        else
+          check(bc.getOperand());
+        return;
+      }
+      if (!isElementwiseOp(op) || tensorOf(v).getShape() != ArrayRef<int64_t>(shape)) {
+        if (tensorOf(v).getRank() != 0)
+          vec = false;
+        for (Value o : op->getOperands())
+          check(o);
+        return;
+      }
+      for (Value o : op->getOperands())
+        check(o);
+    };
+    for (unsigned o : outs) {
+      if (!tensorOf(yields[o]).getElementType().isF32())
+        vec = false;
+      check(yields[o]);
+    }
+    std::string fname = fmt::format("{}_{}", name_, kernelCount_++);
+    int64_t block = 256;
+    int64_t work = vec ? n / 4 : n;
+    int64_t grid = std::min<int64_t>((work + block - 1) / block, 4096);
+    indent_ = 1;
+    memo_.clear();
+    memo_.emplace_back();
+    line("const int stride = gridDim.x * blockDim.x;");
+    if (vec) {
+      line(fmt::format("for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < {}; q += stride) {{",
+                       n / 4));
+      push();
+      llvm::DenseMap<Value, std::string> vecs;
+      for (Value a : identityArgs) {
+        std::string va = fresh("va");
+        line(fmt::format("const float4 {} = reinterpret_cast<const float4 *>(a{})[q];", va,
+                         argOf_.lookup(a)));
+        vecs[a] = va;
+      }
+      SmallVector<std::string> results;
+      for (size_t j = 0; j < outs.size(); ++j) {
+        results.push_back(fresh("r"));
+        line(fmt::format("float {}[4];", results.back()));
+      }
+      const char *comp[] = {"x", "y", "z", "w"};
+      for (int c = 0; c < 4; ++c) {
+        for (Value a : identityArgs)
+          laneRead_[a] = vecs[a] + "." + comp[c];
+        line("{");
+        push();
+        std::string lin = fresh("e");
+        line(fmt::format("const int {} = 4 * q + {};", lin, c));
+        SmallVector<std::string> idx = delinear(lin, shape);
+        for (auto [j, o] : llvm::enumerate(outs))
+          line(fmt::format("{}[{}] = {};", results[j], c, emit(yields[o], idx)));
+        pop();
+        line("}");
+      }
+      laneRead_.clear();
+      for (auto [j, o] : llvm::enumerate(outs))
+        line(fmt::format("reinterpret_cast<float4 *>(a{0})[q] = make_float4({1}[0], {1}[1], "
+                         "{1}[2], {1}[3]);",
+                         outArg_[o], results[j]));
+      pop();
+      line("}");
+    } else {
+      line(fmt::format("for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < {}; e += stride) {{",
+                       n));
+      push();
+      SmallVector<std::string> idx = delinear("e", shape);
+      for (unsigned o : outs)
+        store(o, idx);
+      pop();
+      line("}");
+    }
+    if (!error_.empty())
+      return failure();
+    finish(fname, vec ? "elementwise(float4)" : "elementwise", grid, block, launches);
+  }
+  return success();
+}
+
+} // namespace kiln::cudagen

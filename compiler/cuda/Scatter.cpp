@@ -1,0 +1,65 @@
+//===- Scatter.cpp - The scatter_add kernel form ----------------------------===//
+//
+// scatter_add with a thread per (outer, inner) column adding the index
+// positions in order (deterministic, no atomics).
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/cuda/KernelEmitter.h"
+
+#include "dialects/kiln/KilnOps.h"
+
+#include <fmt/format.h>
+
+using namespace mlir;
+
+namespace kiln::cudagen {
+
+LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches) {
+  RankedTensorType res = op.getType(), idxT = op.getIndices().getType();
+  int64_t axis = op.getAxis(), outer = 1, inner = 1, rowsN = res.getDimSize(axis);
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= res.getDimSize(d);
+  for (int64_t d = axis + 1; d < res.getRank(); ++d)
+    inner *= res.getDimSize(d);
+  int64_t m = idxT.getNumElements();
+  Value y = fusion_.getBlock().getTerminator()->getOperand(0);
+  if (y != op.getResult())
+    return fail(op, "a scatter_add kernel must output the scatter");
+  TypeInfo ti;
+  typeInfo(res.getElementType(), ti);
+  std::string fname = fmt::format("{}_{}", name_, kernelCount_++);
+  indent_ = 1;
+  memo_.clear();
+  memo_.emplace_back();
+  // Each thread owns one (outer, inner) column of the result: zero it, then
+  // add the updates in index order (deterministic, no atomics).
+  line("const int c = blockIdx.x * blockDim.x + threadIdx.x;");
+  line(fmt::format("if (c >= {}) return;", outer * inner));
+  line(fmt::format("const int o = c / {}, in = c % {};", inner, inner));
+  line(fmt::format("for (int r = 0; r < {}; ++r) a{}[(o * {} + r) * {} + in] = {};", rowsN,
+                   outArg_[0], rowsN, inner,
+                   ti.isLow ? "kiln_from_float<" + ti.storage + ">(0.0f)" : "0"));
+  line(fmt::format("for (int j = 0; j < {}; ++j) {{", m));
+  push();
+  // indices in row-major order of their own shape; updates [outer, m, inner]
+  SmallVector<std::string> ji = delinear("j", idxT.getShape());
+  std::string raw = emit(op.getIndices(), ji);
+  line(fmt::format("const int r = (int)min(max((long long){}, 0ll), {}ll);", raw, rowsN - 1));
+  std::string lin = fresh("u");
+  line(fmt::format("const int {} = (o * {} + j) * {} + in;", lin, m, inner));
+  SmallVector<std::string> ui = delinear(lin, op.getUpdates().getType().getShape());
+  std::string u = emit(op.getUpdates(), ui);
+  std::string slot = fmt::format("a{}[(o * {} + r) * {} + in]", outArg_[0], rowsN, inner);
+  if (ti.isLow)
+    line(fmt::format("{0} = kiln_from_float<{1}>(kiln_to_float({0}) + {2});", slot, ti.storage, u));
+  else
+    line(fmt::format("{} += {};", slot, u));
+  pop();
+  line("}");
+  if (!error_.empty())
+    return failure();
+  finish(fname, "scatter", (outer * inner + 255) / 256, 256, launches);
+  return success();
+}
+
+} // namespace kiln::cudagen
