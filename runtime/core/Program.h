@@ -115,7 +115,7 @@ struct Mesh {
   int axis(const std::string &name) const;
 };
 
-/// A collective step's communication (docs/artifact.md "Collective steps").
+/// A collective step's communication (docs/artifact.md "Plan v2").
 /// Buffers are the step's args: all_reduce, reduce_scatter, all_gather and
 /// broadcast read args[0] and write args[1] (the same id when in place);
 /// send reads args[0]; recv writes args[0].
@@ -136,7 +136,8 @@ struct Collective {
   /// of reduce_scatter (each device receives bytes / group size); one
   /// device's part of all_gather (each receives bytes * group size).
   int64_t bytes = 0;
-  /// send, recv: the other device; broadcast: the root; otherwise -1.
+  /// A rank in the group (an index into it, or a position along `axis`):
+  /// send, recv: the other side; broadcast: the root; otherwise -1.
   int peer = -1;
   /// Byte offsets into the send (args[0]) and receive buffer (args[1], or
   /// args[0] for recv), multiples of the element size.
@@ -229,8 +230,10 @@ struct Program : BufferPlan {
   int persistent(const std::string &name) const;
 
   std::string toJson() const;
-  /// Parses and validates (ids, ranges inside the arena, sizes matching
-  /// shapes, kernel arities); `origin` names the source in messages.
+  /// Parses and validates (the plan version, the mesh against the device
+  /// plans, ids, ranges inside each arena, sizes matching shapes, kernel
+  /// arities, collectives, queues in range, dependencies pointing to earlier
+  /// steps); `origin` names the source in messages.
   static Expected<Program> parse(const std::string &json,
                                  const std::string &origin);
 };
