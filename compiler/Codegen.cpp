@@ -272,6 +272,10 @@ public:
     prog_.arenaBytes = prog_.persistentBytes;
     for (const program::Function &f : prog_.functions)
       prog_.arenaBytes = std::max(prog_.arenaBytes, prog_.persistentBytes + f.scratchBytes);
+    // Plan v2: one queue; each step waits for the steps whose memory it
+    // touches (offsets are final now).
+    for (program::Function &f : prog_.functions)
+      program::computeDependencies(prog_, f);
     return success();
   }
 
@@ -1379,7 +1383,9 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                                         ? fmt::format(" x{}", p.kernels[s.kernel].chunks)
                                         : "")
                          : s.kind == Step::Gemm ? "gemm"
-                                                : "copy";
+                         : s.kind == Step::Collective
+                             ? program::collectiveOpName(s.collective.op)
+                             : "copy";
       std::string args;
       for (int id : s.args) {
         const Buffer &b = p.buffers[id];
@@ -1387,6 +1393,8 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                             shapeStr(b), b.offset);
       }
       os << fmt::format("  {:4} {:<34}{}", i, what, args);
+      if (std::string sched = program::scheduleNote(f, i); !sched.empty())
+        os << "  " << sched;
       if (!s.loc.empty())
         os << "  ; " << s.loc;
       os << "\n";

@@ -4,6 +4,7 @@
 #include "runtime/core/Checkpoint.h" // crc32
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstring>
@@ -145,11 +146,11 @@ Expected<Artifact> Artifact::parse(const std::string &b, const std::string &orig
     return bad("the header is damaged (CRC mismatch)");
   Artifact a;
   a.version_ = get32(b, kVersionAt);
-  if (a.version_ != kFormatVersion)
+  if (a.version_ > kFormatVersion || a.version_ < kOldestLayout)
     return Status::error(fmt::format(
         "'{}' has artifact format version {} but this Kiln reads version {}; "
-        "recompile the model with the matching kilnc", origin, a.version_,
-        kFormatVersion));
+        "recompile the model with this kilnc, or run it with the Kiln that wrote it",
+        origin, a.version_, kFormatVersion));
   uint64_t fileSize = get64(b, kFileSizeAt);
   if (fileSize != b.size())
     return bad(fmt::format("the header says {} bytes but the file has {} "
@@ -181,6 +182,23 @@ Expected<Artifact> Artifact::parse(const std::string &b, const std::string &orig
       return bad(fmt::format("section '{}' appears twice", s.name));
     prevEnd = off + size;
     a.sections_.push_back(std::move(s));
+  }
+  if (a.version_ != kFormatVersion) {
+    // An older artifact in the same container: it verified, so its manifest
+    // can name the model file to recompile.
+    std::string model = "the model's .kiln file";
+    if (const Section *m = a.find("manifest")) {
+      auto j = nlohmann::json::parse(m->bytes, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("source") && j["source"].is_object() &&
+          j["source"].contains("path") && j["source"]["path"].is_string() &&
+          !j["source"]["path"].get<std::string>().empty())
+        model = j["source"]["path"].get<std::string>();
+    }
+    return Status::error(fmt::format(
+        "'{}' has artifact format version {} but this Kiln reads version {} (plans "
+        "with a device mesh, collectives, queues and dependencies); recompile {} with "
+        "this kilnc (kilnc {} -o {})",
+        origin, a.version_, kFormatVersion, model, model, origin));
   }
   return a;
 }

@@ -30,7 +30,11 @@
 namespace kiln::artifact {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'A', 'C', 'K'};
-constexpr uint32_t kFormatVersion = 1;
+/// 2: plan v2 (program::kPlanVersion: device mesh, per-device buffer plans,
+/// collective steps, queues and dependencies). Version 1 artifacts share the
+/// container layout and are verified, then refused with what to recompile.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kOldestLayout = 1;
 constexpr size_t kHeaderSize = 64;
 constexpr size_t kEntrySize = 64;
 constexpr size_t kNameSize = 40;

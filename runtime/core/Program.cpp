@@ -12,8 +12,36 @@ using json = nlohmann::ordered_json;
 
 namespace {
 constexpr const char *kRoles[] = {"param", "state", "input", "output", "temp"};
-constexpr const char *kKinds[] = {"kernel", "gemm", "copy"};
+constexpr const char *kKinds[] = {"kernel", "gemm", "copy", "collective"};
+constexpr const char *kCollectiveOps[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                          "broadcast", "send", "recv"};
+constexpr const char *kReductions[] = {"none", "sum", "mean", "max", "min"};
 } // namespace
+
+const char *collectiveOpName(Collective::Op op) { return kCollectiveOps[int(op)]; }
+const char *reductionName(Collective::Reduction r) { return kReductions[int(r)]; }
+
+int Mesh::numDevices() const {
+  int64_t n = 1;
+  for (const MeshAxis &a : axes)
+    n *= a.size;
+  return int(n);
+}
+
+int Mesh::axis(const std::string &name) const {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i].name == name)
+      return int(i);
+  return -1;
+}
+
+int Collective::groupSize(const Mesh &mesh) const {
+  if (!axis.empty()) {
+    int a = mesh.axis(axis);
+    return a < 0 ? 0 : int(mesh.axes[size_t(a)].size);
+  }
+  return int(group.size());
+}
 
 const char *roleName(Role r) { return kRoles[int(r)]; }
 
@@ -56,14 +84,24 @@ std::string gemmLabel(const GemmParams &g) {
 
 std::string Program::toJson() const {
   json j;
-  j["persistent_bytes"] = persistentBytes;
-  j["arena_bytes"] = arenaBytes;
-  json bs = json::array();
-  for (const Buffer &b : buffers)
-    bs.push_back({{"name", b.name}, {"role", roleName(b.role)},
-                  {"dtype", dtypeName(b.dtype)}, {"shape", b.shape},
-                  {"offset", b.offset}, {"bytes", b.bytes}});
-  j["buffers"] = bs;
+  j["version"] = kPlanVersion;
+  json axes = json::array();
+  for (const MeshAxis &a : mesh.axes)
+    axes.push_back({{"name", a.name}, {"size", a.size}});
+  j["mesh"] = {{"axes", axes}};
+  j["queues"] = queues;
+  json devices = json::array();
+  for (int d = 0; d < numDevices(); ++d) {
+    const BufferPlan &bp = plan(d);
+    json bs = json::array();
+    for (const Buffer &b : bp.buffers)
+      bs.push_back({{"name", b.name}, {"role", roleName(b.role)},
+                    {"dtype", dtypeName(b.dtype)}, {"shape", b.shape},
+                    {"offset", b.offset}, {"bytes", b.bytes}});
+    devices.push_back({{"device", d}, {"persistent_bytes", bp.persistentBytes},
+                       {"arena_bytes", bp.arenaBytes}, {"buffers", bs}});
+  }
+  j["devices"] = devices;
   json ks = json::array();
   for (const Kernel &k : kernels)
     ks.push_back({{"symbol", k.symbol}, {"op", k.op}, {"num_args", k.numArgs},
@@ -77,7 +115,8 @@ std::string Program::toJson() const {
   for (const Function &f : functions) {
     json steps = json::array();
     for (const Step &s : f.steps) {
-      json e = {{"kind", kKinds[s.kind]}, {"args", s.args}, {"loc", s.loc}};
+      json e = {{"kind", kKinds[s.kind]}, {"args", s.args}, {"loc", s.loc},
+                {"queue", s.queue}, {"deps", s.deps}};
       if (s.kind == Step::Kernel)
         e["kernel"] = s.kernel;
       if (s.kind == Step::Gemm)
@@ -87,6 +126,21 @@ std::string Program::toJson() const {
                      {"lhs_batched", s.gemm.lhsBatched},
                      {"rhs_batched", s.gemm.rhsBatched},
                      {"dtype", dtypeName(s.gemm.dtype)}};
+      if (s.kind == Step::Collective) {
+        const Collective &c = s.collective;
+        json ce = {{"op", collectiveOpName(c.op)}};
+        if (c.axis.empty())
+          ce["group"] = c.group;
+        else
+          ce["axis"] = c.axis;
+        ce["dtype"] = dtypeName(c.dtype);
+        ce["reduction"] = reductionName(c.reduction);
+        ce["bytes"] = c.bytes;
+        ce["peer"] = c.peer;
+        ce["send_offset"] = c.sendOffset;
+        ce["recv_offset"] = c.recvOffset;
+        e["collective"] = ce;
+      }
       if (s.kind == Step::Gemm && s.epilogue >= 0)
         e["epilogue"] = {{"kernel", s.epilogue}, {"args", s.epilogueArgs}};
       if (s.kind == Step::Gemm && s.lt.valid())
@@ -155,6 +209,152 @@ struct Reader {
 };
 } // namespace
 
+namespace {
+/// Reads one device's buffer plan: its arena sizes and buffers.
+bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp) {
+  if (!r.i64(plan, "persistent_bytes", bp.persistentBytes) ||
+      !r.i64(plan, "arena_bytes", bp.arenaBytes))
+    return false;
+  if (bp.persistentBytes > bp.arenaBytes)
+    return r.fail("the persistent region exceeds the arena");
+  if (!plan.contains("buffers") || !plan["buffers"].is_array())
+    return r.fail("a device's buffers are missing");
+  for (const json &e : plan["buffers"]) {
+    Buffer b;
+    std::string dtype, role;
+    if (!r.str(e, "name", b.name) || !r.str(e, "role", role) ||
+        !r.str(e, "dtype", dtype) || !r.i64(e, "offset", b.offset) ||
+        !r.i64(e, "bytes", b.bytes))
+      return false;
+    if (!parseDType(dtype, b.dtype))
+      return r.fail("unknown dtype '" + dtype + "'");
+    int ri = -1;
+    for (int k = 0; k < 5; ++k)
+      if (role == kRoles[k])
+        ri = k;
+    if (ri < 0)
+      return r.fail("unknown buffer role '" + role + "'");
+    b.role = Role(ri);
+    if (!e.contains("shape") || !e["shape"].is_array())
+      return r.fail("a buffer has no shape");
+    int64_t n = 1;
+    for (const json &d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t(1) << 40))
+        return r.fail("a buffer has a bad shape");
+      b.shape.push_back(d.get<int64_t>());
+      n *= b.shape.back();
+      if (n > (int64_t(1) << 40))
+        return r.fail("a buffer is impossibly large");
+    }
+    if (n * dtypeBytes(b.dtype) != b.bytes)
+      return r.fail(fmt::format("buffer '{}' has {} bytes but its shape needs {}",
+                             b.name, b.bytes, n * dtypeBytes(b.dtype)));
+    if (b.offset % 64 != 0 || b.offset + b.bytes > bp.arenaBytes)
+      return r.fail(fmt::format("buffer '{}' [{}, {}) lies outside the {}-byte arena",
+                             b.name, b.offset, b.offset + b.bytes, bp.arenaBytes));
+    bool persistent = b.role == Role::Param || b.role == Role::State;
+    if (persistent && b.offset + b.bytes > bp.persistentBytes)
+      return r.fail("parameter '" + b.name + "' lies outside the persistent region");
+    bp.buffers.push_back(std::move(b));
+  }
+  return true;
+}
+
+/// Whether two devices' plans describe the same buffers (ids, names,
+/// roles, dtypes, shapes): every device runs the same functions.
+bool sameBuffers(const BufferPlan &a, const BufferPlan &b) {
+  if (a.buffers.size() != b.buffers.size())
+    return false;
+  for (size_t i = 0; i < a.buffers.size(); ++i)
+    if (a.buffers[i].name != b.buffers[i].name || a.buffers[i].role != b.buffers[i].role ||
+        a.buffers[i].dtype != b.buffers[i].dtype || a.buffers[i].shape != b.buffers[i].shape)
+      return false;
+  return true;
+}
+
+/// Reads a collective step's "collective" object into `s` and checks it
+/// against the mesh and the step's buffers (args already read).
+bool readCollective(Reader &r, const json &c, const Program &p, Step &s) {
+  Collective &k = s.collective;
+  auto an = [](const std::string &op) { return (op[0] == 'a' ? "an " : "a ") + op; };
+  std::string op, dtype, reduction;
+  if (!r.str(c, "op", op) || !r.str(c, "dtype", dtype) || !r.str(c, "reduction", reduction))
+    return false;
+  int oi = -1, ri = -1;
+  for (int i = 0; i < 6; ++i)
+    if (op == kCollectiveOps[i])
+      oi = i;
+  for (int i = 0; i < 5; ++i)
+    if (reduction == kReductions[i])
+      ri = i;
+  if (oi < 0)
+    return r.fail("unknown collective op '" + op + "'");
+  if (ri < 0)
+    return r.fail("unknown reduction '" + reduction + "'");
+  k.op = Collective::Op(oi);
+  k.reduction = Collective::Reduction(ri);
+  if (!parseDType(dtype, k.dtype))
+    return r.fail("a collective has an unknown dtype '" + dtype + "'");
+  bool reducing = k.op == Collective::Op::AllReduce || k.op == Collective::Op::ReduceScatter;
+  if (reducing != (k.reduction != Collective::Reduction::None))
+    return r.fail(fmt::format("{} {} (it has '{}')", an(op),
+                              reducing ? "needs a reduction" : "takes no reduction", reduction));
+  if (c.contains("axis") == c.contains("group"))
+    return r.fail(fmt::format("{} needs either a group of devices or a mesh axis", an(op)));
+  if (c.contains("axis")) {
+    if (!r.str(c, "axis", k.axis))
+      return false;
+    if (p.mesh.axis(k.axis) < 0)
+      return r.fail(fmt::format("{} names mesh axis '{}', which the mesh does not have", an(op),
+                                k.axis));
+  } else {
+    if (!r.ints(c, "group", k.group, p.numDevices()))
+      return r.fail(fmt::format("{} names a device outside the {}-device mesh", an(op),
+                                p.numDevices()));
+    std::vector<int> sorted = k.group;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return r.fail(fmt::format("{} group is empty or names a device twice", an(op)));
+  }
+  int64_t g = k.groupSize(p.mesh), elem = dtypeBytes(k.dtype), peer = -1;
+  if (!r.i64(c, "bytes", k.bytes, 1) || !r.i64(c, "peer", peer, -1, g - 1) ||
+      !r.i64(c, "send_offset", k.sendOffset) || !r.i64(c, "recv_offset", k.recvOffset))
+    return false;
+  k.peer = int(peer);
+  bool peered = k.op == Collective::Op::Send || k.op == Collective::Op::Recv ||
+                k.op == Collective::Op::Broadcast;
+  if (peered != (k.peer >= 0))
+    return r.fail(fmt::format("{} {} (a rank in its group)", an(op),
+                              peered ? "needs a peer" : "takes no peer"));
+  if (k.bytes % elem || k.sendOffset % elem || k.recvOffset % elem)
+    return r.fail(fmt::format("{} of {} moves {} bytes at offsets {} and {}: not whole "
+                              "elements", an(op), dtype, k.bytes, k.sendOffset, k.recvOffset));
+  if (k.op == Collective::Op::ReduceScatter && k.bytes % (g * elem))
+    return r.fail(fmt::format("a reduce_scatter of {} bytes does not split into {} equal parts",
+                              k.bytes, g));
+  // The bytes each side reads and writes, then the buffers they lie in.
+  int64_t sendBytes = k.bytes, recvBytes = k.bytes;
+  if (k.op == Collective::Op::ReduceScatter)
+    recvBytes = k.bytes / g;
+  if (k.op == Collective::Op::AllGather)
+    recvBytes = k.bytes * g;
+  bool oneBuffer = k.op == Collective::Op::Send || k.op == Collective::Op::Recv;
+  if (s.args.size() != (oneBuffer ? 1u : 2u))
+    return r.fail(fmt::format("{} step needs {} buffer{}", an(op), oneBuffer ? 1 : 2,
+                              oneBuffer ? "" : "s"));
+  auto inside = [&](int id, int64_t offset, int64_t bytes) {
+    const Buffer &b = p.buffers[size_t(id)];
+    return b.dtype == k.dtype && offset + bytes <= b.bytes;
+  };
+  bool sends = k.op != Collective::Op::Recv, receives = k.op != Collective::Op::Send;
+  if ((sends && !inside(s.args[0], k.sendOffset, sendBytes)) ||
+      (receives && !inside(s.args.back(), k.recvOffset, recvBytes)))
+    return r.fail(fmt::format("{} of {} bytes reads or writes outside its {} buffers", an(op),
+                              k.bytes, dtype));
+  return true;
+}
+} // namespace
+
 Expected<Program> Program::parse(const std::string &text, const std::string &origin) {
   auto bad = [&](const std::string &why) {
     return Status::error(fmt::format(
@@ -166,52 +366,58 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
     return bad("it is not a JSON object");
   Reader r{origin, {}};
   Program p;
-  if (!r.i64(j, "persistent_bytes", p.persistentBytes) ||
-      !r.i64(j, "arena_bytes", p.arenaBytes))
+  // Plans before version 2 had no "version" (and one top-level arena).
+  int64_t version = 1;
+  if (j.contains("version") && !r.i64(j, "version", version, 0, int64_t(1) << 30))
     return bad(r.error);
-  if (p.persistentBytes > p.arenaBytes)
-    return bad("the persistent region exceeds the arena");
-  if (!j.contains("buffers") || !j["buffers"].is_array() ||
+  if (version != kPlanVersion)
+    return Status::error(fmt::format(
+        "{}: the buffer plan has version {} but this Kiln reads plan version {}; recompile "
+        "the model with this kilnc", origin, version, kPlanVersion));
+  if (!j.contains("mesh") || !j["mesh"].is_object() || !j["mesh"].contains("axes") ||
+      !j["mesh"]["axes"].is_array())
+    return bad("the device mesh is missing");
+  int64_t devices = 1;
+  for (const json &a : j["mesh"]["axes"]) {
+    MeshAxis axis;
+    if (!r.str(a, "name", axis.name) || !r.i64(a, "size", axis.size, 1, 1 << 20))
+      return bad(r.error);
+    if (axis.name.empty() || p.mesh.axis(axis.name) >= 0)
+      return bad("mesh axes need distinct, non-empty names");
+    devices *= axis.size;
+    if (devices > (1 << 20))
+      return bad("the mesh has too many devices");
+    p.mesh.axes.push_back(std::move(axis));
+  }
+  int64_t queues;
+  if (!r.i64(j, "queues", queues, 1, 1024))
+    return bad(r.error);
+  p.queues = int(queues);
+  if (!j.contains("devices") || !j["devices"].is_array() ||
       !j.contains("kernels") || !j["kernels"].is_array() ||
       !j.contains("functions") || !j["functions"].is_array())
-    return bad("buffers, kernels or functions are missing");
-  for (const json &e : j["buffers"]) {
-    Buffer b;
-    std::string dtype, role;
-    if (!r.str(e, "name", b.name) || !r.str(e, "role", role) ||
-        !r.str(e, "dtype", dtype) || !r.i64(e, "offset", b.offset) ||
-        !r.i64(e, "bytes", b.bytes))
+    return bad("devices, kernels or functions are missing");
+  if (int64_t(j["devices"].size()) != devices)
+    return bad(fmt::format("the mesh has {} device{} but the plan has {} buffer plans", devices,
+                           devices == 1 ? "" : "s", j["devices"].size()));
+  for (size_t d = 0; d < j["devices"].size(); ++d) {
+    const json &e = j["devices"][d];
+    int64_t id;
+    if (!r.i64(e, "device", id))
       return bad(r.error);
-    if (!parseDType(dtype, b.dtype))
-      return bad("unknown dtype '" + dtype + "'");
-    int ri = -1;
-    for (int k = 0; k < 5; ++k)
-      if (role == kRoles[k])
-        ri = k;
-    if (ri < 0)
-      return bad("unknown buffer role '" + role + "'");
-    b.role = Role(ri);
-    if (!e.contains("shape") || !e["shape"].is_array())
-      return bad("a buffer has no shape");
-    int64_t n = 1;
-    for (const json &d : e["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t(1) << 40))
-        return bad("a buffer has a bad shape");
-      b.shape.push_back(d.get<int64_t>());
-      n *= b.shape.back();
-      if (n > (int64_t(1) << 40))
-        return bad("a buffer is impossibly large");
+    if (id != int64_t(d))
+      return bad(fmt::format("buffer plan {} is for device {} (plans go in device order)", d, id));
+    BufferPlan bp;
+    if (!readBufferPlan(r, e, bp))
+      return bad(r.error);
+    if (d == 0) {
+      static_cast<BufferPlan &>(p) = std::move(bp);
+    } else {
+      if (!sameBuffers(p, bp))
+        return bad(fmt::format("device {}'s buffers differ from device 0's (every device runs "
+                               "the same functions)", d));
+      p.otherDevices.push_back(std::move(bp));
     }
-    if (n * dtypeBytes(b.dtype) != b.bytes)
-      return bad(fmt::format("buffer '{}' has {} bytes but its shape needs {}",
-                             b.name, b.bytes, n * dtypeBytes(b.dtype)));
-    if (b.offset % 64 != 0 || b.offset + b.bytes > p.arenaBytes)
-      return bad(fmt::format("buffer '{}' [{}, {}) lies outside the {}-byte arena",
-                             b.name, b.offset, b.offset + b.bytes, p.arenaBytes));
-    bool persistent = b.role == Role::Param || b.role == Role::State;
-    if (persistent && b.offset + b.bytes > p.persistentBytes)
-      return bad("parameter '" + b.name + "' lies outside the persistent region");
-    p.buffers.push_back(std::move(b));
   }
   int numBuffers = int(p.buffers.size());
   for (const json &e : j["kernels"]) {
@@ -370,8 +576,28 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
         if (s.args.size() != 2 ||
             p.buffers[s.args[0]].bytes != p.buffers[s.args[1]].bytes)
           return bad("a copy step needs 2 buffers of equal size");
+      } else if (kind == "collective") {
+        s.kind = Step::Collective;
+        if (!readCollective(r, se.contains("collective") ? se["collective"] : json(), p, s))
+          return bad(r.error);
       } else {
         return bad("unknown step kind '" + kind + "'");
+      }
+      // Where it runs and what it waits for: a queue in range, and steps
+      // that come before it (so the dependencies form no cycle).
+      int64_t queue = 0;
+      if (!r.i64(se, "queue", queue, 0, p.queues - 1))
+        return bad(r.error + fmt::format(" (the plan has {} queue{})", p.queues,
+                                         p.queues == 1 ? "" : "s"));
+      s.queue = int(queue);
+      size_t index = f.steps.size();
+      if (!se.contains("deps") || !se["deps"].is_array())
+        return bad(fmt::format("step {} of @{} has no dependency list", index, f.name));
+      for (const json &d : se["deps"]) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() >= int64_t(index))
+          return bad(fmt::format("step {} of @{} depends on {}, which is not an earlier step",
+                                 index, f.name, d.dump()));
+        s.deps.push_back(int(d.get<int64_t>()));
       }
       f.steps.push_back(std::move(s));
     }

@@ -1,19 +1,24 @@
 //===- Program.h - The compiled program: buffers, schedule, kernels -*- C++ -*-===//
 //
-// What kilnc hands the runtime besides kernel code: every buffer of the
-// arena (offset, size, dtype, shape, role), each entry point (@train_step,
-// @eval_step, @predict) as an ordered list of steps, and the kernel table
-// with provenance. A step is one of
-//   - kernel: call a generated kernel with buffer pointers (inputs, then
-//     outputs) in the order of its signature, once per piece;
-//   - gemm:   a library matrix product (kiln.matmul semantics, Gemm.h);
-//   - copy:   copy one buffer into another (a parameter update that could
-//             not be done in place).
-// The arena is one allocation: the persistent region [0, persistentBytes)
-// holds parameters and optimizer state across calls; each entry point's
-// scratch buffers live above it and are reused by liveness
-// (docs/artifact.md, docs/codegen.md). Serialised as JSON in the artifact's
-// "plan" section; parse() checks every index and range before use.
+// What kilnc hands the runtime besides kernel code (plan version 2): the
+// device mesh the program runs over (today one device), each device's buffer
+// plan (every buffer of its arena: offset, size, dtype, shape, role), each
+// entry point (@train_step, @eval_step, @predict) as an ordered list of
+// steps, and the kernel table with provenance. A step is one of
+//   - kernel:     call a generated kernel with buffer pointers (inputs, then
+//                 outputs) in the order of its signature, once per piece;
+//   - gemm:       a library matrix product (kiln.matmul semantics, Gemm.h);
+//   - copy:       copy one buffer into another (a parameter update that
+//                 could not be done in place);
+//   - collective: all_reduce, reduce_scatter, all_gather, broadcast, send or
+//                 recv between the devices of a group (none emitted yet).
+// Each step names the queue (stream) it runs on and the earlier steps it
+// waits for (dependencies); on one queue they are implied by the order.
+// A device's arena is one allocation: the persistent region
+// [0, persistentBytes) holds parameters and optimizer state across calls;
+// each entry point's scratch buffers live above it and are reused by
+// liveness (docs/artifact.md, docs/codegen.md). Serialised as JSON in the
+// artifact's "plan" section; parse() checks every index and range before use.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CORE_PROGRAM_H
@@ -93,8 +98,60 @@ struct LtEpilogue {
 };
 const char *activationName(LtEpilogue::Activation a); ///< "none", "relu", "gelu_tanh"
 
+/// The version of the plan format this runtime reads and kilnc writes; it
+/// goes with artifact::kFormatVersion (docs/artifact.md).
+constexpr int kPlanVersion = 2;
+
+/// A named axis of the device mesh ("data", "model", "pipe", ...).
+struct MeshAxis {
+  std::string name;
+  int64_t size = 1;
+};
+
+/// The devices a program runs over, numbered 0 .. numDevices() - 1 in
+/// row-major order over the axes. No axes: one device.
+struct Mesh {
+  std::vector<MeshAxis> axes;
+  int numDevices() const;
+  /// Index of axis `name`, or -1.
+  int axis(const std::string &name) const;
+};
+
+/// A collective step's communication (docs/artifact.md "Plan v2").
+/// Buffers are the step's args: all_reduce, reduce_scatter, all_gather and
+/// broadcast read args[0] and write args[1] (the same id when in place);
+/// send reads args[0]; recv writes args[0].
+struct Collective {
+  enum class Op { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv };
+  enum class Reduction { None, Sum, Mean, Max, Min };
+  Op op = Op::AllReduce;
+  /// The devices taking part, in rank order; or, when `axis` is set (and
+  /// `group` empty), the devices that differ from this one only along that
+  /// mesh axis.
+  std::vector<int> group;
+  std::string axis;
+  DType dtype = DType::F32;
+  /// all_reduce, reduce_scatter: how values combine; None for the others.
+  Reduction reduction = Reduction::None;
+  /// Bytes each device contributes (a multiple of the element size): the
+  /// whole payload of all_reduce, broadcast, send and recv; the full input
+  /// of reduce_scatter (each device receives bytes / group size); one
+  /// device's part of all_gather (each receives bytes * group size).
+  int64_t bytes = 0;
+  /// A rank in the group (an index into it, or a position along `axis`):
+  /// send, recv: the other side; broadcast: the root; otherwise -1.
+  int peer = -1;
+  /// Byte offsets into the send (args[0]) and receive buffer (args[1], or
+  /// args[0] for recv), multiples of the element size.
+  int64_t sendOffset = 0, recvOffset = 0;
+  /// Number of devices in the group (the axis's size when `axis` is set).
+  int groupSize(const Mesh &mesh) const;
+};
+const char *collectiveOpName(Collective::Op op); ///< "all_reduce", ...
+const char *reductionName(Collective::Reduction r); ///< "none", "sum", ...
+
 struct Step {
-  enum Kind { Kernel, Gemm, Copy } kind = Kernel;
+  enum Kind { Kernel, Gemm, Copy, Collective } kind = Kernel;
   int kernel = -1;       ///< index into Program::kernels (Kernel)
   std::vector<int> args; ///< buffer ids: inputs, then outputs
   GemmParams gemm;       ///< Gemm: args = {lhs, rhs, out}
@@ -105,7 +162,16 @@ struct Step {
   std::vector<int> epilogueArgs;
   /// Gemm: the epilogue kernel's work as a library epilogue, when it is one.
   LtEpilogue lt;
+  /// Collective: what is exchanged (args as Collective says).
+  program::Collective collective;
   std::string loc;       ///< model-file location, "file:line:col"
+  /// The queue (stream) the step runs on, 0 .. Program::queues - 1. A
+  /// single-queue backend runs every step in order on one queue.
+  int queue = 0;
+  /// Indices of earlier steps of the same function that must finish before
+  /// this one starts (RAW/WAR/WAW on arena memory, computeDependencies()).
+  /// Within one queue they hold by order; across queues they are events.
+  std::vector<int> deps;
 };
 
 struct Function {
@@ -138,23 +204,57 @@ struct Kernel {
   std::vector<std::string> locs; ///< every model-file location it serves
 };
 
-struct Program {
+/// One device's buffer plan: its arena and the buffers laid out in it.
+struct BufferPlan {
   std::vector<Buffer> buffers;
-  std::vector<Function> functions;
-  std::vector<Kernel> kernels;
   int64_t persistentBytes = 0;
   int64_t arenaBytes = 0;
+};
 
+/// Device 0's buffer plan is the Program itself (program.buffers,
+/// program.arenaBytes: what single-device code uses); the plans of devices
+/// 1.. are in `otherDevices` (empty while meshes have one device). Every
+/// device runs the same functions, so their plans agree in buffer ids,
+/// names, roles, dtypes and shapes; offsets and arena sizes may differ.
+struct Program : BufferPlan {
+  Mesh mesh;
+  std::vector<BufferPlan> otherDevices;
+  std::vector<Function> functions;
+  std::vector<Kernel> kernels;
+  /// Queues (streams) steps may name; 1: everything in order on one.
+  int queues = 1;
+
+  int numDevices() const { return 1 + int(otherDevices.size()); }
+  /// The buffer plan of device `d` (0 <= d < numDevices()).
+  const BufferPlan &plan(int d) const { return d == 0 ? *this : otherDevices[size_t(d - 1)]; }
   const Function *function(const std::string &name) const;
   /// Buffer id of the persistent (param or state) buffer `name`, or -1.
   int persistent(const std::string &name) const;
 
   std::string toJson() const;
-  /// Parses and validates (ids, ranges inside the arena, sizes matching
-  /// shapes, kernel arities); `origin` names the source in messages.
+  /// Parses and validates (the plan version, the mesh against the device
+  /// plans, ids, ranges inside each arena, sizes matching shapes, kernel
+  /// arities, collectives, queues in range, dependencies pointing to earlier
+  /// steps); `origin` names the source in messages.
   static Expected<Program> parse(const std::string &json,
                                  const std::string &origin);
 };
+
+/// The buffers a step reads and writes (a GEMM's epilogue and library
+/// epilogue included), as buffer ids of `p`.
+void stepAccesses(const Program &p, const Step &s, std::vector<int> &reads,
+                  std::vector<int> &writes);
+/// Sets every step of `f` on queue 0 with the dependencies its memory
+/// accesses imply: a step waits for the last earlier step that wrote memory
+/// it reads or writes (RAW, WAW) and for the steps that read memory it
+/// writes since that write (WAR). Buffers alias where their byte ranges in
+/// the arena overlap (liveness reuses scratch memory), so the offsets must
+/// be final. The kernel table must be complete.
+void computeDependencies(const Program &p, Function &f);
+/// Step `i`'s queue and dependencies in brief, for listings: "" when the
+/// order of one queue implies them (the step and all it waits for are on
+/// queue 0), else "[queue 1, after 3 7]".
+std::string scheduleNote(const Function &f, size_t i);
 
 } // namespace kiln::program
 

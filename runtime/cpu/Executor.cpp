@@ -8,7 +8,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,6 +19,9 @@ Executor::~Executor() { std::free(arena_); }
 Expected<std::unique_ptr<Executor>>
 Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
                  int threads) {
+  if (program.numDevices() != 1)
+    return Status::error(fmt::format("the program runs over a mesh of {} devices; this "
+                                     "backend runs one", program.numDevices()));
   if (auto b = blas(); !b)
     return b.status();
   // Kernels allocate their temporaries (reductions' partial results, a
@@ -51,8 +53,7 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   if (!e->arena_)
     return Status::error(fmt::format("cannot allocate the {}-byte arena", bytes));
   std::memset(e->arena_, 0, bytes);
-  e->kernelSeconds_.assign(program.kernels.size(), 0.0);
-  e->kernelCalls_.assign(program.kernels.size(), 0);
+  e->profile_ = StepProfile(program.kernels.size());
   // BLAS runs single-threaded inside the pool's parts (one pool, no
   // second set of spinning threads; results independent of the count):
   // blas() set that up.
@@ -64,72 +65,45 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
   const program::Function *f = program_.function(name);
   if (!f)
     return Status::error("the artifact has no @" + name);
-  void *ptrs[4096];
-  using clock = std::chrono::steady_clock;
-  end = std::min(end, f->steps.size());
-  for (size_t si = begin; si < end; ++si) {
-    const program::Step &s = f->steps[si];
-    clock::time_point t0;
-    if (profiling_)
-      t0 = clock::now();
-    switch (s.kind) {
-    case program::Step::Kernel:
-      runKernel(s.kernel, s.args, ptrs);
-      break;
-    case program::Step::Gemm: {
-      const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
-      float *out = as<float>(s.args[2]);
-      int64_t parts = gemmParts(s.gemm);
-      if (s.gemm.dtype != program::DType::F32) {
-        // Half precision: widened to float32 and back (one thread; the
-        // CPU has no half-precision BLAS to split).
-        matmulTyped(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]));
-      } else if (parts == 1 || pool_->threads() == 1) {
-        for (int64_t p = 0; p < parts; ++p)
-          matmulPart(s.gemm, lhs, rhs, out, p, parts);
-      } else {
-        pool_->parallelFor(parts, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t p = begin; p < end; ++p)
-            matmulPart(s.gemm, lhs, rhs, out, p, parts);
-        });
-      }
-      if (s.epilogue >= 0) {
-        clock::time_point t1;
-        if (profiling_) {
-          t1 = clock::now();
-          gemms_.add(s, std::chrono::duration<double>(t1 - t0).count(), "gemm (BLAS)");
-        }
-        runKernel(s.epilogue, s.epilogueArgs, ptrs);
-        if (profiling_) {
-          kernelSeconds_[s.epilogue] += std::chrono::duration<double>(clock::now() - t1).count();
-          kernelCalls_[s.epilogue]++;
-          continue; // both parts are accounted for
-        }
-      }
-      break;
-    }
-    case program::Step::Copy:
-      std::memcpy(data(s.args[1]), data(s.args[0]),
-                  size_t(program_.buffers[s.args[0]].bytes));
-      break;
-    }
-    if (profiling_) {
-      double dt = std::chrono::duration<double>(clock::now() - t0).count();
-      if (s.kind == program::Step::Kernel) {
-        kernelSeconds_[s.kernel] += dt;
-        kernelCalls_[s.kernel]++;
-      } else if (s.kind == program::Step::Gemm) {
-        gemms_.add(s, dt, "gemm (BLAS)");
-      } else {
-        copySeconds_ += dt;
-        copyCalls_++;
-      }
-    }
+  return kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
+}
+
+Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
+  const float *lhs = as<float>(s.args[0]), *rhs = as<float>(s.args[1]);
+  float *out = as<float>(s.args[2]);
+  int64_t parts = gemmParts(s.gemm);
+  if (s.gemm.dtype != program::DType::F32) {
+    // Half precision: widened to float32 and back (one thread; the
+    // CPU has no half-precision BLAS to split).
+    matmulTyped(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]));
+  } else if (parts == 1 || pool_->threads() == 1) {
+    for (int64_t p = 0; p < parts; ++p)
+      matmulPart(s.gemm, lhs, rhs, out, p, parts);
+  } else {
+    pool_->parallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p)
+        matmulPart(s.gemm, lhs, rhs, out, p, parts);
+    });
   }
   return Status::ok();
 }
 
-void Executor::runKernel(int kernel, const std::vector<int> &args, void **ptrs) {
+Status Executor::runCopy(const program::Step &s) {
+  std::memcpy(data(s.args[1]), data(s.args[0]), size_t(program_.buffers[s.args[0]].bytes));
+  return Status::ok();
+}
+
+Status Executor::beginTimed() {
+  timedStart_ = std::chrono::steady_clock::now();
+  return Status::ok();
+}
+
+Expected<double> Executor::endTimed() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - timedStart_).count();
+}
+
+Status Executor::runKernel(int kernel, const std::vector<int> &args) {
+  void **ptrs = ptrs_;
   for (size_t i = 0; i < args.size(); ++i)
     ptrs[i] = data(args[i]);
   KernelFn fn = fns_[kernel];
@@ -137,12 +111,13 @@ void Executor::runKernel(int kernel, const std::vector<int> &args, void **ptrs) 
   if (chunks == 1 || pool_->threads() == 1) {
     for (int64_t c = 0; c < chunks; ++c)
       fn(ptrs, c);
-    return;
+    return Status::ok();
   }
   pool_->parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c)
       fn(ptrs, c);
   });
+  return Status::ok();
 }
 
 std::string Executor::describe() const {
@@ -163,19 +138,6 @@ Status Executor::read(int id, void *dst, size_t bytes) {
     return Status::internal("read of buffer " + std::to_string(id) + " out of range");
   std::memcpy(dst, data(id), bytes);
   return Status::ok();
-}
-
-std::vector<Executor::Timing> Executor::timings() {
-  std::vector<Timing> out;
-  for (size_t k = 0; k < program_.kernels.size(); ++k)
-    if (kernelCalls_[k])
-      out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
-                     program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
-                     kernelSeconds_[k], kernelCalls_[k]});
-  gemms_.appendTo(out);
-  if (copyCalls_)
-    out.push_back({"copy", "copy", "", copySeconds_, copyCalls_});
-  return out;
 }
 
 } // namespace kiln::cpu

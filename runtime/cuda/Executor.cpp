@@ -28,6 +28,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
   if (!pkg.hasCuda)
     return Status::error(pkg.path + ": the artifact has no CUDA kernels; compile it with "
                                     "kilnc --target=cpu,cuda");
+  if (pkg.program.numDevices() != 1)
+    return Status::error(fmt::format("the program runs over a mesh of {} devices; this "
+                                     "backend runs one", pkg.program.numDevices()));
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = pkg.program;
   e->plan_ = pkg.cudaPlan;
@@ -89,7 +92,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
     return b.status();
   e->eventA_ = *a;
   e->eventB_ = *b;
-  e->kernelTime_.assign(e->program_.kernels.size(), {});
+  e->profile_ = StepProfile(e->program_.kernels.size());
   if (Status s = d.synchronize(); !s)
     return s;
   return e;
@@ -171,89 +174,40 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
     if (Status s = device_->record(st.consumed[slot], Stream::Compute); !s)
       return s;
   }
-  end = std::min(end, f->steps.size());
-  for (size_t si = begin; si < end; ++si) {
-    const program::Step &s = f->steps[si];
-    if (profiling_)
-      if (Status r = device_->record(eventA_, Stream::Compute); !r)
-        return r;
-    Status r = Status::ok();
-    switch (s.kind) {
-    case program::Step::Kernel:
-      r = runKernel(s.kernel, s.args);
-      break;
-    case program::Step::Gemm:
-      if (s.lt.valid() && libraryEpilogues_) {
-        // The epilogue kernel's work in the library call: the result goes
-        // straight to the epilogue's output (and the pre-activation to aux).
-        Device::Epilogue e;
-        e.activation = s.lt.activation;
-        e.bias = s.lt.bias >= 0 ? address(s.lt.bias) : 0;
-        e.aux = s.lt.aux >= 0 ? address(s.lt.aux) : 0;
-        r = device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.lt.out),
-                          Stream::Compute, &e);
-      } else {
-        r = device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.args[2]),
-                          Stream::Compute);
-      }
-      break;
-    case program::Step::Copy:
-      r = device_->copy(address(s.args[1]), address(s.args[0]),
-                        size_t(program_.buffers[size_t(s.args[0])].bytes), Stream::Compute);
-      break;
-    }
-    if (!r)
-      return r;
-    if (profiling_) {
-      if (Status x = device_->record(eventB_, Stream::Compute); !x)
-        return x;
-      if (Status x = device_->synchronize(eventB_); !x)
-        return x;
-      auto ms = device_->elapsed(eventA_, eventB_);
-      if (!ms)
-        return ms.status();
-      if (s.kind == program::Step::Gemm) {
-        gemms_.add(s, *ms / 1e3, device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)");
-      } else {
-        Acc &acc = s.kind == program::Step::Kernel ? kernelTime_[size_t(s.kernel)] : copyTime_;
-        acc.ms += *ms;
-        acc.calls++;
-      }
-    }
-    if (s.kind == program::Step::Gemm && s.epilogue >= 0 &&
-        !(s.lt.valid() && libraryEpilogues_)) {
-      if (profiling_)
-        if (Status x = device_->record(eventA_, Stream::Compute); !x)
-          return x;
-      if (Status x = runKernel(s.epilogue, s.epilogueArgs); !x)
-        return x;
-      if (profiling_) {
-        if (Status x = device_->record(eventB_, Stream::Compute); !x)
-          return x;
-        if (Status x = device_->synchronize(eventB_); !x)
-          return x;
-        auto ms = device_->elapsed(eventA_, eventB_);
-        if (!ms)
-          return ms.status();
-        kernelTime_[size_t(s.epilogue)].ms += *ms;
-        kernelTime_[size_t(s.epilogue)].calls++;
-      }
-    }
-  }
-  return Status::ok();
+  return kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
 }
 
-std::vector<Backend::Timing> Executor::timings() {
-  std::vector<Timing> out;
-  for (size_t k = 0; k < program_.kernels.size(); ++k)
-    if (kernelTime_[k].calls)
-      out.push_back({program_.kernels[k].symbol, program_.kernels[k].op,
-                     program_.kernels[k].locs.empty() ? "" : program_.kernels[k].locs[0],
-                     kernelTime_[k].ms / 1e3, kernelTime_[k].calls});
-  gemms_.appendTo(out);
-  if (copyTime_.calls)
-    out.push_back({"copy", "copy", "", copyTime_.ms / 1e3, copyTime_.calls});
-  return out;
+Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
+  if (libraryEpilogue) {
+    // The epilogue kernel's work in the library call: the result goes
+    // straight to the epilogue's output (and the pre-activation to aux).
+    Device::Epilogue e;
+    e.activation = s.lt.activation;
+    e.bias = s.lt.bias >= 0 ? address(s.lt.bias) : 0;
+    e.aux = s.lt.aux >= 0 ? address(s.lt.aux) : 0;
+    return device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.lt.out),
+                         Stream::Compute, &e);
+  }
+  return device_->gemm(s.gemm, address(s.args[0]), address(s.args[1]), address(s.args[2]),
+                       Stream::Compute);
+}
+
+Status Executor::runCopy(const program::Step &s) {
+  return device_->copy(address(s.args[1]), address(s.args[0]),
+                       size_t(program_.buffers[size_t(s.args[0])].bytes), Stream::Compute);
+}
+
+Status Executor::beginTimed() { return device_->record(eventA_, Stream::Compute); }
+
+Expected<double> Executor::endTimed() {
+  if (Status x = device_->record(eventB_, Stream::Compute); !x)
+    return x;
+  if (Status x = device_->synchronize(eventB_); !x)
+    return x;
+  auto ms = device_->elapsed(eventA_, eventB_);
+  if (!ms)
+    return ms.status();
+  return *ms / 1e3;
 }
 
 } // namespace kiln::cuda

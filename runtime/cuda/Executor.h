@@ -14,8 +14,12 @@
 // next batch travels while the current step computes, and an entry point
 // never sees another's staged inputs (their scratch memory overlaps).
 //
-// Profiling records an event pair around every step (kernels, GEMMs and
-// copies by name, as the CPU's profile).
+// Steps run through the step loop (runtime/core/StepLoop.h) with this
+// executor's hooks. Profiling records an event pair around every step
+// (kernels, GEMMs and copies by name, as the CPU's profile). Every step goes
+// to the compute stream in order, so plan v2's dependencies hold; a later
+// version maps a step's queue to a stream of its own and its dependencies
+// on other queues to event waits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CUDA_EXECUTOR_H
@@ -23,6 +27,7 @@
 
 #include "runtime/core/Backend.h"
 #include "runtime/core/Package.h"
+#include "runtime/core/StepLoop.h"
 #include "runtime/cuda/Device.h"
 
 #include <map>
@@ -31,7 +36,7 @@
 
 namespace kiln::cuda {
 
-class Executor : public Backend {
+class Executor : public Backend, private StepHooks {
 public:
   /// Allocates the arena (zeroed), loads the kernels and resolves every
   /// launch of the artifact's CUDA plan.
@@ -52,14 +57,23 @@ public:
   /// KILN_CUDA_EPILOGUES=kernels turns it off, for comparison).
   void setLibraryEpilogues(bool on) { libraryEpilogues_ = on; }
   bool usesLibraryEpilogues() const override { return libraryEpilogues_; }
-  std::vector<Timing> timings() override;
+  std::vector<Timing> timings() override { return profile_.timings(program_); }
 
   Device &device() { return *device_; }
   DevicePtr address(int id) const { return arena_ + DevicePtr(program_.buffers[size_t(id)].offset); }
 
 private:
   Executor() = default;
-  Status runKernel(int kernel, const std::vector<int> &args);
+  // The step loop's hooks.
+  Status runKernel(int kernel, const std::vector<int> &args) override;
+  Status runGemm(const program::Step &s, bool libraryEpilogue) override;
+  Status runCopy(const program::Step &s) override;
+  bool libraryEpilogues() const override { return libraryEpilogues_; }
+  const char *gemmName() const override {
+    return device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)";
+  }
+  Status beginTimed() override;
+  Expected<double> endTimed() override;
 
   program::Program program_;
   gpu::Plan plan_;
@@ -84,10 +98,7 @@ private:
   bool profiling_ = false;
   bool libraryEpilogues_ = true;
   int eventA_ = -1, eventB_ = -1;
-  struct Acc { double ms = 0; int64_t calls = 0; };
-  std::vector<Acc> kernelTime_;
-  Acc copyTime_;
-  GemmTimings gemms_;
+  StepProfile profile_;
 };
 
 } // namespace kiln::cuda

@@ -6,6 +6,7 @@ the checks Package::open makes after the container verifies.
   kpack_manifest.py IN.kpack get KEY            print manifest[KEY] as JSON
   kpack_manifest.py IN.kpack set KEY JSON OUT   write OUT with manifest[KEY] = JSON
   kpack_manifest.py IN.kpack sizes              print 'name bytes' per section
+  kpack_manifest.py IN.kpack version N OUT      write OUT as format version N
 
 Layout as runtime/core/Artifact.h: a 64-byte header, 64-byte entries (kind
 u32, name[40], offset u64, size u64, crc u32), sections 64-byte aligned.
@@ -60,6 +61,8 @@ def main():
         m[sys.argv[3]] = json.loads(sys.argv[4])
         manifest[2] = json.dumps(m, indent=1).encode()
         write(sys.argv[5], version, sections)
+    elif cmd == "version":
+        write(sys.argv[4], int(sys.argv[3]), sections)
     elif cmd == "sizes":
         for _, name, data in sections:
             print(name, len(data))

@@ -70,16 +70,42 @@ TEST(Artifact, VersionAndMagicErrorsSayWhatToDo) {
   ASSERT_FALSE(notKiln);
   EXPECT_NE(notKiln.status().message().find("does not start with KILNPACK"),
             std::string::npos);
-  // A newer format: rewrite the version and fix the header CRC.
-  std::string newer = image;
-  newer[8] = 2;
-  uint32_t crc = ckptCrc(newer);
-  for (int k = 0; k < 4; ++k)
-    newer[60 + k] = char((crc >> (8 * k)) & 0xff);
-  auto v = Artifact::parse(newer, "new.kpack");
+  // Another format: rewrite the version and fix the header CRC.
+  auto withVersion = [&](uint32_t version) {
+    std::string other = image;
+    other[8] = char(version);
+    uint32_t crc = ckptCrc(other);
+    for (int k = 0; k < 4; ++k)
+      other[60 + k] = char((crc >> (8 * k)) & 0xff);
+    return other;
+  };
+  static_assert(kFormatVersion == 2, "update the version cases below");
+  auto v = Artifact::parse(withVersion(3), "new.kpack");
   ASSERT_FALSE(v);
-  EXPECT_NE(v.status().message().find("format version 2 but this Kiln reads version 1"),
+  EXPECT_NE(v.status().message().find("format version 3 but this Kiln reads version 2"),
             std::string::npos) << v.status().message();
+  // An older one (plan v1: one arena, no mesh, queues or dependencies) is
+  // refused with the model file to recompile, from its manifest.
+  std::vector<Section> old = sample();
+  old[0].bytes = R"({"format": "kiln-package", "source": {"path": "models/mlp.kiln"}})";
+  std::string oldImage = *serialize(old);
+  oldImage[8] = 1;
+  uint32_t crc = ckptCrc(oldImage);
+  for (int k = 0; k < 4; ++k)
+    oldImage[60 + k] = char((crc >> (8 * k)) & 0xff);
+  auto o = Artifact::parse(oldImage, "old.kpack");
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.status().message().find("'old.kpack' has artifact format version 1 but this Kiln "
+                                      "reads version 2"),
+            std::string::npos) << o.status().message();
+  EXPECT_NE(o.status().message().find("recompile models/mlp.kiln with this kilnc"),
+            std::string::npos) << o.status().message();
+  // Without a readable manifest it still says what to do.
+  auto o2 = Artifact::parse(withVersion(1), "old2.kpack");
+  ASSERT_FALSE(o2);
+  EXPECT_NE(o2.status().message().find("recompile the model's .kiln file with this kilnc"),
+            std::string::npos) << o2.status().message();
+  EXPECT_FALSE(Artifact::parse(withVersion(0), "zero.kpack"));
 }
 
 TEST(Artifact, WriterRejectsBadSections) {

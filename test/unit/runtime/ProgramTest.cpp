@@ -21,13 +21,13 @@ using json = nlohmann::ordered_json;
 /// one GEMM, one copy.
 json validPlan() {
   return json::parse(R"({
-    "persistent_bytes": 64, "arena_bytes": 512,
-    "buffers": [
+    "version": 2, "mesh": {"axes": []}, "queues": 1,
+    "devices": [{"device": 0, "persistent_bytes": 64, "arena_bytes": 512, "buffers": [
       {"name": "w", "role": "param", "dtype": "f32", "shape": [2, 2], "offset": 0, "bytes": 16},
       {"name": "x", "role": "input", "dtype": "f32", "shape": [2, 2], "offset": 64, "bytes": 16},
       {"name": "", "role": "temp", "dtype": "f32", "shape": [2, 2], "offset": 128, "bytes": 16},
       {"name": "y", "role": "output", "dtype": "f32", "shape": [2, 2], "offset": 192, "bytes": 16}
-    ],
+    ]}],
     "kernels": [
       {"symbol": "k0_relu", "op": "kiln.relu", "num_args": 2, "chunks": 1, "in_place_safe": true,
        "ops": ["kiln.relu"], "kind": "elementwise", "flops": 4, "locs": ["m.kiln:3:5"]}
@@ -35,11 +35,12 @@ json validPlan() {
     "functions": [
       {"name": "train_step", "args": [0, 1], "results": [3], "scratch_bytes": 192,
        "steps": [
-         {"kind": "gemm", "args": [1, 0, 2], "loc": "",
+         {"kind": "gemm", "args": [1, 0, 2], "loc": "", "queue": 0, "deps": [],
           "gemm": {"batch": 1, "m": 2, "n": 2, "k": 2, "transpose_lhs": false,
                    "transpose_rhs": true, "lhs_batched": false, "rhs_batched": false}},
-         {"kind": "kernel", "kernel": 0, "args": [2, 3], "loc": "m.kiln:3:5"},
-         {"kind": "copy", "args": [3, 0], "loc": ""}
+         {"kind": "kernel", "kernel": 0, "args": [2, 3], "loc": "m.kiln:3:5", "queue": 0,
+          "deps": [0]},
+         {"kind": "copy", "args": [3, 0], "loc": "", "queue": 0, "deps": [0, 1]}
        ]}
     ]})");
 }
@@ -69,16 +70,16 @@ TEST(Program, ValidPlanRoundTrips) {
 
 TEST(Program, RejectsWrongPlans) {
   expectRejected([](json &j) { j = json::array(); }, "a non-object");
-  expectRejected([](json &j) { j.erase("buffers"); }, "no buffers");
-  expectRejected([](json &j) { j["arena_bytes"] = 32; }, "a persistent region beyond the arena");
-  expectRejected([](json &j) { j["buffers"][1]["offset"] = 1024; }, "a buffer outside the arena");
-  expectRejected([](json &j) { j["buffers"][1]["offset"] = 65; }, "a misaligned buffer");
-  expectRejected([](json &j) { j["buffers"][1]["bytes"] = 12; }, "bytes that disagree with the shape");
-  expectRejected([](json &j) { j["buffers"][0]["offset"] = 128; }, "a parameter outside the persistent region");
-  expectRejected([](json &j) { j["buffers"][1]["dtype"] = "f128"; }, "an unknown dtype");
-  expectRejected([](json &j) { j["buffers"][1]["role"] = "ghost"; }, "an unknown role");
-  expectRejected([](json &j) { j["buffers"][1]["shape"] = {-2, 2}; }, "a negative dimension");
-  expectRejected([](json &j) { j["buffers"][1]["shape"] = {int64_t(1) << 40, int64_t(1) << 40}; },
+  expectRejected([](json &j) { j["devices"][0].erase("buffers"); }, "no buffers");
+  expectRejected([](json &j) { j["devices"][0]["arena_bytes"] = 32; }, "a persistent region beyond the arena");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["offset"] = 1024; }, "a buffer outside the arena");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["offset"] = 65; }, "a misaligned buffer");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["bytes"] = 12; }, "bytes that disagree with the shape");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][0]["offset"] = 128; }, "a parameter outside the persistent region");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["dtype"] = "f128"; }, "an unknown dtype");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["role"] = "ghost"; }, "an unknown role");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["shape"] = {-2, 2}; }, "a negative dimension");
+  expectRejected([](json &j) { j["devices"][0]["buffers"][1]["shape"] = {int64_t(1) << 40, int64_t(1) << 40}; },
                  "an overflowing shape");
   expectRejected([](json &j) { j["kernels"][0]["num_args"] = 0; }, "a kernel without arguments");
   expectRejected([](json &j) { j["kernels"][0]["chunks"] = 0; }, "zero pieces");

@@ -1,0 +1,96 @@
+//===- StepLoop.h - One loop over a function's steps, with backend hooks -*- C++ -*-===//
+//
+// Every backend runs an entry point the same way: walk its steps in order,
+// dispatch each by kind to the backend, and (when profiling) time it. The
+// walk, the kind switch and the profile's bookkeeping live here once; a
+// backend supplies StepHooks: how to run a kernel, a GEMM (with its library
+// epilogue, where the backend applies those), a copy and a collective, and
+// how to time a region (the CPU with steady_clock, CUDA with an event pair
+// on its compute stream). Tracing goes here too when it comes.
+//
+// Queues and dependencies (plan v2): every backend today has one queue and
+// runs the steps in schedule order, so each step's dependencies, which point
+// to earlier steps, hold trivially. A backend with several streams (CUDA)
+// will map a step's queue id to a stream and turn its dependencies on other
+// queues into event waits; the loop stays the same.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CORE_STEPLOOP_H
+#define KILN_RUNTIME_CORE_STEPLOOP_H
+
+#include "runtime/core/Backend.h"
+#include "runtime/core/Program.h"
+#include "runtime/core/Status.h"
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// What a backend does for each kind of step.
+class StepHooks {
+public:
+  virtual ~StepHooks() = default;
+  /// Runs generated kernel `kernel` (all its pieces) on buffers `args`.
+  virtual Status runKernel(int kernel, const std::vector<int> &args) = 0;
+  /// Runs a GEMM step's product. `libraryEpilogue`: the step has a library
+  /// epilogue (Step::lt) and the backend applies it in the call, writing
+  /// lt.out (and lt.aux); the loop then skips the epilogue kernel.
+  virtual Status runGemm(const program::Step &s, bool libraryEpilogue) = 0;
+  /// Copies args[0] into args[1].
+  virtual Status runCopy(const program::Step &s) = 0;
+  /// Runs a collective step; the default says the backend cannot.
+  virtual Status runCollective(const program::Step &s);
+  /// Whether GEMM steps with a library epilogue run it in the GEMM call.
+  virtual bool libraryEpilogues() const { return false; }
+  /// The profile's name for this backend's GEMMs, e.g. "gemm (BLAS)".
+  virtual const char *gemmName() const = 0;
+  /// Starts a timed region; endTimed() returns its seconds once the work
+  /// queued since beginTimed() has finished (profiling only).
+  virtual Status beginTimed() = 0;
+  virtual Expected<double> endTimed() = 0;
+};
+
+/// Per-step timing accumulated over runs: seconds and calls per kernel,
+/// GEMMs by shape, copies, collectives by op.
+class StepProfile {
+public:
+  explicit StepProfile(size_t kernels = 0) : kernels_(kernels) {}
+  void addKernel(int kernel, double seconds) {
+    kernels_[size_t(kernel)].seconds += seconds;
+    kernels_[size_t(kernel)].calls++;
+  }
+  void addGemm(const program::Step &s, double seconds, const char *name) {
+    gemms_.add(s, seconds, name);
+  }
+  void addCopy(double seconds) {
+    copy_.seconds += seconds;
+    copy_.calls++;
+  }
+  void addCollective(const program::Step &s, double seconds);
+  /// Kernels (with their first model line), GEMMs by shape, copies, then
+  /// collectives: what Backend::timings() returns.
+  std::vector<Backend::Timing> timings(const program::Program &p) const;
+
+private:
+  struct Acc {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::vector<Acc> kernels_;
+  Backend::GemmTimings gemms_;
+  Acc copy_;
+  std::map<std::string, Acc> collectives_;
+};
+
+/// Runs steps [begin, end) of `f` (end clipped to its length) in order
+/// through `hooks`; with `profile`, times each step (a GEMM and its
+/// epilogue kernel separately) into it. Stops at the first error.
+Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
+                size_t end, StepHooks &hooks, StepProfile *profile);
+
+} // namespace kiln
+
+#endif // KILN_RUNTIME_CORE_STEPLOOP_H
