@@ -1,44 +1,20 @@
 //===- Lowering.cpp - Kernels to LLVM bitcode for the CPU ----------------===//
 //
-// The kernel module (kiln on memrefs) through kiln-lower-to-linalg,
-// bufferization, loops and the LLVM dialect to LLVM IR; packed entry points
-// `void <symbol>(void **buffers, i64 piece)`; 512-bit vectors for
-// compute-bound kernels; bitcode, which the runtime compiles for the host.
+// The kernel module (kiln on memrefs) through the CPU kernel lowering
+// pipeline (passes/Pipelines.cpp) to the LLVM dialect, then LLVM IR; packed
+// entry points `void <symbol>(void **buffers, i64 piece)`; 512-bit vectors
+// for compute-bound kernels; bitcode, which the runtime compiles for the
+// host.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/cpu/Lowering.h"
 
-#include "passes/Passes.h"
+#include "passes/Pipelines.h"
 
-#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
-#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
-#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
-#include "mlir/Conversion/MathToLibm/MathToLibm.h"
-#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
-#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
-#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
-#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
-#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
-#include "mlir/Dialect/Bufferization/Transforms/OneShotAnalysis.h"
-#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/Passes.h"
-#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
-#include "mlir/Dialect/Math/IR/Math.h"
-#include "mlir/Dialect/Math/Transforms/Passes.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/MemRef/Transforms/Passes.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-#include "mlir/Transforms/Passes.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
@@ -51,48 +27,6 @@ using namespace mlir;
 namespace kiln::cpu {
 
 namespace {
-
-
-struct PolynomialMathPass
-    : PassWrapper<PolynomialMathPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PolynomialMathPass)
-  StringRef getArgument() const override { return "kiln-polynomial-math"; }
-  void runOnOperation() override {
-    RewritePatternSet patterns(&getContext());
-    populateMathPolynomialApproximationPatterns(patterns);
-    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
-      signalPassFailure();
-  }
-};
-
-/// linalg's elementwise fusion inside each kernel, with producers fused into
-/// every consumer (the upstream pass fuses single-use producers only). A
-/// value that several ops of a kernel read (a softmax's exponentials, read
-/// by the row sum and by the division; layer_norm's normalized input) is
-/// then recomputed in each loop nest instead of materialised in a
-/// temporary buffer, so fused ops exchange no intermediate arrays; only
-/// reduction results (one value per row) stay in memory.
-struct KernelFusionPass : PassWrapper<KernelFusionPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(KernelFusionPass)
-  StringRef getArgument() const override { return "kiln-kernel-elementwise-fusion"; }
-  void runOnOperation() override {
-    MLIRContext *ctx = &getContext();
-    RewritePatternSet patterns(ctx);
-    linalg::ControlFusionFn always = [](OpOperand *fused) {
-      return fused->get().getDefiningOp() != nullptr;
-    };
-    linalg::populateElementwiseOpsFusionPatterns(patterns, always);
-    linalg::populateConstantFoldLinalgOperations(patterns, always);
-    linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
-    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);
-    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, ctx);
-    ctx->getLoadedDialect<linalg::LinalgDialect>()->getCanonicalizationPatterns(patterns);
-    GreedyRewriteConfig config;
-    config.useTopDownTraversal = true;
-    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns), config)))
-      signalPassFailure();
-  }
-};
 
 /// Lowers the kernel module (kiln on memrefs) to the LLVM dialect.
 LogicalResult lowerKernels(ModuleOp kernels, bool printAfterAll, std::string &error) {
@@ -111,43 +45,7 @@ LogicalResult lowerKernels(ModuleOp kernels, bool printAfterAll, std::string &er
                         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
                         /*printAfterOnlyOnFailure=*/false, llvm::errs());
   }
-  pm.addPass(createKilnLowerToLinalgPass());
-  pm.addPass(createCanonicalizerPass());
-  // Fuses every elementwise producer into its consumers inside a kernel
-  // (splat constants and broadcasts included), so no intermediate array is
-  // materialised between fused ops.
-  pm.addPass(std::make_unique<KernelFusionPass>());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(bufferization::createEmptyTensorEliminationPass());
-  bufferization::OneShotBufferizationOptions opts;
-  opts.allowReturnAllocsFromLoops = true;
-  // Copies as linalg.copy (later loops), never memref.copy's call into
-  // MLIR's C runner library, which the runtime does not link.
-  opts.memCpyFn = [](OpBuilder &b, Location loc, Value from, Value to) {
-    b.create<linalg::CopyOp>(loc, from, to);
-    return success();
-  };
-  pm.addPass(bufferization::createOneShotBufferizePass(opts));
-  bufferization::BufferDeallocationPipelineOptions dealloc;
-  bufferization::buildBufferDeallocationPipeline(pm, dealloc);
-  pm.addPass(createCanonicalizerPass());
-  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
-  pm.addPass(createConvertSCFToCFPass());
-  pm.addPass(memref::createExpandStridedMetadataPass());
-  pm.addPass(createLowerAffinePass());
-  pm.addPass(std::make_unique<PolynomialMathPass>());
-  // LLVM intrinsics first (fma, sqrt, ... vectorize); libm only for what
-  // has no intrinsic (float64 erf, ...).
-  pm.addPass(createConvertMathToLLVMPass());
-  pm.addPass(createConvertMathToLibmPass());
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertIndexToLLVMPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
-  ConvertFuncToLLVMPassOptions funcOpts;
-  funcOpts.useBarePtrCallConv = true;
-  pm.addPass(createConvertFuncToLLVMPass(funcOpts));
-  pm.addPass(createReconcileUnrealizedCastsPass());
+  buildCpuKernelLoweringPipeline(pm);
   if (failed(pm.run(kernels))) {
     error = "lowering the kernels to LLVM failed:\n" + diags;
     return failure();
@@ -185,7 +83,6 @@ void addPackedEntryPoints(llvm::Module &m, const program::Program &p) {
 LogicalResult emitBitcode(CompiledProgram &out, const CodegenOptions &options,
                           std::string &error) {
   MLIRContext *ctx = out.kernels->getContext();
-
   OwningOpRef<ModuleOp> lowered = cast<ModuleOp>(out.kernels->getOperation()->clone());
   if (failed(lowerKernels(*lowered, options.printKernelIRAfterAll, error)))
     return failure();
