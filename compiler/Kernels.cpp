@@ -58,32 +58,12 @@ Attribute splatValue(Value v) {
 }
 
 /// Estimated floating-point operations of one op (for the fusion report):
-/// 1 per element for arithmetic, 10 for transcendental functions, a few per
-/// input element for reductions and the composite ops.
+/// what the op's CostOpInterface says (KilnOps.td); 0 for data movement.
 int64_t estimateFlops(Operation *op) {
   if (op->getNumResults() == 0)
     return 0;
-  auto elems = [](Value v) { return tensorOf(v).getNumElements(); };
-  int64_t out = elems(op->getResult(0));
-  if (isa<ExpOp, LogOp, TanhOp, SigmoidOp, ErfOp, GeluOp, SqrtOp, RsqrtOp, PowOp, SinOp,
-          CosOp>(op))
-    return 10 * out;
-  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op))
-    return elems(op->getOperand(0));
-  if (isa<SoftmaxOp, LogSoftmaxOp>(op))
-    return 14 * out;
-  if (isa<LayerNormOp>(op))
-    return 8 * out;
-  if (isa<CrossEntropyOp>(op))
-    return 14 * elems(op->getOperand(0));
-  if (isa<MatmulOp>(op)) {
-    auto lt = tensorOf(op->getOperand(0));
-    int64_t k = cast<MatmulOp>(op).getTransposeLhs() ? lt.getDimSize(lt.getRank() - 2)
-                                                     : lt.getDimSize(lt.getRank() - 1);
-    return 2 * out * k;
-  }
-  if (isElementwiseOp(op))
-    return out;
+  if (auto cost = dyn_cast<CostOpInterface>(op))
+    return cost.estimateFlops();
   return 0; // data movement
 }
 

@@ -9,8 +9,10 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/cpu/Lowering.h"
 
+#include "dialects/kiln/KilnTraits.h"
 #include "passes/Pipelines.h"
 
+#include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -102,16 +104,16 @@ LogicalResult emitBitcode(CompiledProgram &out, const CodegenOptions &options,
   // us, softmax -10%. Memory-bound kernels stay at the default (row
   // reductions over 128 features got slower with 512 bits). A preference
   // only: CPUs without AVX-512 ignore it.
+  // The ops that do: those KilnOps.td marks Kiln_Transcendental.
   llvm::StringSet<> wide;
   for (const program::Kernel &k : out.program.kernels)
-    for (const std::string &op : k.ops)
-      if (op == "kiln.exp" || op == "kiln.erf" || op == "kiln.gelu" || op == "kiln.tanh" ||
-          op == "kiln.log" || op == "kiln.sigmoid" || op == "kiln.softmax" ||
-          op == "kiln.log_softmax" || op == "kiln.cross_entropy" || op == "kiln.sin" ||
-          op == "kiln.cos" || op == "kiln.pow") {
+    for (const std::string &op : k.ops) {
+      std::optional<RegisteredOperationName> name = RegisteredOperationName::lookup(op, ctx);
+      if (name && name->hasTrait<trait::Transcendental>()) {
         wide.insert(k.symbol);
         break;
       }
+    }
   for (llvm::Function &f : *m) {
     llvm::StringRef name = f.getName();
     name.consume_back("_body");
