@@ -1,8 +1,8 @@
 //===- Package.cpp - Writing a .kpack artifact ----------------------------===//
 #include "compiler/Package.h"
 
-#include "compiler/Interpreter.h"
 #include "dialects/kiln/KilnDialect.h"
+#include "reference/Interpreter.h"
 #include "runtime/core/Checkpoint.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

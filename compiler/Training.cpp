@@ -3,6 +3,7 @@
 
 #include "dialects/kiln/KilnOps.h"
 #include "passes/Passes.h"
+#include "passes/Pipelines.h"
 #include "runtime/core/Data.h"
 #include "runtime/core/Random.h"
 
@@ -23,11 +24,7 @@ namespace kiln {
 
 LogicalResult buildTrainProgram(ModuleOp module, bool gradOnly) {
   PassManager pm(module.getContext());
-  KilnTrainStepPassOptions options;
-  options.gradOnly = gradOnly;
-  pm.addPass(createKilnTrainStepPass(options));
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
+  buildTrainProgramPipeline(pm, gradOnly);
   return pm.run(module);
 }
 

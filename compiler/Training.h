@@ -11,7 +11,7 @@
 #ifndef KILN_COMPILER_TRAINING_H
 #define KILN_COMPILER_TRAINING_H
 
-#include "compiler/Interpreter.h"
+#include "reference/Interpreter.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"

@@ -244,9 +244,7 @@ RowInfo rowInfo(Operation *op) {
 }
 
 /// The transcendental functions (expensive to recompute).
-bool isExpensive(Operation *op) {
-  return isa<ExpOp, LogOp, TanhOp, SigmoidOp, ErfOp, GeluOp, PowOp, SinOp, CosOp>(op);
-}
+bool isExpensive(Operation *op) { return op->hasTrait<trait::Transcendental>(); }
 
 enum class Kind { Elementwise, Row, Column, Gemm, Single };
 

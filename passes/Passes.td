@@ -176,4 +176,71 @@ def KilnFusePass : Pass<"kiln-fuse", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnPolynomialMathPass : Pass<"kiln-polynomial-math", "mlir::ModuleOp"> {
+  let summary = "Replace float32 math functions by polynomial approximations";
+  let description = [{
+    Part of the CPU kernel lowering (passes/Pipelines.cpp), after the loops:
+    upstream MLIR's polynomial approximations of `math.tanh`, `math.erf`,
+    `math.exp`, `math.log`, `math.sin`, `math.cos`, ... on float32 (scalars
+    or vectors) as arith ops, mostly FMAs, which LLVM vectorizes; a libm call
+    would not vectorize. Float64 functions are left as they are (lowered to
+    LLVM intrinsics or libm later).
+
+    Before:
+    ```mlir
+    %y = math.tanh %x : f32
+    ```
+    After (shortened):
+    ```mlir
+    %c = arith.constant -9.0 : f32
+    %x0 = arith.maximumf %x, %c : f32
+    %x2 = arith.mulf %x0, %x0 : f32
+    %p = math.fma %x2, %a1, %a0 : f32
+    ...
+    %y = arith.select %small, %x, %r : f32
+    ```
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::math::MathDialect"];
+}
+
+def KilnKernelElementwiseFusionPass
+    : Pass<"kiln-kernel-elementwise-fusion", "mlir::ModuleOp"> {
+  let summary = "Fuse every elementwise linalg producer into each of its consumers";
+  let description = [{
+    Part of the CPU kernel lowering (passes/Pipelines.cpp), after
+    kiln-lower-to-linalg: linalg's elementwise fusion inside each kernel, with
+    producers fused into every consumer (the upstream pass fuses producers
+    with one use only), plus linalg constant folding and the canonicalization
+    patterns of linalg.generic and tensor reshapes. A value that several ops
+    of a kernel read (a softmax's exponentials, read by the row sum and by the
+    division; layer_norm's normalized input) is then recomputed in each loop
+    nest instead of materialised in a temporary buffer, so fused ops exchange
+    no intermediate arrays; only reduction results (one value per row) stay
+    in memory.
+
+    Before:
+    ```mlir
+    %e = linalg.generic {...} ins(%x : tensor<4xf32>) outs(%t0 : tensor<4xf32>) {
+      ^bb0(%a: f32, %o: f32):
+        %0 = math.exp %a : f32
+        linalg.yield %0 : f32
+    } -> tensor<4xf32>
+    %s = linalg.generic {...} ins(%e, %y : ...) outs(%t1 : tensor<4xf32>) { ... arith.addf ... }
+    %m = linalg.generic {...} ins(%e, %y : ...) outs(%t2 : tensor<4xf32>) { ... arith.mulf ... }
+    ```
+    After: two generics, each computing `math.exp` itself:
+    ```mlir
+    %s = linalg.generic {...} ins(%x, %y : ...) outs(%t1 : tensor<4xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %0 = math.exp %a : f32
+        %1 = arith.addf %0, %b : f32
+        linalg.yield %1 : f32
+    } -> tensor<4xf32>
+    %m = linalg.generic {...} ins(%x, %y : ...) outs(%t2 : tensor<4xf32>) { ... math.exp, arith.mulf ... }
+    ```
+  }];
+  let dependentDialects = ["mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+                           "mlir::arith::ArithDialect"];
+}
+
 #endif // KILN_PASSES_TD

@@ -25,4 +25,50 @@ def Kiln_GradientOpInterface : OpInterface<"GradientOpInterface"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Cost: one truth per op, declared in KilnOps.td
+//===----------------------------------------------------------------------===//
+
+def Kiln_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    What an op costs, declared once per op in KilnOps.td with
+    `Kiln_FlopsPerElement<n>`: floating-point operations per element of its
+    result (1 for arithmetic, 10 for a transcendental function or a square
+    root, a few for the composites). `estimateFlops` counts one execution;
+    ops that count another element (a reduction's or cross_entropy's input,
+    matmul's 2 k per result element) define it in dialects/kiln/Cost.cpp.
+    The compiler's FLOP estimates (kernel flops, kilnc --fusion-report) read
+    it; ops without it move data and count 0.
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point operations per counted element (the "
+      "op's Kiln_FlopsPerElement).",
+      "int64_t", "getFlopsPerElement", (ins), [{}], [{
+        return ConcreteOp::kFlopsPerElement;
+      }]>,
+    InterfaceMethod<"Estimated floating-point operations of one execution.",
+      "int64_t", "estimateFlops", (ins), [{}], [{
+        return $_op.getFlopsPerElement() *
+               ::llvm::cast<::mlir::ShapedType>($_op->getResult(0).getType())
+                   .getNumElements();
+      }]>,
+  ];
+}
+
+// The flops of Kiln_CostOpInterface (kiln::trait::FlopsPerElement<n>).
+class Kiln_FlopsPerElement<int n>
+    : ParamNativeOpTrait<"FlopsPerElement", !cast<string>(n)> {
+  let cppNamespace = "::kiln::trait";
+}
+
+// The op evaluates a transcendental function per element (exp, log, tanh,
+// erf, sin, pow, ...; polynomials on the CPU): expensive to recompute, so
+// kiln-fuse duplicates it only on scalars, and compute-bound, so the CPU
+// kernels that contain it prefer 512-bit vectors. Square roots are not:
+// they are one instruction.
+def Kiln_Transcendental : NativeOpTrait<"Transcendental"> {
+  let cppNamespace = "::kiln::trait";
+}
+
 #endif // KILN_INTERFACES_TD

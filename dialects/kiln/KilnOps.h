@@ -3,6 +3,7 @@
 #define KILN_DIALECTS_KILN_KILNOPS_H
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnTraits.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"

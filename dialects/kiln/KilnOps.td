@@ -69,7 +69,8 @@ def Kiln_IotaOp : Kiln_Op<"iota", [Pure]> {
 class Kiln_UnaryOp<string mnemonic, Type type, string expr,
                    list<Trait> traits = []>
     : Kiln_Op<mnemonic, !listconcat(traits,
-        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>])> {
+        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+         Kiln_CostOpInterface])> {
   let summary = "elementwise " # expr;
   let description = [{
     Computes `}] # expr # [{` for every element; the result has the operand's
@@ -84,22 +85,23 @@ class Kiln_UnaryOp<string mnemonic, Type type, string expr,
   let assemblyFormat = "$operand attr-dict `:` type($result)";
 }
 
-def Kiln_NegOp : Kiln_UnaryOp<"neg", Kiln_NumTensor, "-x"> { let hasFolder = 1; }
-def Kiln_AbsOp : Kiln_UnaryOp<"abs", Kiln_NumTensor, "|x|">;
-def Kiln_ExpOp : Kiln_UnaryOp<"exp", Kiln_FloatTensor, "e^x">;
-def Kiln_LogOp : Kiln_UnaryOp<"log", Kiln_FloatTensor, "ln(x)">;
-def Kiln_SqrtOp : Kiln_UnaryOp<"sqrt", Kiln_FloatTensor, "sqrt(x)">;
-def Kiln_RsqrtOp : Kiln_UnaryOp<"rsqrt", Kiln_FloatTensor, "1/sqrt(x)">;
-def Kiln_TanhOp : Kiln_UnaryOp<"tanh", Kiln_FloatTensor, "tanh(x)">;
-def Kiln_SigmoidOp : Kiln_UnaryOp<"sigmoid", Kiln_FloatTensor, "1/(1+e^-x)">;
-def Kiln_ReluOp : Kiln_UnaryOp<"relu", Kiln_NumTensor, "max(x, 0)">;
-def Kiln_ErfOp : Kiln_UnaryOp<"erf", Kiln_FloatTensor, "erf(x)">;
-def Kiln_CosOp : Kiln_UnaryOp<"cos", Kiln_FloatTensor, "cos(x)">;
-def Kiln_SinOp : Kiln_UnaryOp<"sin", Kiln_FloatTensor, "sin(x)">;
+def Kiln_NegOp : Kiln_UnaryOp<"neg", Kiln_NumTensor, "-x", [Kiln_FlopsPerElement<1>]> { let hasFolder = 1; }
+def Kiln_AbsOp : Kiln_UnaryOp<"abs", Kiln_NumTensor, "|x|", [Kiln_FlopsPerElement<1>]>;
+def Kiln_ExpOp : Kiln_UnaryOp<"exp", Kiln_FloatTensor, "e^x", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_LogOp : Kiln_UnaryOp<"log", Kiln_FloatTensor, "ln(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_SqrtOp : Kiln_UnaryOp<"sqrt", Kiln_FloatTensor, "sqrt(x)", [Kiln_FlopsPerElement<10>]>;
+def Kiln_RsqrtOp : Kiln_UnaryOp<"rsqrt", Kiln_FloatTensor, "1/sqrt(x)", [Kiln_FlopsPerElement<10>]>;
+def Kiln_TanhOp : Kiln_UnaryOp<"tanh", Kiln_FloatTensor, "tanh(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_SigmoidOp : Kiln_UnaryOp<"sigmoid", Kiln_FloatTensor, "1/(1+e^-x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_ReluOp : Kiln_UnaryOp<"relu", Kiln_NumTensor, "max(x, 0)", [Kiln_FlopsPerElement<1>]>;
+def Kiln_ErfOp : Kiln_UnaryOp<"erf", Kiln_FloatTensor, "erf(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_CosOp : Kiln_UnaryOp<"cos", Kiln_FloatTensor, "cos(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_SinOp : Kiln_UnaryOp<"sin", Kiln_FloatTensor, "sin(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 
 def Kiln_GeluOp : Kiln_Op<"gelu",
     [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface,
-     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+     Kiln_CostOpInterface, Kiln_FlopsPerElement<10>, Kiln_Transcendental]> {
   let summary = "elementwise GELU, exact (erf) or tanh-approximated";
   let description = [{
     `erf`: x * 0.5 * (1 + erf(x / sqrt(2))).
@@ -116,7 +118,8 @@ def Kiln_GeluOp : Kiln_Op<"gelu",
   let assemblyFormat = "$approximation `,` $operand attr-dict `:` type($result)";
 }
 
-def Kiln_CastOp : Kiln_Op<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_CastOp : Kiln_Op<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+                                   Kiln_CostOpInterface, Kiln_FlopsPerElement<1>]> {
   let summary = "elementwise conversion to another element type";
   let description = [{
     Converts each element; the shape is unchanged. Float to integer rounds
@@ -140,7 +143,8 @@ def Kiln_CastOp : Kiln_Op<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_Gradient
 class Kiln_BinaryOp<string mnemonic, Type type, string expr,
                     list<Trait> traits = []>
     : Kiln_Op<mnemonic, !listconcat(traits,
-        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>])> {
+        [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+         Kiln_CostOpInterface])> {
   let summary = "elementwise " # expr;
   let description = [{
     Computes `}] # expr # [{` elementwise. Operands and result have one type:
@@ -155,27 +159,28 @@ class Kiln_BinaryOp<string mnemonic, Type type, string expr,
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Kiln_AddOp : Kiln_BinaryOp<"add", Kiln_NumTensor, "lhs + rhs", [Commutative]> {
+def Kiln_AddOp : Kiln_BinaryOp<"add", Kiln_NumTensor, "lhs + rhs", [Commutative, Kiln_FlopsPerElement<1>]> {
   let hasFolder = 1;
   let hasCanonicalizer = 1;
 }
-def Kiln_SubOp : Kiln_BinaryOp<"sub", Kiln_NumTensor, "lhs - rhs"> {
+def Kiln_SubOp : Kiln_BinaryOp<"sub", Kiln_NumTensor, "lhs - rhs", [Kiln_FlopsPerElement<1>]> {
   let hasFolder = 1;
 }
-def Kiln_MulOp : Kiln_BinaryOp<"mul", Kiln_NumTensor, "lhs * rhs", [Commutative]> {
+def Kiln_MulOp : Kiln_BinaryOp<"mul", Kiln_NumTensor, "lhs * rhs", [Commutative, Kiln_FlopsPerElement<1>]> {
   let hasFolder = 1;
 }
-def Kiln_DivOp : Kiln_BinaryOp<"div", Kiln_NumTensor, "lhs / rhs"> {
+def Kiln_DivOp : Kiln_BinaryOp<"div", Kiln_NumTensor, "lhs / rhs", [Kiln_FlopsPerElement<1>]> {
   let hasFolder = 1;
 }
-def Kiln_PowOp : Kiln_BinaryOp<"pow", Kiln_FloatTensor, "lhs ^ rhs"> {
+def Kiln_PowOp : Kiln_BinaryOp<"pow", Kiln_FloatTensor, "lhs ^ rhs", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]> {
   let hasFolder = 1;
 }
-def Kiln_MaxOp : Kiln_BinaryOp<"max", Kiln_NumTensor, "max(lhs, rhs)", [Commutative]>;
-def Kiln_MinOp : Kiln_BinaryOp<"min", Kiln_NumTensor, "min(lhs, rhs)", [Commutative]>;
+def Kiln_MaxOp : Kiln_BinaryOp<"max", Kiln_NumTensor, "max(lhs, rhs)", [Commutative, Kiln_FlopsPerElement<1>]>;
+def Kiln_MinOp : Kiln_BinaryOp<"min", Kiln_NumTensor, "min(lhs, rhs)", [Commutative, Kiln_FlopsPerElement<1>]>;
 
 def Kiln_CompareOp : Kiln_Op<"compare",
-    [Pure, Elementwise, SameTypeOperands, InferTypeOpAdaptor]> {
+    [Pure, Elementwise, SameTypeOperands, InferTypeOpAdaptor,
+     Kiln_CostOpInterface, Kiln_FlopsPerElement<1>]> {
   let summary = "elementwise comparison producing i1";
   let description = [{
     ```mlir
@@ -190,7 +195,8 @@ def Kiln_CompareOp : Kiln_Op<"compare",
 
 def Kiln_SelectOp : Kiln_Op<"select",
     [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
-     AllTypesMatch<["on_true", "on_false", "result"]>]> {
+     AllTypesMatch<["on_true", "on_false", "result"]>,
+     Kiln_CostOpInterface, Kiln_FlopsPerElement<1>]> {
   let summary = "elementwise choice: pred ? on_true : on_false";
   let description = [{
     `pred` has the shape of the result and element type i1.
@@ -232,7 +238,10 @@ def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure, DeclareOpInterfac
 }
 
 class Kiln_ReduceOp<string mnemonic, Type type, string what>
-    : Kiln_Op<mnemonic, [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+    : Kiln_Op<mnemonic, [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+                         // one per input element
+                         DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
+                         Kiln_FlopsPerElement<1>]> {
   let summary = what # " over axes";
   let description = [{
     Reduces `axes` (sorted, unique, in range) by }] # what # [{. Reduced
@@ -259,7 +268,10 @@ def Kiln_ReduceMaxOp : Kiln_ReduceOp<"reduce_max", Kiln_NumTensor, "maximum">;
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+                                      // 2 k per result element
+                                      DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
+                                      Kiln_FlopsPerElement<2>]> {
   let summary = "batched matrix product with optional transposes";
   let description = [{
     `lhs` is `[batch..., M, K]` (`[batch..., K, M]` with `transpose_lhs`),
@@ -463,7 +475,8 @@ def Kiln_OptimizationBarrierOp : Kiln_Op<"optimization_barrier",
 
 class Kiln_SoftmaxLikeOp<string mnemonic, string what>
     : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface,
-                         DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+                         DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+                         Kiln_CostOpInterface, Kiln_FlopsPerElement<14>, Kiln_Transcendental]> {
   let summary = what # " along one axis";
   let description = [{
     Numerically stable }] # what # [{ (the maximum is subtracted first).
@@ -482,7 +495,8 @@ def Kiln_SoftmaxOp : Kiln_SoftmaxLikeOp<"softmax", "softmax">;
 def Kiln_LogSoftmaxOp : Kiln_SoftmaxLikeOp<"log_softmax", "log-softmax">;
 
 def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
-    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+     Kiln_CostOpInterface, Kiln_FlopsPerElement<8>]> {
   let summary = "layer normalisation over the last axis";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias` over the last axis, with
@@ -505,7 +519,10 @@ def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
 }
 
 def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor,
-    DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+    DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+    // 14 per logit (input element)
+    DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
+    Kiln_FlopsPerElement<14>, Kiln_Transcendental]> {
   let summary = "softmax cross-entropy with integer class targets";
   let description = [{
     `logits` is `[..., C]`, `targets` is `[...]` with values in `[0, C)`.

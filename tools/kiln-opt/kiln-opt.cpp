@@ -1,12 +1,13 @@
 //===- kiln-opt.cpp - The mlir-opt of Kiln --------------------------------===//
 //
 // Parses, verifies, transforms and prints IR with the kiln dialect and the
-// upstream dialects Kiln uses. Every Kiln pass is registered here so that lit
-// tests can reach it.
+// upstream dialects Kiln uses. Every Kiln pass and pipeline is registered here
+// so that lit tests can reach it.
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/kiln/KilnDialect.h"
 #include "passes/Passes.h"
+#include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -28,11 +29,13 @@ int main(int argc, char **argv) {
                   mlir::linalg::LinalgDialect, mlir::tensor::TensorDialect,
                   mlir::bufferization::BufferizationDialect,
                   mlir::memref::MemRefDialect, mlir::scf::SCFDialect>();
+  kiln::registerCpuKernelLoweringInterfaces(registry);
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerInlinerPass();
   mlir::registerSymbolDCEPass();
   kiln::registerKilnPasses();
+  kiln::registerKilnPipelines();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "Kiln optimizer driver\n", registry));
 }

@@ -1,6 +1,6 @@
 //===- InterpreterTest.cpp - Unit tests for the reference interpreter -----===//
 //
-// Op-level tests of kiln::interp::run (compiler/Interpreter.h) against
+// Op-level tests of kiln::interp::run (reference/Interpreter.h) against
 // hand-computed values. Each test parses a small module with func.func @f
 // and checks @f's results element by element.
 //
@@ -11,10 +11,10 @@
 // (tolerance 0 below). Statistical checks (dropout, random) state their
 // bounds where they are made; all use fixed seeds, so they are deterministic.
 //
-// Link with KilnCompiler (and GTest::gtest_main).
+// Link with KilnReference (and GTest::gtest_main).
 //
 //===----------------------------------------------------------------------===//
-#include "compiler/Interpreter.h"
+#include "reference/Interpreter.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "runtime/core/Random.h"
 

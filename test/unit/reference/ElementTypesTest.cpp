@@ -1,5 +1,5 @@
 //===- ElementTypesTest.cpp - kiln::ElementType from and to MLIR ----------===//
-#include "compiler/Interpreter.h"
+#include "reference/Interpreter.h"
 #include "dialects/kiln/ElementTypes.h"
 
 #include "mlir/IR/Builders.h"

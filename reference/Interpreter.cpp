@@ -1,5 +1,5 @@
 //===- Interpreter.cpp - Reference interpreter for the kiln dialect -------===//
-#include "compiler/Interpreter.h"
+#include "reference/Interpreter.h"
 
 #include "dialects/kiln/ElementTypes.h"
 #include "dialects/kiln/KilnOps.h"

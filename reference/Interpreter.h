@@ -8,8 +8,8 @@
 // what gradient checking needs.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_COMPILER_INTERPRETER_H
-#define KILN_COMPILER_INTERPRETER_H
+#ifndef KILN_REFERENCE_INTERPRETER_H
+#define KILN_REFERENCE_INTERPRETER_H
 
 #include "runtime/core/ElementType.h"
 
@@ -57,4 +57,4 @@ bool run(mlir::func::FuncOp fn, const std::vector<Tensor> &args,
 
 } // namespace kiln::interp
 
-#endif // KILN_COMPILER_INTERPRETER_H
+#endif // KILN_REFERENCE_INTERPRETER_H

@@ -17,7 +17,7 @@
 // code compute) but 0 in the interpreter (x > 0 ? x : 0).
 //
 //===----------------------------------------------------------------------===//
-#include "compiler/Interpreter.h"
+#include "reference/Interpreter.h"
 #include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnDialect.h"
 

@@ -1,0 +1,113 @@
+//===- Generator.h - Kernel formation and the plan, shared -------*- C++ -*-===//
+//
+// Internal to compiler/: the state compileProgram() (Codegen.cpp) builds
+// while it turns the functions of a training program into kernels, steps and
+// a buffer plan. Kernels.cpp forms the kernel funcs from kiln.fusion groups
+// (makeKernel, row pieces); Plan.cpp forms the steps, assigns buffers and
+// prints the plan; cpu/Lowering.cpp lowers the kernel module to LLVM.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_GENERATOR_H
+#define KILN_COMPILER_GENERATOR_H
+
+#include "compiler/Codegen.h"
+#include "dialects/kiln/KilnOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::codegen {
+
+/// The program's element type of an MLIR element type; false if none.
+bool toDType(mlir::Type t, program::DType &out);
+mlir::RankedTensorType tensorOf(mlir::Value v);
+/// The splat value of a constant (possibly reshaped or broadcast), or null.
+mlir::Attribute splatValue(mlir::Value v);
+/// Estimated floating-point operations of one op (the fusion report).
+int64_t estimateFlops(mlir::Operation *op);
+
+/// One step before buffers are assigned: operands and results are values.
+struct VStep {
+  program::Step::Kind kind;
+  int kernel = -1;
+  llvm::SmallVector<mlir::Value> ins, outs;
+  program::GemmParams gemm;
+  std::string loc;
+  /// A GEMM's epilogue kernel, its inputs (the GEMM's result among them) and
+  /// outputs.
+  int epilogue = -1;
+  llvm::SmallVector<mlir::Value> epiIns, epiOuts;
+  /// The epilogue as a library epilogue (LtEpilogue), when it is one: the
+  /// bias (outside value), the result and pre-activation (fusion results,
+  /// or the GEMM's own value for a pre-activation without bias).
+  bool lt = false;
+  program::LtEpilogue::Activation ltAct = program::LtEpilogue::Activation::None;
+  mlir::Value ltBias, ltOut, ltAux;
+  /// Outputs written over an input (a parameter update over the old value):
+  /// (output value, input value); the output has no buffer of its own.
+  llvm::SmallVector<std::pair<mlir::Value, mlir::Value>> tied;
+};
+
+class Generator {
+public:
+  Generator(mlir::ModuleOp module, bool fusion, std::string &error);
+
+  /// Compiles @train_step, @eval_step and @predict (those that exist).
+  mlir::LogicalResult run();
+
+  program::Program takeProgram() { return std::move(prog_); }
+  std::vector<Refusal> takeRefusals() { return std::move(refusals_); }
+  mlir::OwningOpRef<mlir::ModuleOp> takeKernels() { return std::move(kernels_); }
+  mlir::OwningOpRef<mlir::ModuleOp> takeNeutralKernels() { return std::move(neutral_); }
+
+private:
+  mlir::LogicalResult fail(mlir::Operation *op, const std::string &why);
+
+  static int64_t align(int64_t v) { return (v + 63) / 64 * 64; }
+  static program::Buffer makeBuffer(mlir::RankedTensorType t, program::Role role,
+                                    const std::string &name);
+  int persistentBuffer(const std::string &name, program::Role role,
+                       mlir::RankedTensorType t);
+
+  // Kernel formation (Kernels.cpp).
+  mlir::FailureOr<int> makeKernel(llvm::ArrayRef<mlir::Operation *> members,
+                                  llvm::ArrayRef<mlir::Value> ins,
+                                  llvm::ArrayRef<mlir::Value> outs, llvm::StringRef kind,
+                                  int64_t rows,
+                                  llvm::SmallVectorImpl<std::pair<unsigned, unsigned>> &ties);
+
+  // Steps and the buffer plan (Plan.cpp).
+  mlir::Value root(mlir::Value v);
+  void matchLtEpilogue(FusionOp fusion, MatmulOp mm, llvm::ArrayRef<mlir::Operation *> epi,
+                       llvm::ArrayRef<mlir::Value> outs, VStep &s);
+  mlir::LogicalResult gemmStep(FusionOp fusion, MatmulOp mm, VStep &s);
+  mlir::LogicalResult compileFunction(mlir::func::FuncOp fn);
+  mlir::LogicalResult assignBuffers(mlir::func::FuncOp fn, std::vector<VStep> &steps,
+                                    mlir::func::ReturnOp ret);
+
+  mlir::ModuleOp module_;
+  mlir::MLIRContext *ctx_;
+  std::string &error_;
+  mlir::OwningOpRef<mlir::ModuleOp> kernels_;
+  /// The kernels without CPU pieces (one func per program kernel, in order).
+  mlir::OwningOpRef<mlir::ModuleOp> neutral_;
+  program::Program prog_;
+  llvm::StringMap<int> kernelByKey_;
+  llvm::DenseMap<mlir::Value, mlir::Value> alias_;
+  std::vector<int> scratchIds_; ///< offsets relative to the scratch base
+  bool fusion_ = true;
+  std::vector<Refusal> refusals_;
+  /// Head transposes a GEMM reads (foldedIn) or writes (foldedOut) in place.
+  llvm::DenseSet<mlir::Operation *> foldedIn_, foldedOut_;
+};
+
+} // namespace kiln::codegen
+
+#endif // KILN_COMPILER_GENERATOR_H

@@ -1,0 +1,805 @@
+//===- Plan.cpp - Steps, the buffer plan and the plan reports ------------===//
+//
+// The schedule of each function (one step per kernel, library GEMM with its
+// epilogue, or copy, in program order), the buffer plan (persistent region,
+// in-place updates, first-fit scratch over live ranges), and the reports
+// that print them (kilnc --emit=plan, --fusion-report).
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Generator.h"
+
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnOps.h"
+#include "passes/Fusion.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+using namespace mlir;
+
+namespace kiln {
+
+using program::Buffer;
+using program::DType;
+using program::Role;
+using program::Step;
+
+namespace codegen {
+
+Generator::Generator(ModuleOp module, bool fusion, std::string &error)
+    : module_(module), ctx_(module.getContext()), error_(error), fusion_(fusion) {
+  kernels_ = ModuleOp::create(UnknownLoc::get(ctx_));
+  neutral_ = ModuleOp::create(UnknownLoc::get(ctx_));
+}
+
+LogicalResult Generator::run() {
+  for (const char *name : {"train_step", "eval_step", "predict"}) {
+    auto fn = module_.lookupSymbol<func::FuncOp>(name);
+    if (!fn)
+      continue;
+    if (failed(compileFunction(fn)))
+      return failure();
+  }
+  for (int id : scratchIds_)
+    prog_.buffers[id].offset += prog_.persistentBytes;
+  prog_.arenaBytes = prog_.persistentBytes;
+  for (const program::Function &f : prog_.functions)
+    prog_.arenaBytes = std::max(prog_.arenaBytes, prog_.persistentBytes + f.scratchBytes);
+  // Plan v2: one queue; each step waits for the steps whose memory it
+  // touches (offsets are final now).
+  for (program::Function &f : prog_.functions)
+    program::computeDependencies(prog_, f);
+  return success();
+}
+
+LogicalResult Generator::fail(Operation *op, const std::string &why) {
+  error_ = fmt::format("{}: cannot generate code for '{}': {}",
+                       locString(op->getLoc()), op->getName().getStringRef().str(), why);
+  return failure();
+}
+
+/// A buffer record for a value of type `t` (offset still unset).
+Buffer Generator::makeBuffer(RankedTensorType t, Role role, const std::string &name) {
+  Buffer b;
+  b.name = name;
+  b.role = role;
+  toDType(t.getElementType(), b.dtype);
+  b.shape.assign(t.getShape().begin(), t.getShape().end());
+  b.bytes = b.numElements() * program::dtypeBytes(b.dtype);
+  return b;
+}
+
+/// The persistent buffer named `name`, created on first use.
+int Generator::persistentBuffer(const std::string &name, Role role, RankedTensorType t) {
+  int id = prog_.persistent(name);
+  if (id >= 0)
+    return id;
+  Buffer b = makeBuffer(t, role, name);
+  b.offset = prog_.persistentBytes;
+  prog_.persistentBytes = align(b.offset + b.bytes);
+  prog_.buffers.push_back(b);
+  return int(prog_.buffers.size()) - 1;
+}
+
+Value Generator::root(Value v) {
+  auto it = alias_.find(v);
+  return it == alias_.end() ? v : root(it->second);
+}
+
+/// A GEMM step for the kiln.matmul `mm` (inside `fusion`, whose operands
+/// are `outer`), with attention's head transposes read or written in place.
+/// Sets s.lt* when the epilogue members `epi` of `mm` (in `fusion`, with
+/// outputs `outs`, values inside the fusion) are what a GEMM library's
+/// epilogue computes: [broadcast of a [n] bias + add], then [relu |
+/// gelu(tanh)]; outputs the activation's result and, for GELU only, the
+/// pre-activation. The GEMM's raw value may be read elsewhere only as that
+/// pre-activation (no bias), whose buffer is then the GEMM's own.
+void Generator::matchLtEpilogue(FusionOp fusion, MatmulOp mm, ArrayRef<Operation *> epi,
+                                ArrayRef<Value> outs, VStep &s) {
+  using Act = program::LtEpilogue::Activation;
+  auto ot = cast<RankedTensorType>(mm.getType());
+  if (!ot.getElementType().isF32())
+    return;
+  Value g = mm.getResult(), bias, pre = g, y;
+  Act act = Act::None;
+  for (Operation *m : epi) {
+    if (auto b = dyn_cast<BroadcastInDimOp>(m)) {
+      auto a = dyn_cast<BlockArgument>(b.getOperand());
+      auto bt = cast<RankedTensorType>(b.getOperand().getType());
+      if (bias || !a || bt.getRank() != 1 || b.getDims().size() != 1 ||
+          b.getDims()[0] != ot.getRank() - 1 || b.getType() != ot)
+        return;
+      bias = b.getResult();
+    } else if (auto add = dyn_cast<AddOp>(m)) {
+      if (pre != g || !bias || !((add.getLhs() == g && add.getRhs() == bias) ||
+                                 (add.getRhs() == g && add.getLhs() == bias)))
+        return;
+      pre = add.getResult();
+    } else if (auto r = dyn_cast<ReluOp>(m)) {
+      if (y || r.getOperand() != pre)
+        return;
+      y = r.getResult();
+      act = Act::Relu;
+    } else if (auto ge = dyn_cast<GeluOp>(m)) {
+      if (y || ge.getOperand() != pre || ge.getApproximation() != GeluApproximation::tanh)
+        return;
+      y = ge.getResult();
+      act = Act::GeluTanh;
+    } else {
+      return; // anything else: the epilogue stays a kernel
+    }
+  }
+  if (bias && pre == g)
+    return; // a broadcast bias that nothing adds
+  Value out = y ? y : pre;
+  if (out == g || !llvm::is_contained(outs, out))
+    return;
+  bool preOut = y && pre != g && llvm::is_contained(outs, pre);
+  auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+  bool gemmOut = llvm::is_contained(yield.getValues(), g);
+  // The outputs: `out`, and the pre-activation only as GELU's aux.
+  if (outs.size() != 1 + (preOut ? 1 : 0) || (preOut && act != Act::GeluTanh))
+    return;
+  // The raw GEMM value read outside: only as GELU's pre-activation.
+  if (gemmOut && (pre != g || act != Act::GeluTanh))
+    return;
+  if ((preOut || gemmOut) && ot.getDimSize(ot.getRank() - 1) % 8 != 0)
+    return; // cuBLASLt's aux rows are padded to 8 elements
+  auto resultOf = [&](Value inner) {
+    for (auto [i, v] : llvm::enumerate(yield.getValues()))
+      if (v == inner)
+        return fusion.getResult(i);
+    return Value();
+  };
+  s.lt = true;
+  s.ltAct = act;
+  if (bias) {
+    auto a = cast<BlockArgument>(cast<BroadcastInDimOp>(bias.getDefiningOp()).getOperand());
+    s.ltBias = root(fusion.getOperand(a.getArgNumber()));
+  }
+  s.ltOut = resultOf(out);
+  s.ltAux = preOut ? resultOf(pre) : gemmOut ? g : Value();
+}
+
+LogicalResult Generator::gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
+  auto outerOf = [&](Value inner) -> Value {
+    if (auto a = dyn_cast<BlockArgument>(inner))
+      return fusion.getOperand(a.getArgNumber());
+    return inner;
+  };
+  Value lhs = outerOf(mm.getLhs()), rhs = outerOf(mm.getRhs());
+  auto lt = cast<RankedTensorType>(mm.getLhs().getType());
+  auto rt = cast<RankedTensorType>(mm.getRhs().getType());
+  auto ot = cast<RankedTensorType>(mm.getType());
+  s.kind = Step::Gemm;
+  s.ins = {root(lhs), root(rhs)};
+  s.outs = {mm.getResult()};
+  program::GemmParams &g = s.gemm;
+  // The fusion result that is the raw GEMM value, if any.
+  Value outerResult;
+  auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+  for (auto [i, v] : llvm::enumerate(yield.getValues()))
+    if (v == mm.getResult())
+      outerResult = fusion.getResult(i);
+  Operation *outT = outerResult && outerResult.hasOneUse() ? *outerResult.getUsers().begin()
+                                                           : nullptr;
+  bool strided = isHeadMatmul(mm) &&
+                 (foldedIn_.count(lhs.getDefiningOp()) || foldedIn_.count(rhs.getDefiningOp()) ||
+                  (outT && foldedOut_.count(outT)));
+  if (strided) {
+    auto layoutOf = [&](Value v, program::MatrixLayout &l) -> Value {
+      auto t = cast<RankedTensorType>(v.getType()); // [B, H, R, C]
+      int64_t h = t.getDimSize(1), r = t.getDimSize(2), c = t.getDimSize(3);
+      if (foldedIn_.count(v.getDefiningOp())) { // stored as [B, R, H, C]
+        l = {r * h * c, c, h * c};
+        return root(v.getDefiningOp()->getOperand(0));
+      }
+      l = {h * r * c, r * c, c};
+      return root(v);
+    };
+    s.ins = {layoutOf(lhs, g.lhsLayout), layoutOf(rhs, g.rhsLayout)};
+    int64_t h = ot.getDimSize(1), rr = ot.getDimSize(2), cc = ot.getDimSize(3);
+    if (outT && foldedOut_.count(outT)) { // write [B, M, H, N]
+      g.outLayout = {rr * h * cc, cc, h * cc};
+      s.outs = {outT->getResult(0)};
+    } else {
+      g.outLayout = {h * rr * cc, rr * cc, cc};
+    }
+    g.heads = h;
+  }
+  int64_t r = ot.getRank();
+  g.m = ot.getDimSize(r - 2);
+  g.n = ot.getDimSize(r - 1);
+  g.k = mm.getTransposeLhs() ? lt.getDimSize(lt.getRank() - 2) : lt.getDimSize(lt.getRank() - 1);
+  g.batch = 1;
+  for (int64_t d = 0; d < r - 2; ++d)
+    g.batch *= ot.getDimSize(d);
+  g.transposeLhs = mm.getTransposeLhs();
+  g.transposeRhs = mm.getTransposeRhs();
+  if (!toDType(ot.getElementType(), g.dtype))
+    return mm.emitOpError("has no library GEMM for its element type");
+  g.lhsBatched = lt.getRank() > 2;
+  g.rhsBatched = rt.getRank() > 2;
+  if (outerResult && s.outs.front() == mm.getResult())
+    alias_[outerResult] = mm.getResult();
+  return success();
+}
+
+LogicalResult Generator::compileFunction(func::FuncOp fn) {
+  alias_.clear();
+  Block &block = fn.getBody().front();
+  // The GEMM prologue/epilogue decisions: head transposes folded into GEMMs
+  // (kiln-fuse leaves them outside every kernel).
+  if (fusion_)
+    findFoldedTransposes(block, foldedIn_, foldedOut_);
+  else
+    foldedIn_.clear(), foldedOut_.clear();
+  // cross_entropy(mean|sum) is a row reduction (per position) followed by
+  // one over every row: two kernel forms, so two ops.
+  SmallVector<CrossEntropyOp> losses;
+  fn.walk([&](CrossEntropyOp ce) {
+    if (ce.getReduction() != LossReduction::none)
+      losses.push_back(ce);
+  });
+  for (CrossEntropyOp ce : losses) {
+    OpBuilder b(ce);
+    auto targets = cast<RankedTensorType>(ce.getTargets().getType());
+    auto perType = RankedTensorType::get(
+        targets.getShape(), cast<RankedTensorType>(ce.getLogits().getType()).getElementType());
+    Value per = b.create<CrossEntropyOp>(ce.getLoc(), perType, ce.getLogits(), ce.getTargets(),
+                                         LossReduction::none);
+    SmallVector<int64_t> all;
+    for (int64_t d = 0; d < perType.getRank(); ++d)
+      all.push_back(d);
+    Value total;
+    if (ce.getReduction() == LossReduction::mean)
+      total = b.create<ReduceMeanOp>(ce.getLoc(), ce.getType(), per,
+                                     b.getDenseI64ArrayAttr(all), UnitAttr());
+    else
+      total = b.create<ReduceSumOp>(ce.getLoc(), ce.getType(), per,
+                                    b.getDenseI64ArrayAttr(all), UnitAttr());
+    ce.replaceAllUsesWith(total);
+    ce.erase();
+  }
+  FusionOptions fo;
+  fo.enabled = fusion_;
+  std::vector<FusionRefusal> refusals;
+  if (failed(fuseFunction(fn, fo, &refusals))) {
+    error_ = "kiln-fuse failed on @" + fn.getSymName().str();
+    return failure();
+  }
+  for (FusionRefusal &r : refusals) {
+    Refusal out;
+    out.function = fn.getSymName().str();
+    out.producer = r.producer;
+    out.producerLoc = r.producerLoc;
+    out.consumer = r.consumer;
+    out.consumerLoc = r.consumerLoc;
+    out.rule = r.rule;
+    refusals_.push_back(std::move(out));
+  }
+
+  std::vector<VStep> steps;
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  // Parameter and state updates that their kernel may write over the old
+  // value: the old value's last reader is that kernel.
+  llvm::DenseMap<Value, BlockArgument> oldValueOf;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto name = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
+    if (!name || !isa_and_nonnull<FusionOp>(v.getDefiningOp()))
+      continue;
+    for (BlockArgument a : block.getArguments()) {
+      auto p = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kParamAttr);
+      auto st = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kStateAttr);
+      if (((p && p == name) || (st && st == name)) && a.getType() == v.getType())
+        oldValueOf[v] = a;
+    }
+  }
+  auto lastReader = [&](Value a, Operation *f) {
+    SmallVector<Value> work{a};
+    while (!work.empty()) {
+      Value x = work.pop_back_val();
+      for (Operation *u : x.getUsers()) {
+        if (u == f)
+          continue;
+        if (isa<func::ReturnOp>(u) || f->isBeforeInBlock(u))
+          return false;
+        if (isa<ReshapeOp, OptimizationBarrierOp>(u))
+          work.push_back(u->getResult(0));
+      }
+    }
+    return true;
+  };
+  auto tiesOf = [&](FusionOp f, ArrayRef<Value> ins, ArrayRef<Value> outs) {
+    SmallVector<std::pair<unsigned, unsigned>> ties;
+    auto yield = f.getBlock().getTerminator();
+    for (auto [o, inner] : llvm::enumerate(outs)) {
+      Value outer;
+      for (auto [k, y] : llvm::enumerate(yield->getOperands()))
+        if (y == inner)
+          outer = f.getResult(k);
+      auto it = outer ? oldValueOf.find(outer) : oldValueOf.end();
+      if (it == oldValueOf.end() || !lastReader(it->second, f))
+        continue;
+      for (auto [i, in] : llvm::enumerate(ins)) {
+        auto a = dyn_cast<BlockArgument>(in);
+        if (a && f.getOperand(a.getArgNumber()) == it->second)
+          ties.push_back({unsigned(o), unsigned(i)});
+      }
+    }
+    return ties;
+  };
+  for (Operation &op : block.without_terminator()) {
+    if (isa<ConstantOp>(op) || (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0))))
+      continue; // only read inside kernels, which clone it
+    if (foldedIn_.count(&op) || foldedOut_.count(&op))
+      continue; // done by the GEMM that reads or writes it
+    if (isa<ReshapeOp, OptimizationBarrierOp>(op)) {
+      alias_[op.getResult(0)] = root(op.getOperand(0));
+      continue;
+    }
+    auto fusion = dyn_cast<FusionOp>(op);
+    if (!fusion)
+      return fail(&op, "the op is in no kernel (kiln-fuse left it outside)");
+    for (Type t : op.getResultTypes()) {
+      DType d;
+      auto rt = dyn_cast<RankedTensorType>(t);
+      if (!rt || !rt.hasStaticShape() || !toDType(rt.getElementType(), d))
+        return fail(&op, "results must be statically shaped tensors of a supported type");
+    }
+    VStep s;
+    SmallVector<Operation *> members;
+    for (Operation &m : fusion.getMembers())
+      members.push_back(&m);
+    Operation *main = members.empty() ? &op : members.back();
+    s.loc = locString(main->getLoc());
+    auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+    MatmulOp mm;
+    for (Operation *m : members)
+      if (auto x = dyn_cast<MatmulOp>(m))
+        mm = x;
+    if (mm && (fusion.getKind() == "gemm_epilogue" || fusion.getKind() == "gemm")) {
+      s.loc = locString(mm.getLoc());
+      if (failed(gemmStep(fusion, mm, s)))
+        return failure();
+      // The epilogue: every member after the GEMM, reading its result.
+      SmallVector<Operation *> epi;
+      for (Operation *m : members)
+        if (m != mm.getOperation())
+          epi.push_back(m);
+      if (!epi.empty()) {
+        llvm::SmallPtrSet<Operation *, 8> epiSet(epi.begin(), epi.end());
+        SmallVector<Value> ins, outs;
+        for (Operation *m : epi)
+          for (Value v : m->getOperands()) {
+            Operation *d = v.getDefiningOp();
+            if ((d && (epiSet.count(d) || isa<ConstantOp>(d))) || llvm::is_contained(ins, v))
+              continue;
+            ins.push_back(v);
+          }
+        for (Value v : yield.getValues())
+          if (v.getDefiningOp() && epiSet.count(v.getDefiningOp()) &&
+              !llvm::is_contained(outs, v))
+            outs.push_back(v);
+        // The GEMM's own operands are never written over.
+        auto ties = tiesOf(fusion, ins, outs);
+        llvm::erase_if(ties, [&](auto t) {
+          return ins[t.second] == mm.getLhs() || ins[t.second] == mm.getRhs();
+        });
+        FailureOr<int> k = makeKernel(epi, ins, outs, "elementwise",
+                                      cast<RankedTensorType>(mm.getType()).getRank(), ties);
+        if (failed(k))
+          return failure();
+        s.epilogue = *k;
+        for (Value v : ins) {
+          auto a = dyn_cast<BlockArgument>(v);
+          s.epiIns.push_back(a ? root(fusion.getOperand(a.getArgNumber())) : v);
+        }
+        for (Value v : outs)
+          for (auto [i, y] : llvm::enumerate(yield.getValues()))
+            if (y == v) {
+              s.epiOuts.push_back(fusion.getResult(i));
+              break;
+            }
+        for (auto [o, i] : ties)
+          s.tied.push_back({s.epiOuts[o], s.epiIns[i]});
+        if (ties.empty() && s.gemm.heads == 0)
+          matchLtEpilogue(fusion, mm, epi, outs, s);
+      }
+      steps.push_back(std::move(s));
+      continue;
+    }
+    if (mm && members.size() != 1)
+      return fail(mm, "a matmul that is no library GEMM (f64 or integer) must be a kernel of "
+                      "its own");
+    s.kind = Step::Kernel;
+    SmallVector<Value> ins(fusion.getBlock().getArguments().begin(),
+                           fusion.getBlock().getArguments().end());
+    SmallVector<Value> outs(yield.getValues().begin(), yield.getValues().end());
+    auto ties = tiesOf(fusion, ins, outs);
+    FailureOr<int> k = makeKernel(members, ins, outs, fusion.getKind(), fusion.getRows(), ties);
+    if (failed(k))
+      return failure();
+    s.kernel = *k;
+    for (Value v : fusion.getOperands())
+      s.ins.push_back(root(v));
+    for (Value v : fusion.getResults())
+      s.outs.push_back(v);
+    for (auto [o, i] : ties)
+      s.tied.push_back({s.outs[o], s.ins[i]});
+    steps.push_back(std::move(s));
+  }
+  for (Value v : ret.getOperands())
+    if (!v.getDefiningOp() || isa<FusionOp>(v.getDefiningOp()) || alias_.count(v) ||
+        isa<BlockArgument>(v))
+      continue;
+    else if (!foldedOut_.count(v.getDefiningOp()))
+      return fail(v.getDefiningOp(), "a returned value has no buffer");
+  return assignBuffers(fn, steps, ret);
+}
+
+LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &steps,
+                                       func::ReturnOp ret) {
+  program::Function out;
+  out.name = fn.getSymName().str();
+  const int n = int(steps.size());
+  const int kEnd = n + 1; // "live until the function returns"
+
+  llvm::DenseMap<Value, int> buffer; // root value -> buffer id
+  llvm::DenseMap<Value, int> def, last;
+  Block &block = fn.getBody().front();
+
+  // Arguments: parameters and state are persistent; inputs are scratch.
+  for (BlockArgument a : block.getArguments()) {
+    auto t = cast<RankedTensorType>(a.getType());
+    DType d;
+    if (!toDType(t.getElementType(), d))
+      return fail(fn, "an argument has an unsupported element type");
+    if (auto p = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kParamAttr))
+      buffer[a] = persistentBuffer(p.str(), Role::Param, t);
+    else if (auto st = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kStateAttr))
+      buffer[a] = persistentBuffer(st.str(), Role::State, t);
+    def[a] = -1;
+    last[a] = -1;
+  }
+  for (auto [i, s] : llvm::enumerate(steps)) {
+    for (Value v : llvm::concat<Value>(s.ins, s.epiIns))
+      last[root(v)] = std::max(last.lookup(root(v)), int(i));
+    for (Value v : llvm::concat<Value>(s.outs, s.epiOuts)) {
+      def[v] = int(i);
+      last[v] = std::max(last.lookup(v), int(i));
+    }
+  }
+  for (Value v : ret.getOperands())
+    last[root(v)] = kEnd;
+
+  // Outputs tied to an input live in the input's buffer.
+  llvm::DenseSet<Value> tiedOut;
+  for (VStep &s : steps)
+    for (auto [o, i] : s.tied) {
+      buffer[o] = buffer.lookup(root(i));
+      tiedOut.insert(o);
+    }
+  // Results that are new values of a parameter or state tensor go
+  // straight into its buffer when written over the old value (tied) or
+  // when the old value is dead before the producing step; otherwise a copy
+  // at the end.
+  std::vector<std::pair<Value, int>> copies;
+  llvm::DenseSet<int> claimed;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto name = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
+    int target = name ? prog_.persistent(name.str()) : -1;
+    if (target < 0)
+      continue;
+    Value r = root(v);
+    if (buffer.count(r) && buffer[r] == target)
+      continue; // returned unchanged, or written in place
+    Value old;
+    for (BlockArgument a : block.getArguments())
+      if (buffer.count(a) && buffer[a] == target)
+        old = a;
+    bool inPlace = false;
+    if (!buffer.count(r) && def.count(r) && def[r] >= 0 && !claimed.count(target)) {
+      int oldLast = old ? last.lookup(old) : -1;
+      inPlace = oldLast < def[r];
+    }
+    if (inPlace) {
+      buffer[r] = target;
+      claimed.insert(target);
+    } else {
+      copies.push_back({r, target});
+    }
+  }
+
+  // Scratch buffers, first fit over live ranges.
+  struct Live { int64_t offset, size; int end; };
+  std::vector<Live> live;
+  int64_t peak = 0;
+  auto allocate = [&](Value v, Role role, const std::string &name) -> int {
+    Buffer b = makeBuffer(cast<RankedTensorType>(v.getType()), role, name);
+    int64_t size = align(std::max<int64_t>(b.bytes, 1));
+    std::sort(live.begin(), live.end(),
+              [](const Live &x, const Live &y) { return x.offset < y.offset; });
+    int64_t at = 0;
+    for (const Live &l : live) {
+      if (l.offset - at >= size)
+        break;
+      at = std::max(at, l.offset + l.size);
+    }
+    live.push_back({at, size, last.lookup(v)});
+    peak = std::max(peak, at + size);
+    b.offset = at; // relative to the scratch base until run() ends
+    prog_.buffers.push_back(b);
+    scratchIds_.push_back(int(prog_.buffers.size()) - 1);
+    return scratchIds_.back();
+  };
+  auto release = [&](int before) {
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](const Live &l) { return l.end < before; }),
+               live.end());
+  };
+
+  for (BlockArgument a : block.getArguments()) {
+    if (buffer.count(a))
+      continue;
+    auto name = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kInputAttr);
+    buffer[a] = allocate(a, Role::Input, name ? name.str() : "");
+  }
+  llvm::DenseSet<Value> returned;
+  for (Value v : ret.getOperands())
+    returned.insert(root(v));
+  for (int i = 0; i < n; ++i) {
+    release(i);
+    for (Value v : llvm::concat<Value>(steps[i].outs, steps[i].epiOuts))
+      if (!buffer.count(v))
+        buffer[v] = allocate(v, returned.count(v) ? Role::Output : Role::Temp, "");
+  }
+
+  for (BlockArgument a : block.getArguments())
+    out.args.push_back(buffer[a]);
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    out.results.push_back(buffer[root(v)]);
+    Buffer &b = prog_.buffers[buffer[root(v)]];
+    auto name = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
+    if (b.role == Role::Output && b.name.empty() && name)
+      b.name = name.str();
+  }
+  for (VStep &s : steps) {
+    Step st;
+    st.kind = s.kind;
+    st.kernel = s.kernel;
+    st.gemm = s.gemm;
+    st.loc = s.loc;
+    for (Value v : s.ins)
+      st.args.push_back(buffer[root(v)]);
+    for (Value v : s.outs)
+      if (!(s.kind == Step::Kernel && tiedOut.count(v)))
+        st.args.push_back(buffer[v]);
+    st.epilogue = s.epilogue;
+    for (Value v : s.epiIns)
+      st.epilogueArgs.push_back(buffer[root(v)]);
+    for (Value v : s.epiOuts)
+      if (!tiedOut.count(v))
+        st.epilogueArgs.push_back(buffer[v]);
+    if (s.lt) {
+      st.lt.activation = s.ltAct;
+      st.lt.bias = s.ltBias ? buffer[root(s.ltBias)] : -1;
+      st.lt.out = buffer[s.ltOut];
+      st.lt.aux = !s.ltAux ? -1 : s.ltAux == s.outs.front() ? st.args[2] : buffer[s.ltAux];
+    }
+    out.steps.push_back(std::move(st));
+  }
+  for (auto [v, target] : copies) {
+    Step st;
+    st.kind = Step::Copy;
+    st.args = {buffer[v], target};
+    st.loc = locString(v.getLoc());
+    out.steps.push_back(std::move(st));
+  }
+  out.scratchBytes = peak;
+  prog_.functions.push_back(std::move(out));
+  return success();
+}
+
+} // namespace codegen
+
+void printPlan(const program::Program &p, llvm::raw_ostream &os) {
+  auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", double(b) / (1 << 20)); };
+  os << fmt::format("arena: {} bytes ({}): persistent {} bytes (parameters and "
+                    "optimizer state), scratch peak {} bytes\n",
+                    p.arenaBytes, mib(p.arenaBytes), p.persistentBytes,
+                    p.arenaBytes - p.persistentBytes);
+  int64_t split = 0;
+  for (const program::Kernel &k : p.kernels)
+    split += k.chunks > 1;
+  os << fmt::format("kernels: {} distinct, {} of them split into row pieces for threads\n",
+                    p.kernels.size(), split);
+  auto shapeStr = [](const Buffer &b) {
+    std::string s = program::dtypeName(b.dtype);
+    s += "[";
+    for (size_t i = 0; i < b.shape.size(); ++i)
+      s += (i ? "x" : "") + std::to_string(b.shape[i]);
+    return s + "]";
+  };
+  for (const program::Function &f : p.functions) {
+    int64_t temps = 0, kernels = 0, gemms = 0, copies = 0;
+    for (const Step &s : f.steps)
+      (s.kind == Step::Kernel ? kernels : s.kind == Step::Gemm ? gemms : copies)++;
+    std::set<int> ids;
+    for (const Step &s : f.steps)
+      for (int id : llvm::concat<const int>(s.args, s.epilogueArgs))
+        if (p.buffers[id].role == Role::Temp && ids.insert(id).second)
+          temps += p.buffers[id].bytes;
+    os << fmt::format("\n@{}: {} steps ({} kernels, {} gemms, {} copies); scratch "
+                      "peak {} bytes ({}); {} bytes of temporaries without reuse\n",
+                      f.name, f.steps.size(), kernels, gemms, copies,
+                      f.scratchBytes, mib(f.scratchBytes), temps);
+    for (size_t i = 0; i < f.steps.size(); ++i) {
+      const Step &s = f.steps[i];
+      std::string what = s.kind == Step::Kernel
+                             ? p.kernels[s.kernel].symbol +
+                                   (p.kernels[s.kernel].chunks > 1
+                                        ? fmt::format(" x{}", p.kernels[s.kernel].chunks)
+                                        : "")
+                         : s.kind == Step::Gemm ? "gemm"
+                         : s.kind == Step::Collective
+                             ? program::collectiveOpName(s.collective.op)
+                             : "copy";
+      std::string args;
+      for (int id : s.args) {
+        const Buffer &b = p.buffers[id];
+        args += fmt::format(" {}{}@{}", b.name.empty() ? "" : b.name + ":",
+                            shapeStr(b), b.offset);
+      }
+      os << fmt::format("  {:4} {:<34}{}", i, what, args);
+      if (std::string sched = program::scheduleNote(f, i); !sched.empty())
+        os << "  " << sched;
+      if (!s.loc.empty())
+        os << "  ; " << s.loc;
+      os << "\n";
+      if (s.kind == Step::Gemm && s.epilogue >= 0) {
+        const program::Kernel &k = p.kernels[s.epilogue];
+        std::string eargs;
+        for (int id : s.epilogueArgs) {
+          const Buffer &b = p.buffers[id];
+          eargs += fmt::format(" {}{}@{}", b.name.empty() ? "" : b.name + ":", shapeStr(b),
+                               b.offset);
+        }
+        os << fmt::format("       + epilogue {:<23}{}\n",
+                          k.symbol + (k.chunks > 1 ? fmt::format(" x{}", k.chunks) : ""), eargs);
+        if (s.lt.valid()) {
+          auto at = [&](int id) { return fmt::format("@{}", p.buffers[id].offset); };
+          std::string pre = "A B" + (s.lt.bias >= 0 ? " + bias " + at(s.lt.bias) : "");
+          if (s.lt.activation != program::LtEpilogue::Activation::None)
+            pre = fmt::format("{}({})", program::activationName(s.lt.activation), pre);
+          os << fmt::format("         as a library epilogue (cuBLASLt): out = {} {}{}\n", pre,
+                            at(s.lt.out),
+                            s.lt.aux >= 0 ? ", pre-activation " + at(s.lt.aux) : "");
+        }
+      }
+    }
+  }
+}
+
+void printFusionReport(const program::Program &p, const std::vector<Refusal> &refusals,
+                       llvm::raw_ostream &os) {
+  const program::Function *f = p.function("train_step");
+  if (!f)
+    f = p.functions.empty() ? nullptr : &p.functions.front();
+  if (!f)
+    return;
+  int64_t kernels = 0, gemms = 0, epilogues = 0, copies = 0, flops = 0, bytes = 0, fused = 0;
+  std::map<std::string, int64_t> byKind;
+  std::string lines;
+  auto where = [&](const program::Kernel &k) {
+    std::vector<std::string> fileLines; // "file:line", without directories
+    for (const std::string &loc : k.locs) {
+      llvm::StringRef l(loc);
+      size_t c = l.rfind(':');
+      l = c == llvm::StringRef::npos ? l : l.take_front(c);
+      size_t slash = l.rfind('/');
+      std::string fl = (slash == llvm::StringRef::npos ? l : l.drop_front(slash + 1)).str();
+      if (!llvm::is_contained(fileLines, fl))
+        fileLines.push_back(fl);
+    }
+    std::string w;
+    for (size_t j = 0; j < fileLines.size() && j < 4; ++j)
+      w += (j ? ", " : "") + fileLines[j];
+    if (fileLines.size() > 4)
+      w += ", ...";
+    return w;
+  };
+  auto opsOf = [](const program::Kernel &k) {
+    std::string ops;
+    for (size_t j = 0; j < k.ops.size(); ++j)
+      ops += (j ? " " : "") + llvm::StringRef(k.ops[j]).drop_front(5).str();
+    return ops;
+  };
+  auto moved = [&](const std::vector<int> &ids) {
+    int64_t m = 0;
+    for (int id : ids)
+      m += p.buffers[id].bytes;
+    return m;
+  };
+  for (size_t i = 0; i < f->steps.size(); ++i) {
+    const Step &s = f->steps[i];
+    int64_t m = moved(s.args);
+    if (s.kind == Step::Gemm) {
+      ++gemms;
+      int64_t fl = 2 * s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k;
+      std::string shape = fmt::format("[{}x{}x{}]x{}{}{}", s.gemm.m, s.gemm.n, s.gemm.k,
+                                      s.gemm.batch, s.gemm.transposeLhs ? " tA" : "",
+                                      s.gemm.transposeRhs ? " tB" : "");
+      if (s.epilogue >= 0) {
+        const program::Kernel &k = p.kernels[s.epilogue];
+        ++epilogues;
+        fl += k.flops;
+        m += moved(s.epilogueArgs);
+        lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                             "gemm+epilogue", shape + " + " + k.symbol, fl, m, s.loc);
+        lines += fmt::format("       epilogue: {}\n", opsOf(k));
+      } else {
+        lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                             "gemm", shape, fl, m, s.loc);
+      }
+      flops += fl;
+      bytes += m;
+      continue;
+    }
+    bytes += m;
+    if (s.kind == Step::Copy) {
+      ++copies;
+      lines += fmt::format("  {:4} copy                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                           p.buffers[s.args[1]].name, 0, m,
+                           "fused update is not in place");
+      continue;
+    }
+    ++kernels;
+    const program::Kernel &k = p.kernels[s.kernel];
+    flops += k.flops;
+    byKind[k.kind]++;
+    fused += k.ops.size() > 1;
+    lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i, k.kind,
+                         k.symbol, k.flops, m, where(k));
+    if (k.ops.size() > 1)
+      lines += fmt::format("       ops: {}\n", opsOf(k));
+  }
+  std::string fl = flops >= 100000000 ? fmt::format("{:.2f} GFLOP", double(flops) / 1e9)
+                                      : fmt::format("{:.3f} MFLOP", double(flops) / 1e6);
+  std::string by = bytes >= 100000000 ? fmt::format("{:.1f} MB", double(bytes) / 1e6)
+                                      : fmt::format("{:.1f} kB", double(bytes) / 1e3);
+  os << fmt::format("fusion report for @{}: {} kernels ({} fused from several ops), {} "
+                    "GEMMs ({} with a fused epilogue), {} copies; {} and {} of buffer "
+                    "traffic per call (estimates)\n",
+                    f->name, kernels, fused, gemms, epilogues, copies, fl, by);
+  os << "kernels by kind:";
+  for (auto &[kind, n] : byKind)
+    os << fmt::format(" {} {}", kind, n);
+  os << "\n\n" << lines;
+  std::map<std::string, int64_t> byRule;
+  for (const Refusal &r : refusals)
+    if (r.function == f->name)
+      byRule[r.rule.substr(0, r.rule.find(':'))]++;
+  os << fmt::format("\nfusions refused in @{}: {}\n", f->name,
+                    std::accumulate(byRule.begin(), byRule.end(), int64_t(0),
+                                    [](int64_t a, auto &kv) { return a + kv.second; }));
+  for (auto &[rule, n] : byRule)
+    os << fmt::format("  {:<20} {}\n", rule, n);
+  os << "\n";
+  for (const Refusal &r : refusals)
+    if (r.function == f->name)
+      os << fmt::format("  refused {} ({}) -> {} ({}): {}\n", r.producer, r.producerLoc,
+                        r.consumer, r.consumerLoc, r.rule);
+}
+
+} // namespace kiln

@@ -1,0 +1,120 @@
+//===- Pipelines.cpp - The pass pipelines kilnc runs ----------------------===//
+#include "passes/Pipelines.h"
+
+#include "passes/Passes.h"
+
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MathToLibm/MathToLibm.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/Arith/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/Arith/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/OneShotAnalysis.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/ControlFlow/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+namespace kiln {
+
+void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
+  KilnTrainStepPassOptions options;
+  options.gradOnly = gradOnly;
+  pm.addPass(createKilnTrainStepPass(options));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void buildCpuKernelLoweringPipeline(OpPassManager &pm) {
+  pm.addPass(createKilnLowerToLinalgPass());
+  pm.addPass(createCanonicalizerPass());
+  // Fuses every elementwise producer into its consumers inside a kernel
+  // (splat constants and broadcasts included), so no intermediate array is
+  // materialised between fused ops.
+  pm.addPass(createKilnKernelElementwiseFusionPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(bufferization::createEmptyTensorEliminationPass());
+  bufferization::OneShotBufferizationOptions opts;
+  opts.allowReturnAllocsFromLoops = true;
+  // Copies as linalg.copy (later loops), never memref.copy's call into
+  // MLIR's C runner library, which the runtime does not link.
+  opts.memCpyFn = [](OpBuilder &b, Location loc, Value from, Value to) {
+    b.create<linalg::CopyOp>(loc, from, to);
+    return success();
+  };
+  pm.addPass(bufferization::createOneShotBufferizePass(opts));
+  bufferization::BufferDeallocationPipelineOptions dealloc;
+  bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  pm.addPass(createCanonicalizerPass());
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(createConvertSCFToCFPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createKilnPolynomialMathPass());
+  // LLVM intrinsics first (fma, sqrt, ... vectorize); libm only for what
+  // has no intrinsic (float64 erf, ...).
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertMathToLibmPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  ConvertFuncToLLVMPassOptions funcOpts;
+  funcOpts.useBarePtrCallConv = true;
+  pm.addPass(createConvertFuncToLLVMPass(funcOpts));
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void registerCpuKernelLoweringInterfaces(DialectRegistry &registry) {
+  arith::registerBufferizableOpInterfaceExternalModels(registry);
+  arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  cf::registerBufferizableOpInterfaceExternalModels(registry);
+  cf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  linalg::registerBufferizableOpInterfaceExternalModels(registry);
+  memref::registerAllocationOpInterfaceExternalModels(registry);
+  scf::registerBufferizableOpInterfaceExternalModels(registry);
+  scf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  tensor::registerBufferizableOpInterfaceExternalModels(registry);
+}
+
+namespace {
+struct TrainPipelineOptions : PassPipelineOptions<TrainPipelineOptions> {
+  Option<bool> gradOnly{*this, "grad-only",
+                        llvm::cl::desc("Build @grad only (kilnc --gradcheck)"),
+                        llvm::cl::init(false)};
+};
+} // namespace
+
+void registerKilnPipelines() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "kiln-train-pipeline",
+      "kiln-train-step, canonicalize, cse: @forward to the training program (kilnc)",
+      [](OpPassManager &pm, const TrainPipelineOptions &o) {
+        buildTrainProgramPipeline(pm, o.gradOnly);
+      });
+  PassPipelineRegistration<>(
+      "kiln-cpu-kernel-lowering",
+      "The kernel module (kiln on memrefs) to the LLVM dialect (kilnc's CPU code)",
+      [](OpPassManager &pm) { buildCpuKernelLoweringPipeline(pm); });
+}
+
+} // namespace kiln
