@@ -168,8 +168,6 @@ public:
             a->descr, b.name, program::dtypeName(b.dtype), wantFloat ? "floating-point" : "integer"));
       if (Status s = checkValues(*a, b, m.pkg); !s)
         return s;
-      if (auto r = m.pkg.inputRanges.find(b.name); r != m.pkg.inputRanges.end())
-        src->ranges_.push_back(fmt::format("{} in [{}, {})", b.name, r->second.lo, r->second.hi));
       if (!src->arrays_.empty() && a->shape[0] != src->rows_)
         return Status::error(fmt::format("{}: {} rows, but the other inputs have {}",
                                          path, a->shape[0], src->rows_));
@@ -207,9 +205,8 @@ public:
     return out;
   }
   std::string describe() const override {
-    return fmt::format("{} ({} rows{}{}{})", fmt::join(paths_, ", "), rows_,
-                       shuffle_ ? ", shuffled per epoch" : "", ranges_.empty() ? "" : "; ",
-                       fmt::join(ranges_, ", "));
+    return fmt::format("{} ({} rows{})", fmt::join(paths_, ", "), rows_,
+                       shuffle_ ? ", shuffled per epoch" : "");
   }
   int64_t epochBatches() const override { return rows_ / batch_; }
 
@@ -234,7 +231,6 @@ private:
   std::vector<DType> dtypes_;
   std::vector<int64_t> rowElems_;
   std::vector<std::string> paths_;
-  std::vector<std::string> ranges_; ///< "labels in [0, 10)", for describe()
   int64_t rows_ = 0, batch_ = 0;
   uint64_t seed_ = 0;
   bool shuffle_ = true;
