@@ -78,6 +78,27 @@ Expected<Package> Package::open(const std::string &path) {
     pkg.train.data = t.value("data", "");
     pkg.train.valData = t.value("val_data", "");
   }
+  // Integer inputs that index carry "range": [lo, hi) in the functions'
+  // signatures (no range: nothing to check, as in older artifacts).
+  if (m.contains("functions") && m["functions"].is_object())
+    for (const json &fn : m["functions"])
+      if (fn.is_object() && fn.contains("args") && fn["args"].is_array())
+        for (const json &a : fn["args"]) {
+          if (!a.is_object() || !a.contains("range"))
+            continue;
+          const json &r = a["range"];
+          std::string name = a.value("name", "");
+          if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
+              !r[1].is_number_integer() || r[0].get<int64_t>() >= r[1].get<int64_t>())
+            return bad(fmt::format("the range of input '{}' is {}, not [lo, hi) with lo < hi",
+                                   name, r.dump()));
+          InputRange ir{r[0].get<int64_t>(), r[1].get<int64_t>(), a.value("range_from", "")};
+          auto [it, fresh] = pkg.inputRanges.try_emplace(name, ir);
+          if (!fresh && (it->second.lo != ir.lo || it->second.hi != ir.hi))
+            return bad(fmt::format("input '{}' has range [{}, {}) in one function and [{}, {}) "
+                                   "in another", name, it->second.lo, it->second.hi, ir.lo,
+                                   ir.hi));
+        }
   auto prog = program::Program::parse(plan->bytes, path);
   if (!prog)
     return prog.status();

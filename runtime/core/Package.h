@@ -26,6 +26,14 @@ struct TrainConfig {
   std::string data, valData;
 };
 
+/// The values an integer input may take because it indexes (the targets of
+/// a cross-entropy, the indices of a gather): [lo, hi), and what bounds it.
+/// kilnc derives it from the graph; artifacts older than it have none.
+struct InputRange {
+  int64_t lo = 0, hi = 0;
+  std::string from; ///< e.g. "kiln.cross_entropy targets (10 classes)"
+};
+
 struct Package {
   std::string path;
   std::string model;       ///< model name
@@ -33,6 +41,9 @@ struct Package {
   std::string sourceHash;  ///< sha256 of that file
   std::string manifestJson;
   TrainConfig train;
+  /// Valid ranges of integer inputs, by input name (the manifest's
+  /// "range" in the functions' argument signatures).
+  std::map<std::string, InputRange> inputRanges;
   program::Program program;
   ckpt::Checkpoint initial; ///< initial parameters and state
   std::string cpuBitcode;

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <numeric>
 
@@ -16,6 +18,51 @@ namespace {
 
 using program::Buffer;
 using program::DType;
+
+/// "row 5" for a row of one element, else "row 5, element [2, 17]" (the
+/// element's index within the row, whose shape is `row`).
+std::string elementAt(int64_t flat, const std::vector<int64_t> &row) {
+  int64_t n = 1;
+  for (int64_t d : row)
+    n *= d;
+  std::string where = fmt::format("row {}", flat / std::max<int64_t>(n, 1));
+  if (row.empty())
+    return where;
+  std::vector<int64_t> idx(row.size());
+  int64_t rest = flat % std::max<int64_t>(n, 1);
+  for (size_t k = row.size(); k-- > 0;) {
+    idx[k] = rest % row[k];
+    rest /= row[k];
+  }
+  return fmt::format("{}, element [{}]", where, fmt::join(idx, ", "));
+}
+
+/// Checks every element once, on load: integer inputs that index lie in the
+/// range the compiler recorded, float inputs are finite.
+Status checkValues(const data::NpyArray &a, const Buffer &b, const Package &pkg) {
+  std::vector<int64_t> row(b.shape.begin() + 1, b.shape.end());
+  if (a.isFloat()) {
+    for (size_t k = 0; k < a.f.size(); ++k)
+      if (!std::isfinite(a.f[k]))
+        return Status::error(fmt::format(
+            "{}: {}: {}; input '{}' must be finite.\n  Fix or drop the row (numpy: "
+            "x[np.isfinite(x).all(axis=1)]) or replace the values (np.nan_to_num).",
+            a.path, elementAt(int64_t(k), row), a.f[k], b.name));
+    return Status::ok();
+  }
+  auto r = pkg.inputRanges.find(b.name);
+  if (r == pkg.inputRanges.end())
+    return Status::ok();
+  const InputRange &ir = r->second;
+  for (size_t k = 0; k < a.i.size(); ++k)
+    if (a.i[k] < ir.lo || a.i[k] >= ir.hi)
+      return Status::error(fmt::format(
+          "{}: {}: value {} is outside [{}, {}), the valid range of input '{}'{}.\n  Fix the "
+          "data (every value must be an index in [{}, {})) or compile a model whose range "
+          "covers it.", a.path, elementAt(int64_t(k), row), a.i[k], ir.lo, ir.hi, b.name,
+          ir.from.empty() ? "" : " (" + ir.from + ")", ir.lo, ir.hi));
+  return Status::ok();
+}
 
 /// Random (x, y) windows of a token file: x is the first data input, y the
 /// second (y[i] = x[i + 1]); windows depend only on (seed, index).
@@ -43,8 +90,14 @@ public:
     src->seed_ = seed;
     src->wide_[0] = bufs[inputs[0]].dtype == DType::I64;
     src->wide_[1] = bufs[inputs[1]].dtype == DType::I64;
+    // Tokens index the model (embedding rows, cross-entropy classes): the
+    // narrowest range the compiler recorded, else the vocabulary.
+    int64_t limit = 0;
+    for (int id : inputs)
+      if (auto r = m.pkg.inputRanges.find(bufs[id].name); r != m.pkg.inputRanges.end())
+        limit = limit ? std::min(limit, r->second.hi) : r->second.hi;
     auto file = data::TokenFile::open(path, data::TokenFile::Width::U16, src->context_,
-                                      m.vocabSize());
+                                      limit ? limit : m.vocabSize());
     if (!file)
       return file.status();
     src->file_ = std::make_unique<data::TokenFile>(std::move(*file));
@@ -113,6 +166,8 @@ public:
         return Status::error(fmt::format(
             "{}: dtype {} does not fit input '{}' ({}): expected {} data", path,
             a->descr, b.name, program::dtypeName(b.dtype), wantFloat ? "floating-point" : "integer"));
+      if (Status s = checkValues(*a, b, m.pkg); !s)
+        return s;
       if (!src->arrays_.empty() && a->shape[0] != src->rows_)
         return Status::error(fmt::format("{}: {} rows, but the other inputs have {}",
                                          path, a->shape[0], src->rows_));

@@ -1,7 +1,10 @@
 //===- Evaluate.cpp - Validation loss and accuracy ------------------------===//
 #include "runtime/train/Evaluate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 
 namespace kiln::train {
 
@@ -86,6 +89,18 @@ Expected<EvalReport> evaluateModel(Model &m, const EvalOptions &o, const Backend
   EvalReport r;
   r.result = evaluate(m, **src, batches);
   r.data = (*src)->describe();
+  // The data was checked on load (finite, indices in range), so a loss that
+  // is not a number comes from the parameters.
+  if (!std::isfinite(r.result.loss))
+    return Status::error(fmt::format(
+        "the validation loss is {} with the parameters of {} on {}.\n  {}", r.result.loss,
+        o.checkpoint.empty() ? m.pkg.path + " (initial parameters)" : o.checkpoint, r.data,
+        m.pkg.inputRanges.empty()
+            ? "The data's floats are finite; this artifact records no index ranges, so "
+              "recompile it with kilnc to have labels and indices checked too, then evaluate "
+              "an earlier checkpoint or retrain with a lower learning rate or grad_clip."
+            : "The data is finite and in range, so the parameters are not: evaluate an "
+              "earlier checkpoint, or retrain with a lower learning rate or grad_clip."));
   return r;
 }
 

@@ -136,8 +136,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
     if (t->val_)
       t->say(Channel::Line, fmt::format("  validation: {}, {} batches every {} steps",
                                         t->val_->describe(), t->evalSteps_, t->evalInterval_));
-    t->say(Channel::Line, fmt::format("  checkpoint: {} every {} steps and at the end",
-                                      t->ckptPath_, t->ckptEvery_));
+    t->say(Channel::Line,
+           t->ckptEvery_ > 0
+               ? fmt::format("  checkpoint: {} every {} steps and at the end", t->ckptPath_,
+                             t->ckptEvery_)
+               : fmt::format("  checkpoint: {} at the end", t->ckptPath_));
   }
   if (!o.lossLog.empty() && t->leader() &&
       !(t->lossLog_ = std::fopen(o.lossLog.c_str(), t->start_ ? "a" : "w")))
