@@ -605,6 +605,29 @@ std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t
         }))
       return "reduces-rows: the producer's kernel is a row reduction; a reduction over "
              "its rows starts a new kernel";
+    // A column kernel writes values of the reduction's input shape or of
+    // its reduced shape (the CUDA form, compiler/cuda/Columns.cpp, has a
+    // thread or block per kept column, nothing else to index by). A member
+    // of another shape that other kernels read would be such an output.
+    ArrayRef<int64_t> inShape = tensorType(op->getOperand(0)).getShape();
+    for (int x : all)
+      for (Operation *m : groups_[x].members)
+        for (Value r : m->getResults()) {
+          if (isCloneable(r) || tensorType(r).getShape() == inShape)
+            continue;
+          bool readOutside = llvm::any_of(r.getUsers(), [&](Operation *u) {
+            if (u == op)
+              return false;
+            int ug = groupOf(u);
+            return ug < 0 || !inAll(ug);
+          });
+          if (readOutside)
+            return "column-outputs: " + m->getName().getStringRef().str() + "'s " +
+                   shapeString(tensorType(r).getShape()) +
+                   " result is read by other kernels, and a column reduction's kernel "
+                   "writes only values of its input shape " + shapeString(inShape) +
+                   " or reduced shape";
+        }
     newRows = 0;
     return "";
   }

@@ -171,3 +171,20 @@ func.func @sibling_cycle(%x: tensor<8x16xf32>) -> (tensor<16xf32>, tensor<16xf32
   // expected-remark @below {{result}}
   return %a, %b : tensor<16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// A column reduction's kernel writes values of the reduction's input shape
+// or of its reduced shape: a member of another shape that another kernel
+// reads would be an output without a CUDA form, so the reduction starts a
+// kernel of its own.
+func.func @column_outputs(%x: tensor<4x4x4xf32>) -> (tensor<4x8x4xf32>, tensor<f32>) {
+  %0 = kiln.add %x, %x : tensor<4x4x4xf32>
+  %1 = kiln.concat %x, %0 dim = 1 : tensor<4x4x4xf32>, tensor<4x4x4xf32> -> tensor<4x8x4xf32>
+  %2 = kiln.abs %0 : tensor<4x4x4xf32>
+  // expected-remark @below {{not fused with kiln.abs: column-outputs: kiln.concat's [4x8x4] result is read by other kernels, and a column reduction's kernel writes only values of its input shape [4x4x4] or reduced shape}}
+  %3 = kiln.reduce_sum %2 axes = [0, 1, 2] : tensor<4x4x4xf32> -> tensor<f32>
+  // expected-remark @below {{not fused with kiln.concat: result}}
+  // expected-remark @below {{not fused with kiln.reduce_sum: result}}
+  return %1, %3 : tensor<4x8x4xf32>, tensor<f32>
+}
