@@ -1,6 +1,8 @@
 //===- Interpreter.cpp - Reference interpreter for the kiln dialect -------===//
 #include "reference/Interpreter.h"
 
+#include "dialects/kiln/Elementwise.h"
+
 #include "dialects/kiln/ElementTypes.h"
 #include "dialects/kiln/KilnOps.h"
 #include "runtime/core/Random.h"
@@ -242,14 +244,11 @@ struct PowF { double floats(double a, double b) const { return std::pow(a, b); }
 struct MaxF { double floats(double a, double b) const { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); } int64_t ints(int64_t a, int64_t b) const { return std::max(a, b); } };
 struct MinF { double floats(double a, double b) const { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); } int64_t ints(int64_t a, int64_t b) const { return std::min(a, b); } };
 
-double gelu(double x, bool tanhForm) {
-  if (!tanhForm)
-    return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
-  const double c = std::sqrt(2.0 / M_PI);
-  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
-}
-
 bool Interpreter::eval(Operation *op) {
+  // Unary elementwise ops: their scalar semantics come from the one table
+  // (dialects/kiln/Elementwise.h) the CPU and CUDA code are built from.
+  if (const elementwise_table::Entry *e = elementwise_table::lookup(op); e && e->arity == 1)
+    return unary(op, [e](double x) { return e->reference(x, 0.0); });
   return llvm::TypeSwitch<Operation *, bool>(op)
       .Case([&](ConstantOp o) { return constant(o); })
       .Case([&](IotaOp o) {
@@ -260,22 +259,6 @@ bool Interpreter::eval(Operation *op) {
         });
         set(o.getResult(), std::move(y));
         return true;
-      })
-      .Case([&](NegOp o) { return unary(o, [](double x) { return -x; }); })
-      .Case([&](AbsOp o) { return unary(o, [](double x) { return std::fabs(x); }); })
-      .Case([&](ExpOp o) { return unary(o, [](double x) { return std::exp(x); }); })
-      .Case([&](LogOp o) { return unary(o, [](double x) { return std::log(x); }); })
-      .Case([&](SqrtOp o) { return unary(o, [](double x) { return std::sqrt(x); }); })
-      .Case([&](RsqrtOp o) { return unary(o, [](double x) { return 1.0 / std::sqrt(x); }); })
-      .Case([&](TanhOp o) { return unary(o, [](double x) { return std::tanh(x); }); })
-      .Case([&](SigmoidOp o) { return unary(o, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }); })
-      .Case([&](ReluOp o) { return unary(o, [](double x) { return x > 0 ? x : 0.0; }); })
-      .Case([&](ErfOp o) { return unary(o, [](double x) { return std::erf(x); }); })
-      .Case([&](CosOp o) { return unary(o, [](double x) { return std::cos(x); }); })
-      .Case([&](SinOp o) { return unary(o, [](double x) { return std::sin(x); }); })
-      .Case([&](GeluOp o) {
-        bool t = o.getApproximation() == GeluApproximation::tanh;
-        return unary(o, [t](double x) { return gelu(x, t); });
       })
       .Case([&](CastOp o) {
         const Tensor &x = in(o.getOperand());
