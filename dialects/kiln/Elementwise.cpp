@@ -120,6 +120,18 @@ const Entry kEntries[] = {
                s.loc, s.f(1.0),
                s.b.create<math::ExpOp>(s.loc, s.b.create<arith::NegFOp>(s.loc, s.a[0]))));
      }},
+    // x / (1 + e^-x) (SiLU, swish)
+    {"kiln.silu", 1, [](double x, double) { return x / (1.0 + std::exp(-x)); },
+     [](C c) {
+       return fmt::format("({} / ({} + exp{}(-{})))", c.a[0], c.lit(1.0), c.suffix(), c.a[0]);
+     },
+     [](S s) -> Value {
+       return s.b.create<arith::DivFOp>(
+           s.loc, s.a[0],
+           s.b.create<arith::AddFOp>(
+               s.loc, s.f(1.0),
+               s.b.create<math::ExpOp>(s.loc, s.b.create<arith::NegFOp>(s.loc, s.a[0]))));
+     }},
     // max(x, 0); NaN stays NaN (arith.maximumf)
     {"kiln.relu", 1, [](double x, double) { return (x != x || x > 0) ? x : 0.0; },
      [](C c) {

@@ -138,6 +138,12 @@ KILN_UNARY_GRAD(RsqrtOp, return h.scale(h.div(h.mul(g, y), x), -0.5);)
 KILN_UNARY_GRAD(TanhOp, return h.mul(g, h.sub(h.splat(y, 1.0), h.mul(y, y)));)
 // d sigmoid x = g y (1 - y)
 KILN_UNARY_GRAD(SigmoidOp, return h.mul(g, h.mul(y, h.sub(h.splat(y, 1.0), y)));)
+// d silu x = g s (1 + x (1 - s)), s = sigmoid(x)
+KILN_UNARY_GRAD(SiluOp, {
+  Value s = h.b.create<SigmoidOp>(h.loc, x);
+  Value one = h.splat(s, 1.0);
+  return h.mul(g, h.mul(s, h.add(one, h.mul(x, h.sub(one, s)))));
+})
 // d relu x = g where x > 0
 // d relu(x) = g where x > 0, read off the result (relu(x) > 0 exactly
 // where x > 0, NaN included): the backward then keeps no pre-activation,

@@ -93,6 +93,7 @@ def Kiln_SqrtOp : Kiln_UnaryOp<"sqrt", Kiln_FloatTensor, "sqrt(x)", [Kiln_FlopsP
 def Kiln_RsqrtOp : Kiln_UnaryOp<"rsqrt", Kiln_FloatTensor, "1/sqrt(x)", [Kiln_FlopsPerElement<10>]>;
 def Kiln_TanhOp : Kiln_UnaryOp<"tanh", Kiln_FloatTensor, "tanh(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 def Kiln_SigmoidOp : Kiln_UnaryOp<"sigmoid", Kiln_FloatTensor, "1/(1+e^-x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_SiluOp : Kiln_UnaryOp<"silu", Kiln_FloatTensor, "x/(1+e^-x) (SiLU, swish)", [Kiln_FlopsPerElement<11>, Kiln_Transcendental]>;
 def Kiln_ReluOp : Kiln_UnaryOp<"relu", Kiln_NumTensor, "max(x, 0)", [Kiln_FlopsPerElement<1>]>;
 def Kiln_ErfOp : Kiln_UnaryOp<"erf", Kiln_FloatTensor, "erf(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 def Kiln_CosOp : Kiln_UnaryOp<"cos", Kiln_FloatTensor, "cos(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;

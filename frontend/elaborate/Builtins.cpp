@@ -31,6 +31,7 @@ Val Elaborator::unaryTensorFn(const std::string &fn, const Val &x,
         return scalarInt(x.i < 0 ? -x.i : x.i, l);
       r = std::fabs(v);
     } else if (fn == "sigmoid") r = 1.0 / (1.0 + std::exp(-v));
+    else if (fn == "silu") r = v / (1.0 + std::exp(-v));
     else if (fn == "relu") r = v > 0 ? v : 0;
     else
       fail(l, fn + "() needs a tensor");
@@ -53,6 +54,7 @@ Val Elaborator::unaryTensorFn(const std::string &fn, const Val &x,
   else if (fn == "tanh") r = create<TanhOp>(l, x.value);
   else if (fn == "abs") r = create<AbsOp>(l, x.value);
   else if (fn == "sigmoid") r = create<SigmoidOp>(l, x.value);
+  else if (fn == "silu") r = create<SiluOp>(l, x.value);
   else if (fn == "relu") r = create<ReluOp>(l, x.value);
   else
     fail(l, "unknown function '" + fn + "'");
@@ -216,16 +218,16 @@ Val Elaborator::reduce(const std::string &fn, const Val &x,
 Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
   if (fn.kind != Val::Kind::Func)
     fail(fn.loc, "expected an activation function (relu, gelu, gelu_tanh, "
-                 "tanh, sigmoid), got " + describe(fn));
+                 "tanh, sigmoid, silu), got " + describe(fn));
   if (fn.s == "gelu" || fn.s == "gelu_tanh") {
     expectFloatTensor(x, "the argument of gelu()");
     auto approx = fn.s == "gelu" ? GeluApproximation::erf : GeluApproximation::tanh;
     return tensor(create<GeluOp>(l, approx, x.value), x.shape, x.dtype, l);
   }
-  if (fn.s == "relu" || fn.s == "tanh" || fn.s == "sigmoid")
+  if (fn.s == "relu" || fn.s == "tanh" || fn.s == "sigmoid" || fn.s == "silu")
     return unaryTensorFn(fn.s, x, l);
   fail(fn.loc, "'" + fn.s + "' is not an activation; use relu, gelu, "
-               "gelu_tanh, tanh or sigmoid");
+               "gelu_tanh, tanh, sigmoid or silu");
 }
 
 //===----------------------------------------------------------------------===//
@@ -236,7 +238,7 @@ void Elaborator::registerTensorBuiltins() {
   auto &B = builtins_;
   // Elementwise functions of one tensor (or one number).
   for (const char *fn : {"sqrt", "rsqrt", "exp", "log", "tanh", "abs",
-                         "sigmoid", "relu"}) {
+                         "sigmoid", "relu", "silu"}) {
     std::string name = fn;
     B[name] = [this, name](const Expr &e, Env &env) {
       Args a = bindArgs(e, env, {"x"}, 1);

@@ -42,6 +42,7 @@ func.func @f(%x: tensor<4x8xf32>, %i: tensor<4xi32>, %w: tensor<8x3xf32>, %s: te
   %tanh = kiln.tanh %x : tensor<4x8xf32>
   %sigmoid = kiln.sigmoid %x : tensor<4x8xf32>
   %relu = kiln.relu %x : tensor<4x8xf32>
+  %silu = kiln.silu %x : tensor<4x8xf32>
   %erf = kiln.erf %x : tensor<4x8xf32>
   %cos = kiln.cos %x : tensor<4x8xf32>
   %sin = kiln.sin %x : tensor<4x8xf32>
@@ -78,6 +79,7 @@ func.func @f(%x: tensor<4x8xf32>, %i: tensor<4xi32>, %w: tensor<8x3xf32>, %s: te
       {"kiln.sqrt", {10 * n, false}},   {"kiln.rsqrt", {10 * n, false}},
       {"kiln.tanh", {10 * n, true}},    {"kiln.sigmoid", {10 * n, true}},
       {"kiln.relu", {n, false}},        {"kiln.erf", {10 * n, true}},
+      {"kiln.silu", {11 * n, true}},
       {"kiln.cos", {10 * n, true}},     {"kiln.sin", {10 * n, true}},
       {"kiln.gelu", {10 * n, true}},    {"kiln.cast", {n, false}},
       {"kiln.add", {n, false}},         {"kiln.sub", {n, false}},
