@@ -9,6 +9,7 @@ DEBIAN_PACKAGES=(
   cmake ninja-build ccache g++ git python3 python3-pip
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libfmt-dev libgtest-dev libopenblas-dev nlohmann-json3-dev
+  clang-19 libclang-rt-19-dev
 )
 
 missing=()

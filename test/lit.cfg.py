@@ -49,3 +49,16 @@ if "  cuda:0 " in devices:
 else:
     lit_config.note("no CUDA GPU here: GPU tests are UNSUPPORTED (%s)" %
                     (devices.strip().splitlines()[-1] if devices.strip() else "kiln-run devices failed"))
+
+# A real full disk: a small tmpfs mounted in a private user and mount
+# namespace (unshare -rm), where the kernel allows it.
+try:
+    ok = subprocess.run(["unshare", "-rm", "sh", "-c",
+                         "mount -t tmpfs -o size=64k tmpfs /mnt && touch /mnt/x"],
+                        capture_output=True, timeout=20).returncode == 0
+except Exception:  # noqa: BLE001 - no unshare, no namespaces: no feature
+    ok = False
+if ok:
+    config.available_features.add("tmpfs-mount")
+else:
+    lit_config.note("cannot mount a tmpfs in a namespace: the full-disk test is UNSUPPORTED")

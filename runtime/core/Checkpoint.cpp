@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -54,9 +56,51 @@ Status sysError(const std::string &what, const std::string &path) {
                                    std::strerror(errno)));
 }
 
+/// Fault injection for tests (docs/testing.md): KILN_FAULT_INJECT set to
+/// `checkpoint-kill@N` or `checkpoint-enospc@N` makes a checkpoint write stop
+/// after N bytes of its temporary file, by SIGKILL (a crash mid-write) or as
+/// if the disk were full. Read once; unset in normal runs.
+struct Fault {
+  enum Kind { None, Kill, NoSpace } kind = None;
+  size_t after = 0;
+};
+const Fault &fault() {
+  static Fault f = [] {
+    Fault r;
+    const char *v = std::getenv("KILN_FAULT_INJECT");
+    if (!v)
+      return r;
+    std::string spec(v);
+    size_t at = spec.find('@');
+    std::string what = spec.substr(0, at);
+    if (what == "checkpoint-kill")
+      r.kind = Fault::Kill;
+    else if (what == "checkpoint-enospc")
+      r.kind = Fault::NoSpace;
+    if (at != std::string::npos)
+      r.after = size_t(std::strtoull(spec.c_str() + at + 1, nullptr, 10));
+    return r;
+  }();
+  return f;
+}
+
 Status writeAll(int fd, const char *p, size_t n, const std::string &path) {
+  size_t written = 0;
+  const Fault &f = fault();
   while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
+    size_t chunk = n;
+    if (f.kind != Fault::None) {
+      if (written >= f.after) {
+        if (f.kind == Fault::Kill) {
+          ::fsync(fd); // what was written is on disk, as after a real crash
+          ::raise(SIGKILL);
+        }
+        errno = ENOSPC;
+        return sysError("write", path);
+      }
+      chunk = std::min(n, f.after - written);
+    }
+    ssize_t w = ::write(fd, p, chunk);
     if (w < 0) {
       if (errno == EINTR)
         continue;
@@ -64,8 +108,19 @@ Status writeAll(int fd, const char *p, size_t n, const std::string &path) {
     }
     p += w;
     n -= size_t(w);
+    written += size_t(w);
   }
   return Status::ok();
+}
+
+/// What a failed write leaves: the checkpoint at `path` as it was.
+Status keptPrevious(const Status &s, const std::string &path) {
+  bool previous = ::access(path.c_str(), F_OK) == 0;
+  return Status::error(s.message() +
+                       (previous ? "; the previous checkpoint '" + path + "' is unchanged"
+                                 : "; no checkpoint was written to '" + path + "'") +
+                       " (free space or choose another --checkpoint path)",
+                       s.kind());
 }
 } // namespace
 
@@ -124,7 +179,7 @@ Status write(const std::string &path, const Checkpoint &c) {
     s = sysError("close", tmp);
   if (!s) {
     ::unlink(tmp.c_str());
-    return s;
+    return keptPrevious(s, path);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     Status e = sysError("rename the new checkpoint to", path);
