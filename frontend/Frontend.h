@@ -30,15 +30,6 @@
 
 namespace kiln::frontend {
 
-struct FrontendOptions {
-  /// Sizes for free dimensions, e.g. {"B": 12} from `--dim B=12`.
-  std::map<std::string, int64_t> dims;
-  /// Overrides the train section's batch for the batch dimension.
-  std::optional<int64_t> batch;
-  /// Overrides model parameters, e.g. {"layers": "2"} from `--param layers=2`.
-  std::map<std::string, std::string> params;
-};
-
 /// Limits that keep any input from exhausting time or memory.
 constexpr int64_t kMaxOps = 250'000;
 constexpr int64_t kMaxRepeat = 100'000;
@@ -47,6 +38,18 @@ constexpr int64_t kMaxSteps = 10'000'000;      ///< statements evaluated
 constexpr int64_t kMaxListElements = 1'000'000;
 constexpr int64_t kMaxDimSize = (int64_t(1) << 31) - 1;
 constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
+
+struct FrontendOptions {
+  /// Sizes for free dimensions, e.g. {"B": 12} from `--dim B=12`.
+  std::map<std::string, int64_t> dims;
+  /// Overrides the train section's batch for the batch dimension.
+  std::optional<int64_t> batch;
+  /// Overrides model parameters, e.g. {"layers": "2"} from `--param layers=2`.
+  std::map<std::string, std::string> params;
+  /// The op limit (kMaxOps unless lowered: the fuzz targets lower it so a
+  /// huge unrolled model costs milliseconds, not a minute under ASan).
+  int64_t maxOps = kMaxOps;
+};
 
 /// Checks `ast` and builds the kiln module. Returns null after reporting
 /// the first error through `diags`.

@@ -66,8 +66,8 @@ Location Elaborator::loc(SourceLoc l) {
 }
 
 void Elaborator::countOp(SourceLoc l) {
-  if (++opCount_ > kMaxOps)
-    fail(l, "the model grows past " + std::to_string(kMaxOps) +
+  if (++opCount_ > opts_.maxOps)
+    fail(l, "the model grows past " + std::to_string(opts_.maxOps) +
                 " ops; reduce repeat counts or model size");
 }
 
