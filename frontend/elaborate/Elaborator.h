@@ -259,6 +259,8 @@ private:
                 std::initializer_list<const char *> params, size_t required);
   void execBlock(const Block &block, Env &env, bool inDef, bool topLevel,
                  std::optional<Val> &ret);
+  void assign(const std::string &name, SourceLoc nameLoc, Val v, Env &env,
+              bool inDef);
   void declareInput(const Stmt &s, Env &env);
   int64_t dimSize(const Expr &e, Env &env, std::string &name);
   void evalModelParams(const ModelDecl &m);
@@ -291,6 +293,8 @@ private:
   Val transpose(const Val &x, const std::vector<int64_t> &perm, SourceLoc l);
   Val sliceAxis(const Val &x, int64_t axis, int64_t start, int64_t end,
                 int64_t step, SourceLoc l);
+  /// `x[i, a:b:c, ...]` (an Index expression).
+  Val index(const Expr &e, Env &env);
   Val dropout(const Val &x, double p, SourceLoc l);
   Val reduce(const std::string &fn, const Val &x,
              const std::vector<int64_t> &axes, bool keepdims, SourceLoc l);
