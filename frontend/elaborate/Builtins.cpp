@@ -342,7 +342,35 @@ Val Elaborator::reduce(const std::string &fn, const Val &x,
 Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
   if (fn.kind != Val::Kind::Func)
     fail(fn.loc, "expected an activation function (relu, gelu, gelu_tanh, "
-                 "tanh, sigmoid), got " + describe(fn));
+                 "tanh, sigmoid, or a def of one argument), got " +
+                     describe(fn));
+  auto def = defs_.find(fn.s);
+  if (def != defs_.end()) {
+    // A user def of one argument (further parameters need defaults),
+    // inlined at each use.
+    const DefDecl &d = *def->second;
+    size_t required = 0;
+    for (const Param &p : d.params)
+      required += !p.defaultValue;
+    bool firstRequired = !d.params.empty() && !d.params[0].defaultValue;
+    if (d.params.empty() || required > 1 || (required == 1 && !firstRequired)) {
+      std::string sig;
+      for (const Param &p : d.params)
+        sig += (sig.empty() ? "" : ", ") + p.name + (p.defaultValue ? "=..." : "");
+      fail(fn.loc, "'" + d.name + "(" + sig + ")' cannot be an activation: "
+                   "it must take one argument (the tensor), as in "
+                   "'def act(x) { return x * sigmoid(x) }'; other parameters "
+                   "need defaults");
+    }
+    Val y = callDefOn(d, x, l);
+    if (!y.isTensor())
+      fail(fn.loc, "activation '" + d.name + "' returned " + describe(y) +
+                       ", not a tensor");
+    if (y.shape != x.shape || y.dtype != x.dtype)
+      fail(fn.loc, "activation '" + d.name + "' must keep its input's shape "
+                   "and type: it maps " + describe(x) + " to " + describe(y));
+    return y;
+  }
   if (fn.s == "gelu" || fn.s == "gelu_tanh") {
     expectFloatTensor(x, "the argument of gelu()");
     auto approx = fn.s == "gelu" ? GeluApproximation::erf : GeluApproximation::tanh;
@@ -351,7 +379,7 @@ Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
   if (fn.s == "relu" || fn.s == "tanh" || fn.s == "sigmoid")
     return unaryTensorFn(fn.s, x, l);
   fail(fn.loc, "'" + fn.s + "' is not an activation; use relu, gelu, "
-               "gelu_tanh, tanh or sigmoid");
+               "gelu_tanh, tanh, sigmoid or a def of one argument");
 }
 
 //===----------------------------------------------------------------------===//

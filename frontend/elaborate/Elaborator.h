@@ -255,6 +255,12 @@ private:
                   SourceLoc l);
   Val call(const Expr &e, Env &env);
   Val callDef(const DefDecl &def, const Expr &e, Env &env);
+  /// Inlines `def` applied to x alone (its other parameters take their
+  /// defaults), as mlp() does for a user activation.
+  Val callDefOn(const DefDecl &def, const Val &x, SourceLoc l);
+  /// Runs a def's body in `local` (its bound parameters) and returns its
+  /// value; layers inside are named <scope>.<def>[_n].<layer>.
+  Val inlineDef(const DefDecl &def, Env &local, SourceLoc l);
   Args bindArgs(const Expr &e, Env &env,
                 std::initializer_list<const char *> params, size_t required);
   void execBlock(const Block &block, Env &env, bool inDef, bool topLevel,

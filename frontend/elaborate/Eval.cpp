@@ -245,12 +245,28 @@ Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
                       def.params[i].name + "'");
     local.vars[def.params[i].name] = eval(*def.params[i].defaultValue, local);
   }
+  return inlineDef(def, local, e.loc);
+}
+
+Val Elaborator::callDefOn(const DefDecl &def, const Val &x, SourceLoc l) {
+  if (callDepth_ >= kMaxCallDepth)
+    fail(l, "calls nest deeper than " + std::to_string(kMaxCallDepth) +
+                " (is '" + def.name + "' recursive?)");
+  Env local;
+  local.parent = &paramEnv_;
+  local.vars[def.params[0].name] = x;
+  for (size_t i = 1; i < def.params.size(); ++i)
+    local.vars[def.params[i].name] = eval(*def.params[i].defaultValue, local);
+  return inlineDef(def, local, l);
+}
+
+Val Elaborator::inlineDef(const DefDecl &def, Env &local, SourceLoc l) {
   // Layers inside the def are named <scope>.<def>[_n].<layer>.
   std::string base = joinPrefix();
   int &count = nameCounts_[base + "|def:" + def.name];
   prefix_.push_back(def.name + (count ? "_" + std::to_string(count) : ""));
   ++count;
-  callStack_.push_back(loc(e.loc));
+  callStack_.push_back(loc(l));
   ++callDepth_;
   std::optional<Val> ret;
   execBlock(def.body, local, /*inDef=*/true, /*topLevel=*/false, ret);
@@ -258,9 +274,9 @@ Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
   callStack_.pop_back();
   prefix_.pop_back();
   if (!ret)
-    fail(e.loc, "'" + def.name + "' returned no value; end it with "
-                    "'return EXPR'");
-  ret->loc = e.loc;
+    fail(l, "'" + def.name + "' returned no value; end it with "
+                "'return EXPR'");
+  ret->loc = l;
   return *ret;
 }
 
