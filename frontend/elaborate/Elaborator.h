@@ -148,6 +148,9 @@ public:
   }
 
   OwningOpRef<ModuleOp> run();
+  /// Warns about each layer call whose parameters never reach a result of
+  /// @forward (loss, logits): they would be trained to no effect.
+  void warnUnusedLayers();
 
 private:
   MLIRContext &ctx_;
@@ -171,6 +174,15 @@ private:
     SourceLoc loc;
   };
   std::unordered_map<std::string, Layer> layers_;
+  /// The layer call that creates parameters now (set by layerName()), and
+  /// for each parameter, in argument order, the call that created it: the
+  /// unused-layer warning groups parameters by it.
+  struct LayerCall {
+    std::string kind, name;
+    SourceLoc loc;
+  };
+  LayerCall currentLayer_;
+  std::vector<LayerCall> paramOwners_;
   std::vector<NamedAttrList> paramAttrs_, inputAttrs_;
   std::vector<std::string> inputNames_;
   unsigned numParams_ = 0;

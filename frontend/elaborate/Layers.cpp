@@ -42,6 +42,7 @@ std::string Elaborator::layerName(const std::string &kind, const Args &args,
       ++count;
     } while (layers_.count(full));
   }
+  currentLayer_ = LayerCall{kind, full, args.callLoc};
   return full;
 }
 
@@ -82,6 +83,7 @@ Val Elaborator::newParam(const std::string &name, const std::string &layerKind,
   attrs.append(KilnDialect::kLayerAttr, b_.getStringAttr(layerKind));
   attrs.append(KilnDialect::kInitAttr, initAttr(init));
   paramAttrs_.push_back(attrs);
+  paramOwners_.push_back(currentLayer_);
   return tensor(arg, shape, DType::F32, l);
 }
 
@@ -234,7 +236,9 @@ Val Elaborator::mlp(const Args &a, SourceLoc l) {
     fail(x.loc, "mlp() needs an input of rank >= 2, got " + describe(x));
   int64_t width = x.shape.back().size;
   Val h = linear(x, hidden, bias, nullptr, init, name + ".fc", l);
-  h = activation(act, h, l);
+  LayerCall self = currentLayer_;
+  h = activation(act, h, l); // a def activation may hold layers of its own
+  currentLayer_ = self;
   Val y = linear(h, width, bias, nullptr, projInit, name + ".proj", l);
   y.shape.back() = x.shape.back();
   return dropout(y, p, l);
