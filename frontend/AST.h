@@ -32,6 +32,10 @@ struct Expr {
     Binary, ///< text = operator; args[0], args[1]
     List,   ///< [a, b, ...]: args
     Tuple,  ///< (a, b, ...): args
+    Index,  ///< x[i, a:b, ...]: args[0] = x, args[1..] = the index items
+    Slice,  ///< a:b:c inside an index: args = {start, end, step}, each
+            ///< null when omitted (the only kind with null args)
+    Ellipsis, ///< '...' inside an index
   };
   Kind kind;
   SourceLoc loc;
@@ -51,15 +55,18 @@ struct Stmt;
 using Block = std::vector<Stmt>;
 
 struct Stmt {
-  enum class Kind { Input, Assign, Repeat, Return };
+  enum class Kind { Input, Assign, Unpack, Repeat, Return };
   Kind kind;
   SourceLoc loc;
   std::string name;      ///< Input name, assignment target, or repeat's 'as'.
   SourceLoc nameLoc;
+  std::vector<std::string> names; ///< Unpack targets: `p, q = f(x)`.
+  std::vector<SourceLoc> nameLocs;
   std::string dtype;     ///< Input element type.
   SourceLoc dtypeLoc;
   std::vector<ExprPtr> dims; ///< Input dimensions.
-  ExprPtr value;         ///< Assigned/returned value, or repeat count.
+  ExprPtr value;         ///< Assigned/returned value, or repeat count;
+                         ///< `return a, b` returns a Tuple.
   Block body;            ///< Repeat body.
 
   Stmt(Kind k, SourceLoc l) : kind(k), loc(l) {}

@@ -10,9 +10,12 @@
 #include "frontend/Parser.h"
 #include "frontend/elaborate/Elaborator.h"
 
+#include "llvm/ADT/DenseSet.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 namespace kiln::frontend {
 namespace elab {
@@ -145,7 +148,73 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   mod->setAttr(KilnDialect::kDimsAttr, dimBindings_.getDictionary(&ctx_));
   if (ast_.hasTrain)
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
+  warnUnusedLayers();
   return std::move(module_);
+}
+
+void Elaborator::warnUnusedLayers() {
+  // Walk back from the results: an op is live when a live op or the return
+  // reads it, a parameter when a live op reads it.
+  std::vector<bool> paramUsed(numParams_, false);
+  llvm::DenseSet<Operation *> live;
+  SmallVector<Operation *> work{entry_->getTerminator()};
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    for (mlir::Value v : op->getOperands()) {
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        if (arg.getArgNumber() < numParams_)
+          paramUsed[arg.getArgNumber()] = true;
+      } else if (Operation *def = v.getDefiningOp();
+                 def && live.insert(def).second) {
+        work.push_back(def);
+      }
+    }
+  }
+  // Group the unused parameters by the layer call that made them, and the
+  // layer calls by their place in the source (a call in a repeat or a def
+  // makes one layer per iteration or use).
+  struct Unused {
+    LayerCall call;
+    std::vector<std::string> params;
+  };
+  std::vector<Unused> layers;
+  std::unordered_map<std::string, size_t> layerIndex;
+  for (unsigned i = 0; i < numParams_; ++i) {
+    if (paramUsed[i])
+      continue;
+    const LayerCall &owner = paramOwners_[i];
+    auto [it, added] = layerIndex.try_emplace(owner.name, layers.size());
+    if (added)
+      layers.push_back({owner, {}});
+    auto name = func_.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr);
+    layers[it->second].params.push_back(name ? name.getValue().str() : "?");
+  }
+  std::string outputs = func_.getNumResults() > 1 ? "loss or logits" : "loss";
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<const Unused *>> bySite;
+  for (const Unused &u : layers)
+    bySite[{u.call.loc.line, u.call.loc.col}].push_back(&u);
+  for (const auto &[site, us] : bySite) {
+    const Unused &first = *us.front();
+    size_t shown = std::min<size_t>(first.params.size(), 3);
+    std::string params;
+    for (size_t k = 0; k < shown; ++k)
+      params += (k ? ", " : "") + first.params[k];
+    if (first.params.size() > shown)
+      params += ", ...";
+    bool one = first.params.size() == 1;
+    std::string message =
+        first.call.kind + " layer '" + first.call.name + "' is unused: its "
+        "output never reaches " + outputs + ", so its " +
+        (one ? "parameter " + params + " gets"
+             : std::to_string(first.params.size()) + " parameters (" + params +
+                   ") get") +
+        " no gradient; use the result or remove the call";
+    if (us.size() > 1)
+      message += " (likewise the " + std::to_string(us.size() - 1) +
+                 " other layer(s) this call makes, up to '" +
+                 us.back()->call.name + "')";
+    diags_.warning(first.call.loc, message);
+  }
 }
 
 } // namespace elab

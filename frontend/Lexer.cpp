@@ -34,6 +34,7 @@ const char *describe(Tok kind) {
   case Tok::SlashSlash: return "'//'";
   case Tok::StarStar: return "'**'";
   case Tok::At: return "'@'";
+  case Tok::Ellipsis: return "'...'";
   case Tok::KwModel: return "'model'";
   case Tok::KwInput: return "'input'";
   case Tok::KwDef: return "'def'";
@@ -166,6 +167,14 @@ private:
     case '+': return single(Tok::Plus);
     case '-': return single(Tok::Minus);
     case '@': return single(Tok::At);
+    case '.':
+      if (peek() == '.' && peek(1) == '.') { // '...' in an index: x[..., 0]
+        advance();
+        advance();
+        t.loc.length = 3;
+        return single(Tok::Ellipsis);
+      }
+      break;
     case '*':
       if (peek() == '*') {
         advance();

@@ -13,7 +13,7 @@ enum class Tok {
   Eof, Error, Ident, Int, Float, String,
   LParen, RParen, LBracket, RBracket, LBrace, RBrace,
   Comma, Colon, Semi, Assign, Plus, Minus, Star, Slash, SlashSlash,
-  StarStar, At,
+  StarStar, At, Ellipsis,
   KwModel, KwInput, KwDef, KwRepeat, KwAs, KwReturn, KwTrain, KwTrue, KwFalse,
 };
 

@@ -272,13 +272,47 @@ private:
       return;
     }
     case Tok::KwReturn: {
+      // return expr { ',' expr }: several values return a tuple.
       Stmt s(Stmt::Kind::Return, cur().loc);
       advance();
       s.value = parseExpr();
+      if (!failed_ && cur().kind == Tok::Comma) {
+        ExprPtr tuple = make(Expr::Kind::Tuple, s.value->loc);
+        tuple->args.push_back(std::move(s.value));
+        while (!failed_ && accept(Tok::Comma))
+          tuple->args.push_back(parseExpr());
+        for (const ExprPtr &x : tuple->args)
+          tuple->depth = std::max(tuple->depth, 1 + x->depth);
+        s.value = std::move(tuple);
+      }
       body.push_back(std::move(s));
       return;
     }
     case Tok::Ident: {
+      if (peekTok().kind == Tok::Comma) {
+        // NAME ',' NAME { ',' NAME } '=' expr: unpacks a tuple.
+        Stmt s(Stmt::Kind::Unpack, cur().loc);
+        do {
+          std::string name;
+          SourceLoc loc;
+          if (!expectIdent(name, loc, "a name to assign to (as in "
+                                      "'p, q = f(x)')"))
+            return;
+          for (const std::string &n : s.names)
+            if (n == name) {
+              error(loc, "'" + name + "' is assigned twice in one statement");
+              return;
+            }
+          s.names.push_back(name);
+          s.nameLocs.push_back(loc);
+        } while (accept(Tok::Comma));
+        if (!expect(Tok::Assign, "after the names; unpacking is 'p, q = "
+                                 "expression'"))
+          return;
+        s.value = parseExpr();
+        body.push_back(std::move(s));
+        return;
+      }
       Stmt s(Stmt::Kind::Assign, cur().loc);
       s.name = cur().text;
       s.nameLoc = cur().loc;
@@ -368,9 +402,9 @@ private:
     return parsePower();
   }
 
-  // power := primary ['**' unary]   (right-associative, binds tighter than '-')
+  // power := postfix ['**' unary]   (right-associative, binds tighter than '-')
   ExprPtr parsePower() {
-    ExprPtr base = parsePrimary();
+    ExprPtr base = parsePostfix();
     if (!failed_ && cur().kind == Tok::StarStar) {
       SourceLoc loc = cur().loc;
       advance();
@@ -408,6 +442,71 @@ private:
       if (!accept(Tok::Comma))
         break;
     }
+  }
+
+  // postfix := primary { '[' item { ',' item } [','] ']' }
+  // item    := '...' | [expr] ':' [expr] [':' [expr]] | expr
+  ExprPtr parsePostfix() {
+    ExprPtr base = parsePrimary();
+    while (!failed_ && cur().kind == Tok::LBracket) {
+      ExprPtr index = make(Expr::Kind::Index, cur().loc);
+      advance();
+      index->depth = 1 + base->depth;
+      index->args.push_back(std::move(base));
+      if (cur().kind == Tok::RBracket) {
+        expected("an index, a slice 'start:end' or '...' inside '[]'");
+        return bad();
+      }
+      while (!failed_ && cur().kind != Tok::RBracket) {
+        index->args.push_back(parseIndexItem());
+        index->depth = std::max(index->depth, 1 + index->args.back()->depth);
+        if (!accept(Tok::Comma))
+          break;
+      }
+      expect(Tok::RBracket, "to close the index (as in x[:, 0] or "
+                            "x[..., 1:3])");
+      if (index->depth > kMaxExprDepth) {
+        error(index->loc, "expression is deeper than " +
+                              std::to_string(kMaxExprDepth) +
+                              " operators; split it into several statements");
+        return bad();
+      }
+      base = std::move(index);
+    }
+    return base;
+  }
+
+  ExprPtr parseIndexItem() {
+    if (cur().kind == Tok::Ellipsis) {
+      ExprPtr e = make(Expr::Kind::Ellipsis, cur().loc);
+      e->loc.length = 3;
+      advance();
+      return e;
+    }
+    SourceLoc loc = cur().loc;
+    ExprPtr start;
+    if (cur().kind != Tok::Colon) {
+      start = parseExpr();
+      if (cur().kind != Tok::Colon)
+        return start; // a plain index
+    }
+    ExprPtr slice = make(Expr::Kind::Slice, loc);
+    advance(); // ':'
+    auto endsPart = [&] {
+      return cur().kind == Tok::Colon || cur().kind == Tok::Comma ||
+             cur().kind == Tok::RBracket;
+    };
+    ExprPtr end, step;
+    if (!endsPart())
+      end = parseExpr();
+    if (!failed_ && accept(Tok::Colon) && !endsPart())
+      step = parseExpr();
+    for (ExprPtr *p : {&start, &end, &step}) {
+      if (*p)
+        slice->depth = std::max(slice->depth, 1 + (*p)->depth);
+      slice->args.push_back(std::move(*p));
+    }
+    return slice;
   }
 
   ExprPtr parsePrimary() {

@@ -29,6 +29,10 @@ void DiagEngine::error(SourceLoc loc, std::string message) {
   ++errors_;
 }
 
+void DiagEngine::warning(SourceLoc loc, std::string message) {
+  diags_.push_back({Diagnostic::Severity::Warning, loc, std::move(message)});
+}
+
 void DiagEngine::note(SourceLoc loc, std::string message) {
   diags_.push_back({Diagnostic::Severity::Note, loc, std::move(message)});
 }
@@ -58,7 +62,9 @@ std::string DiagEngine::render() const {
     out += file_.name();
     if (d.loc.line > 0)
       out += ":" + std::to_string(d.loc.line) + ":" + std::to_string(d.loc.col);
-    out += d.severity == Diagnostic::Severity::Error ? ": error: " : ": note: ";
+    out += d.severity == Diagnostic::Severity::Error     ? ": error: "
+           : d.severity == Diagnostic::Severity::Warning ? ": warning: "
+                                                         : ": note: ";
     out += d.message;
     out += "\n";
     if (d.loc.line == 0)

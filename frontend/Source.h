@@ -1,7 +1,7 @@
 //===- Source.h - Model files and their diagnostics -------------*- C++ -*-===//
 //
 // A SourceFile owns the text of one .kiln file and maps offsets to lines.
-// DiagEngine collects errors and renders them as
+// DiagEngine collects errors (and warnings) and renders them as
 //
 //   model.kiln:3:7: error: unknown name 'fo'; did you mean 'foo'?
 //       3 |   x = fo(y)
@@ -42,7 +42,7 @@ private:
 };
 
 struct Diagnostic {
-  enum class Severity { Error, Note };
+  enum class Severity { Error, Warning, Note };
   Severity severity = Severity::Error;
   SourceLoc loc;
   std::string message;
@@ -53,6 +53,8 @@ public:
   explicit DiagEngine(const SourceFile &file) : file_(file) {}
   void error(SourceLoc loc, std::string message);
   void note(SourceLoc loc, std::string message);
+  /// A problem that does not stop compilation (kilnc prints it and goes on).
+  void warning(SourceLoc loc, std::string message);
   bool hasErrors() const { return errors_ > 0; }
   const std::vector<Diagnostic> &diagnostics() const { return diags_; }
   /// All diagnostics rendered with file:line:col, source line and caret.

@@ -157,8 +157,10 @@ public:
                    false};
         if (auto l = fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kLayerAttr))
           info.layer = l.getValue().str();
-        // The no-decay rule: only linear-layer weight matrices decay.
-        info.decay = info.layer == "linear" && type.getRank() >= 2;
+        // The no-decay rule: only weight matrices of linear layers and of
+        // free parameters (param) decay.
+        info.decay = (info.layer == "linear" || info.layer == "param") &&
+                     type.getRank() >= 2;
         params_.push_back(info);
       } else if (auto in = fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr)) {
         if (in.getValue() == "dropout_seed")

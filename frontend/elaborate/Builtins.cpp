@@ -160,6 +160,132 @@ Val Elaborator::sliceAxis(const Val &x, int64_t axis, int64_t start,
                 x.dtype, l);
 }
 
+Val Elaborator::index(const Expr &e, Env &env) {
+  // x[i, a:b:c, ..., j]: one kiln.slice over all axes (numpy's basic
+  // indexing, without clamping), then a reshape that drops the axes given
+  // an integer index.
+  Val x = eval(*e.args[0], env);
+  size_t numItems = e.args.size() - 1;
+  auto intItem = [&](const Expr &item, const char *what) {
+    Val v = eval(item, env);
+    if (v.kind != Val::Kind::Int)
+      fail(item.loc, std::string(what) + " must be an integer, got " +
+                         describe(v) + " (indices are compile-time "
+                         "constants)");
+    return v.i;
+  };
+  if (x.kind == Val::Kind::List) {
+    const Expr &item = *e.args[1];
+    if (numItems != 1 || item.kind == Expr::Kind::Slice ||
+        item.kind == Expr::Kind::Ellipsis)
+      fail(item.loc, "a tuple or list takes one integer index, as in t[0]");
+    int64_t n = x.items.size(), i = intItem(item, "an index");
+    if (i < -n || i >= n)
+      fail(item.loc, "index " + std::to_string(i) + " is out of range for " +
+                         "a list of " + std::to_string(n) + " element(s)");
+    return x.items[i < 0 ? i + n : i];
+  }
+  if (!x.isTensor())
+    fail(e.loc, "cannot index " + describe(x) + "; only tensors, tuples and "
+                "lists can be indexed");
+  int64_t rank = x.shape.size();
+  const Expr *ellipsis = nullptr;
+  for (size_t k = 1; k <= numItems; ++k)
+    if (e.args[k]->kind == Expr::Kind::Ellipsis) {
+      if (ellipsis)
+        fail(e.args[k]->loc, "an index holds at most one '...'");
+      ellipsis = e.args[k].get();
+    }
+  int64_t named = int64_t(numItems) - (ellipsis ? 1 : 0);
+  if (named > rank) {
+    // Point at the first item past the last axis.
+    int64_t seen = 0;
+    SourceLoc extra = e.loc;
+    for (size_t k = 1; k <= numItems; ++k)
+      if (e.args[k]->kind != Expr::Kind::Ellipsis && ++seen == rank + 1) {
+        extra = e.args[k]->loc;
+        break;
+      }
+    fail(extra, "too many indices: " + describe(x) + " has " +
+                    std::to_string(rank) + " axes but the index names " +
+                    std::to_string(named));
+  }
+  // The item for each axis (null: the whole axis).
+  std::vector<const Expr *> items;
+  for (size_t k = 1; k <= numItems; ++k) {
+    if (e.args[k]->kind == Expr::Kind::Ellipsis)
+      items.insert(items.end(), rank - named, nullptr);
+    else
+      items.push_back(e.args[k].get());
+  }
+  items.resize(rank, nullptr);
+  SmallVector<int64_t> starts(rank, 0), limits, steps(rank, 1);
+  Shape sliced = x.shape, kept;
+  bool changed = false;
+  for (int64_t ax = 0; ax < rank; ++ax) {
+    int64_t size = x.shape[ax].size;
+    limits.push_back(size);
+    const Expr *item = items[ax];
+    if (!item) {
+      kept.push_back(x.shape[ax]);
+      continue;
+    }
+    std::string axis = "axis " + std::to_string(ax) + " of size " +
+                       std::to_string(size);
+    if (item->kind != Expr::Kind::Slice) {
+      int64_t i = intItem(*item, "an index");
+      if (i < -size || i >= size)
+        fail(item->loc, "index " + std::to_string(i) + " is out of range for " +
+                            axis + " (" + describe(x) + ")");
+      starts[ax] = i < 0 ? i + size : i;
+      limits[ax] = starts[ax] + 1;
+      sliced[ax] = Dim{1, ""};
+      changed = true;
+      continue;
+    }
+    const ExprPtr &a = item->args[0], &b = item->args[1], &c = item->args[2];
+    int64_t step = c ? intItem(*c, "a slice step") : 1;
+    if (step < 1)
+      fail(c->loc, "slice step must be >= 1, got " + std::to_string(step) +
+                       " (Kiln has no reversed slices)");
+    auto bound = [&](const ExprPtr &p, int64_t def, const char *what) {
+      if (!p)
+        return def;
+      int64_t v = intItem(*p, what);
+      int64_t n = v < 0 ? v + size : v;
+      if (n < 0 || n > size)
+        fail(p->loc, std::string(what) + " " + std::to_string(v) +
+                         " is out of range for " + axis +
+                         " (bounds are not clamped)");
+      return n;
+    };
+    int64_t start = bound(a, 0, "slice start");
+    int64_t end = bound(b, size, "slice end");
+    if (start >= end)
+      fail(item->loc, "slice " + std::to_string(start) + ":" +
+                          std::to_string(end) + " of " + axis +
+                          " is empty; Kiln tensors have no zero-size "
+                          "dimensions");
+    starts[ax] = start;
+    limits[ax] = end;
+    steps[ax] = step;
+    if (start == 0 && end == size && step == 1) {
+      kept.push_back(x.shape[ax]);
+      continue;
+    }
+    sliced[ax] = Dim{(end - start - 1) / step + 1, ""};
+    kept.push_back(sliced[ax]);
+    changed = true;
+  }
+  if (!changed)
+    return x;
+  Val y = tensor(create<SliceOp>(e.loc, x.value, starts, limits, steps),
+                 sliced, x.dtype, e.loc);
+  if (kept.size() != sliced.size())
+    y = reshape(y, kept, e.loc);
+  return y;
+}
+
 Val Elaborator::dropout(const Val &x, double p, SourceLoc l) {
   expectFloatTensor(x, "the argument of dropout()");
   if (!(p >= 0.0 && p < 1.0))
@@ -218,7 +344,35 @@ Val Elaborator::reduce(const std::string &fn, const Val &x,
 Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
   if (fn.kind != Val::Kind::Func)
     fail(fn.loc, "expected an activation function (relu, gelu, gelu_tanh, "
-                 "tanh, sigmoid, silu), got " + describe(fn));
+                 "tanh, sigmoid, silu, or a def of one argument), got " +
+                     describe(fn));
+  auto def = defs_.find(fn.s);
+  if (def != defs_.end()) {
+    // A user def of one argument (further parameters need defaults),
+    // inlined at each use.
+    const DefDecl &d = *def->second;
+    size_t required = 0;
+    for (const Param &p : d.params)
+      required += !p.defaultValue;
+    bool firstRequired = !d.params.empty() && !d.params[0].defaultValue;
+    if (d.params.empty() || required > 1 || (required == 1 && !firstRequired)) {
+      std::string sig;
+      for (const Param &p : d.params)
+        sig += (sig.empty() ? "" : ", ") + p.name + (p.defaultValue ? "=..." : "");
+      fail(fn.loc, "'" + d.name + "(" + sig + ")' cannot be an activation: "
+                   "it must take one argument (the tensor), as in "
+                   "'def act(x) { return x * sigmoid(x) }'; other parameters "
+                   "need defaults");
+    }
+    Val y = callDefOn(d, x, l);
+    if (!y.isTensor())
+      fail(fn.loc, "activation '" + d.name + "' returned " + describe(y) +
+                       ", not a tensor");
+    if (y.shape != x.shape || y.dtype != x.dtype)
+      fail(fn.loc, "activation '" + d.name + "' must keep its input's shape "
+                   "and type: it maps " + describe(x) + " to " + describe(y));
+    return y;
+  }
   if (fn.s == "gelu" || fn.s == "gelu_tanh") {
     expectFloatTensor(x, "the argument of gelu()");
     auto approx = fn.s == "gelu" ? GeluApproximation::erf : GeluApproximation::tanh;
@@ -227,7 +381,7 @@ Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
   if (fn.s == "relu" || fn.s == "tanh" || fn.s == "sigmoid" || fn.s == "silu")
     return unaryTensorFn(fn.s, x, l);
   fail(fn.loc, "'" + fn.s + "' is not an activation; use relu, gelu, "
-               "gelu_tanh, tanh, sigmoid or silu");
+               "gelu_tanh, tanh, sigmoid, silu or a def of one argument");
 }
 
 //===----------------------------------------------------------------------===//

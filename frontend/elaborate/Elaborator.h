@@ -148,6 +148,9 @@ public:
   }
 
   OwningOpRef<ModuleOp> run();
+  /// Warns about each layer call whose parameters never reach a result of
+  /// @forward (loss, logits): they would be trained to no effect.
+  void warnUnusedLayers();
 
 private:
   MLIRContext &ctx_;
@@ -171,6 +174,15 @@ private:
     SourceLoc loc;
   };
   std::unordered_map<std::string, Layer> layers_;
+  /// The layer call that creates parameters now (set by layerName()), and
+  /// for each parameter, in argument order, the call that created it: the
+  /// unused-layer warning groups parameters by it.
+  struct LayerCall {
+    std::string kind, name;
+    SourceLoc loc;
+  };
+  LayerCall currentLayer_;
+  std::vector<LayerCall> paramOwners_;
   std::vector<NamedAttrList> paramAttrs_, inputAttrs_;
   std::vector<std::string> inputNames_;
   unsigned numParams_ = 0;
@@ -255,10 +267,18 @@ private:
                   SourceLoc l);
   Val call(const Expr &e, Env &env);
   Val callDef(const DefDecl &def, const Expr &e, Env &env);
+  /// Inlines `def` applied to x alone (its other parameters take their
+  /// defaults), as mlp() does for a user activation.
+  Val callDefOn(const DefDecl &def, const Val &x, SourceLoc l);
+  /// Runs a def's body in `local` (its bound parameters) and returns its
+  /// value; layers inside are named <scope>.<def>[_n].<layer>.
+  Val inlineDef(const DefDecl &def, Env &local, SourceLoc l);
   Args bindArgs(const Expr &e, Env &env,
                 std::initializer_list<const char *> params, size_t required);
   void execBlock(const Block &block, Env &env, bool inDef, bool topLevel,
                  std::optional<Val> &ret);
+  void assign(const std::string &name, SourceLoc nameLoc, Val v, Env &env,
+              bool inDef);
   void declareInput(const Stmt &s, Env &env);
   int64_t dimSize(const Expr &e, Env &env, std::string &name);
   void evalModelParams(const ModelDecl &m);
@@ -291,6 +311,8 @@ private:
   Val transpose(const Val &x, const std::vector<int64_t> &perm, SourceLoc l);
   Val sliceAxis(const Val &x, int64_t axis, int64_t start, int64_t end,
                 int64_t step, SourceLoc l);
+  /// `x[i, a:b:c, ...]` (an Index expression).
+  Val index(const Expr &e, Env &env);
   Val dropout(const Val &x, double p, SourceLoc l);
   Val reduce(const std::string &fn, const Val &x,
              const std::vector<int64_t> &axes, bool keepdims, SourceLoc l);

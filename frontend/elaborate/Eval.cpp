@@ -121,6 +121,12 @@ Val Elaborator::eval(const Expr &e, Env &env) {
     v.i = leaves; // for lists: the number of non-list elements inside
     return v;
   }
+  case Expr::Kind::Index:
+    return index(e, env);
+  case Expr::Kind::Slice:
+  case Expr::Kind::Ellipsis:
+    fail(e.loc, "a slice or '...' is only allowed inside an index, as in "
+                "x[:, 1:3]");
   }
   fail(e.loc, "unsupported expression");
 }
@@ -239,12 +245,28 @@ Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
                       def.params[i].name + "'");
     local.vars[def.params[i].name] = eval(*def.params[i].defaultValue, local);
   }
+  return inlineDef(def, local, e.loc);
+}
+
+Val Elaborator::callDefOn(const DefDecl &def, const Val &x, SourceLoc l) {
+  if (callDepth_ >= kMaxCallDepth)
+    fail(l, "calls nest deeper than " + std::to_string(kMaxCallDepth) +
+                " (is '" + def.name + "' recursive?)");
+  Env local;
+  local.parent = &paramEnv_;
+  local.vars[def.params[0].name] = x;
+  for (size_t i = 1; i < def.params.size(); ++i)
+    local.vars[def.params[i].name] = eval(*def.params[i].defaultValue, local);
+  return inlineDef(def, local, l);
+}
+
+Val Elaborator::inlineDef(const DefDecl &def, Env &local, SourceLoc l) {
   // Layers inside the def are named <scope>.<def>[_n].<layer>.
   std::string base = joinPrefix();
   int &count = nameCounts_[base + "|def:" + def.name];
   prefix_.push_back(def.name + (count ? "_" + std::to_string(count) : ""));
   ++count;
-  callStack_.push_back(loc(e.loc));
+  callStack_.push_back(loc(l));
   ++callDepth_;
   std::optional<Val> ret;
   execBlock(def.body, local, /*inDef=*/true, /*topLevel=*/false, ret);
@@ -252,9 +274,9 @@ Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
   callStack_.pop_back();
   prefix_.pop_back();
   if (!ret)
-    fail(e.loc, "'" + def.name + "' returned no value; end it with "
-                    "'return EXPR'");
-  ret->loc = e.loc;
+    fail(l, "'" + def.name + "' returned no value; end it with "
+                "'return EXPR'");
+  ret->loc = l;
   return *ret;
 }
 
@@ -350,6 +372,17 @@ void Elaborator::declareInput(const Stmt &s, Env &env) {
   env.vars[s.name] = newInput(s.name, shape, *t, s.nameLoc);
 }
 
+void Elaborator::assign(const std::string &name, SourceLoc nameLoc, Val v,
+                        Env &env, bool inDef) {
+  if (paramEnv_.vars.count(name) && !env.vars.count(name) &&
+      &env != &paramEnv_ && !inDef) {
+    nameLoc.length = name.size();
+    fail(nameLoc, "'" + name + "' is a model parameter and cannot be "
+                  "assigned; pick another name");
+  }
+  env.vars[name] = std::move(v);
+}
+
 void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
                            bool topLevel, std::optional<Val> &ret) {
   for (const Stmt &s : block) {
@@ -365,16 +398,26 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
                     "inside a def or repeat");
       declareInput(s, env);
       break;
-    case Stmt::Kind::Assign: {
+    case Stmt::Kind::Assign:
+      assign(s.name, s.nameLoc, eval(*s.value, env), env, inDef);
+      break;
+    case Stmt::Kind::Unpack: {
       Val v = eval(*s.value, env);
-      if (paramEnv_.vars.count(s.name) && !env.vars.count(s.name) &&
-          &env != &paramEnv_ && !inDef) {
-        SourceLoc l = s.nameLoc;
-        l.length = s.name.size();
-        fail(l, "'" + s.name + "' is a model parameter and cannot be "
-                    "assigned; pick another name");
-      }
-      env.vars[s.name] = v;
+      size_t n = s.names.size();
+      std::string names;
+      for (size_t k = 0; k < n; ++k)
+        names += (k ? ", " : "") + s.names[k];
+      if (v.kind != Val::Kind::List)
+        fail(s.value->loc, "cannot unpack one value (" + describe(v) +
+                               ") into " + std::to_string(n) + " names (" +
+                               names + "); only a tuple, as a def returns "
+                               "with 'return a, b', can be unpacked");
+      if (v.items.size() != n)
+        fail(s.value->loc, "cannot unpack " + std::to_string(v.items.size()) +
+                               " values into " + std::to_string(n) +
+                               " names (" + names + ")");
+      for (size_t k = 0; k < n; ++k)
+        assign(s.names[k], s.nameLocs[k], v.items[k], env, inDef);
       break;
     }
     case Stmt::Kind::Repeat: {

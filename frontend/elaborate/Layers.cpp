@@ -1,6 +1,6 @@
 //===- Layers.cpp - The layer library -------------------------------------===//
 //
-// Layers with parameters: linear, embedding, position_embedding,
+// Layers with parameters: param, linear, embedding, position_embedding,
 // layer_norm, attention and mlp; the initialisers (normal, uniform, zeros,
 // ones); and how parameters and layers are named.
 //
@@ -42,6 +42,7 @@ std::string Elaborator::layerName(const std::string &kind, const Args &args,
       ++count;
     } while (layers_.count(full));
   }
+  currentLayer_ = LayerCall{kind, full, args.callLoc};
   return full;
 }
 
@@ -82,6 +83,7 @@ Val Elaborator::newParam(const std::string &name, const std::string &layerKind,
   attrs.append(KilnDialect::kLayerAttr, b_.getStringAttr(layerKind));
   attrs.append(KilnDialect::kInitAttr, initAttr(init));
   paramAttrs_.push_back(attrs);
+  paramOwners_.push_back(currentLayer_);
   return tensor(arg, shape, DType::F32, l);
 }
 
@@ -234,7 +236,9 @@ Val Elaborator::mlp(const Args &a, SourceLoc l) {
     fail(x.loc, "mlp() needs an input of rank >= 2, got " + describe(x));
   int64_t width = x.shape.back().size;
   Val h = linear(x, hidden, bias, nullptr, init, name + ".fc", l);
-  h = activation(act, h, l);
+  LayerCall self = currentLayer_;
+  h = activation(act, h, l); // a def activation may hold layers of its own
+  currentLayer_ = self;
   Val y = linear(h, width, bias, nullptr, projInit, name + ".proj", l);
   y.shape.back() = x.shape.back();
   return dropout(y, p, l);
@@ -328,6 +332,34 @@ void Elaborator::registerLayerBuiltins() {
                      {Dim{len, arg(a, 0).s}, Dim{dim, arg(a, 1).s}}, init,
                      e.loc);
     layers_[name] = Layer{"position_embedding", w, e.loc};
+    return w;
+  };
+  B["param"] = [this](const Expr &e, Env &env) {
+    // A free trainable tensor: param(shape, init = normal(0.02), name).
+    Args a = bindArgs(e, env, {"shape", "init", "name"}, 1);
+    const Val &sv = arg(a, 0);
+    std::vector<Val> dims;
+    if (sv.kind == Val::Kind::Int)
+      dims.push_back(sv);
+    else if (sv.kind == Val::Kind::List)
+      dims = sv.items;
+    else
+      fail(sv.loc, "param() needs a shape: a list of integers such as "
+                   "[d] or [heads, d], got " + describe(sv));
+    Shape shape;
+    for (const Val &d : dims) {
+      if (d.kind != Val::Kind::Int)
+        fail(d.loc, "param() shape: expected an integer, got " + describe(d));
+      if (d.i < 1 || d.i > kMaxDimSize)
+        fail(d.loc, "param() dimension " + std::to_string(d.i) +
+                        " is out of range (expected 1 to " +
+                        std::to_string(kMaxDimSize) + ")");
+      shape.push_back(Dim{d.i, d.s});
+    }
+    std::string name = layerName("param", a, 2);
+    Val init = initArg(a, 1, makeInit("normal", 0, 0.02, e.loc));
+    Val w = newParam(name + ".weight", "param", shape, init, e.loc);
+    layers_[name] = Layer{"param", w, e.loc};
     return w;
   };
   B["layer_norm"] = [this](const Expr &e, Env &env) {

@@ -256,6 +256,8 @@ int main(int argc, char **argv) {
   } else {
     module = kiln::frontend::buildModule(context, source, opts, diags);
   }
+  if (module && !diags.diagnostics().empty()) // warnings: compilation goes on
+    std::fputs(diags.render().c_str(), stderr);
   if (!module) {
     std::fputs(diags.render().c_str(), stderr);
     if (!diags.hasErrors()) {

@@ -54,6 +54,20 @@ TEST(Lexer, Operators) {
   EXPECT_EQ(ops, want);
 }
 
+TEST(Lexer, Ellipsis) {
+  // '...' is one token (x[..., 0]); '..' and '.' alone are errors.
+  auto t = lexText("x[..., 0]");
+  ASSERT_EQ(t.size(), 7u);
+  EXPECT_EQ(t[2].kind, Tok::Ellipsis);
+  EXPECT_EQ(t[2].loc.col, 3u);
+  EXPECT_EQ(t[2].loc.length, 3u);
+  EXPECT_EQ(t[3].kind, Tok::Comma);
+  std::string errors;
+  auto bad = lexText("x[.., 0]", &errors);
+  EXPECT_EQ(bad.back().kind, Tok::Error);
+  EXPECT_NE(errors.find("unexpected character '.'"), std::string::npos) << errors;
+}
+
 TEST(Lexer, CommentsAndLocations) {
   auto t = lexText("# header\n  x = 1 # trailing\n\ty");
   ASSERT_EQ(t.size(), 5u);

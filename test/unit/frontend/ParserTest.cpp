@@ -85,6 +85,41 @@ TEST(Parser, KeywordArguments) {
   EXPECT_EQ(c.argNames[3], "name");
 }
 
+TEST(Parser, IndexingAndTuples) {
+  // Indexing is a postfix: y[...] after a primary; a list still parses.
+  Parsed p = parseText("model m { a = x[:, -1, ..., 1:3:2] ** 2  b = [1][0]  "
+                       "p, q = f(x)[0]  def_ = g(x) }"
+                       "def f(x) { return x, x }");
+  ASSERT_TRUE(p.ast) << p.errors;
+  const Expr &pow = *p.ast->model->body[0].value;
+  ASSERT_EQ(pow.text, "**");
+  const Expr &ix = *pow.args[0];
+  ASSERT_EQ(ix.kind, Expr::Kind::Index);
+  ASSERT_EQ(ix.args.size(), 5u); // x and four items
+  EXPECT_EQ(ix.args[1]->kind, Expr::Kind::Slice);
+  EXPECT_FALSE(ix.args[1]->args[0]); // ':' has no start, end or step
+  EXPECT_FALSE(ix.args[1]->args[2]);
+  EXPECT_EQ(ix.args[2]->kind, Expr::Kind::Unary);
+  EXPECT_EQ(ix.args[3]->kind, Expr::Kind::Ellipsis);
+  const Expr &sl = *ix.args[4];
+  ASSERT_EQ(sl.kind, Expr::Kind::Slice);
+  EXPECT_EQ(sl.args[0]->intValue, 1);
+  EXPECT_EQ(sl.args[1]->intValue, 3);
+  EXPECT_EQ(sl.args[2]->intValue, 2);
+  const Expr &b = *p.ast->model->body[1].value;
+  ASSERT_EQ(b.kind, Expr::Kind::Index);
+  EXPECT_EQ(b.args[0]->kind, Expr::Kind::List);
+  const Stmt &unpack = p.ast->model->body[2];
+  ASSERT_EQ(unpack.kind, Stmt::Kind::Unpack);
+  EXPECT_EQ(unpack.names, (std::vector<std::string>{"p", "q"}));
+  EXPECT_EQ(unpack.value->kind, Expr::Kind::Index);
+  EXPECT_EQ(p.ast->model->body[3].kind, Stmt::Kind::Assign);
+  const Stmt &ret = p.ast->defs[0].body[0];
+  ASSERT_EQ(ret.kind, Stmt::Kind::Return);
+  EXPECT_EQ(ret.value->kind, Expr::Kind::Tuple);
+  EXPECT_EQ(ret.value->args.size(), 2u);
+}
+
 struct ErrorCase {
   const char *text;
   const char *message;
@@ -123,7 +158,11 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"model m { } train { batch = 1 batch = 2 }", "train setting 'batch' is given twice"},
         ErrorCase{"model m { } train { 5 }", "expected a setting name"},
         ErrorCase{"def f(x) { return x } def f(y) { return y } model m { }", "def 'f' is defined twice"},
-        ErrorCase{"model m { x = [1, 2 }", "expected ']' to close the list"}));
+        ErrorCase{"model m { x = [1, 2 }", "expected ']' to close the list"},
+        ErrorCase{"model m { x = y[] }", "expected an index, a slice 'start:end' or '...'"},
+        ErrorCase{"model m { x = y[:, 0 }", "expected ']' to close the index"},
+        ErrorCase{"model m { p, q 1 }", "expected '=' after the names"},
+        ErrorCase{"model m { p, p = f(x) }", "'p' is assigned twice in one statement"}));
 
 TEST(Parser, DeepNestingIsAnErrorNotACrash) {
   std::string deep = "model m { x = " + std::string(100000, '(') + "1" +
