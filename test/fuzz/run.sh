@@ -9,6 +9,8 @@
 # and crash files. Each target runs RUNS executions (default 2000) or
 # SECONDS seconds (default 60), whichever ends first; a crash, a leak, UB or
 # a broken invariant fails the script and leaves the input in WORK/crashes/.
+# KILN_FUZZ_TARGETS (default "frontend artifact checkpoint data") picks
+# targets, e.g. to run two campaigns side by side on two cores.
 # scripts/test.sh runs a short pass; docs/testing.md has the long campaign.
 set -euo pipefail
 FUZZ_BIN=$1 BIN=$2 WORK=$3 RUNS=${4:-2000} SECONDS_EACH=${5:-60}
@@ -66,7 +68,7 @@ PY
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 status=0
-for t in frontend artifact checkpoint data; do
+for t in ${KILN_FUZZ_TARGETS:-frontend artifact checkpoint data}; do
   mkdir -p "$WORK"/corpus/$t
   maxlen=4096
   [ $t = artifact ] && maxlen=4194304
