@@ -632,17 +632,21 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
     return s + "]";
   };
   for (const program::Function &f : p.functions) {
-    int64_t temps = 0, kernels = 0, gemms = 0, copies = 0;
+    int64_t temps = 0, kernels = 0, gemms = 0, copies = 0, collectives = 0;
     for (const Step &s : f.steps)
-      (s.kind == Step::Kernel ? kernels : s.kind == Step::Gemm ? gemms : copies)++;
+      (s.kind == Step::Kernel       ? kernels
+       : s.kind == Step::Gemm       ? gemms
+       : s.kind == Step::Collective ? collectives
+                                    : copies)++;
     std::set<int> ids;
     for (const Step &s : f.steps)
       for (int id : llvm::concat<const int>(s.args, s.epilogueArgs))
         if (p.buffers[id].role == Role::Temp && ids.insert(id).second)
           temps += p.buffers[id].bytes;
-    os << fmt::format("\n@{}: {} steps ({} kernels, {} gemms, {} copies); scratch "
+    os << fmt::format("\n@{}: {} steps ({} kernels, {} gemms, {} copies{}); scratch "
                       "peak {} bytes ({}); {} bytes of temporaries without reuse\n",
                       f.name, f.steps.size(), kernels, gemms, copies,
+                      collectives ? fmt::format(", {} collectives", collectives) : "",
                       f.scratchBytes, mib(f.scratchBytes), temps);
     for (size_t i = 0; i < f.steps.size(); ++i) {
       const Step &s = f.steps[i];
@@ -757,6 +761,12 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
       continue;
     }
     bytes += m;
+    if (s.kind == Step::Collective) {
+      lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                           "collective", program::collectiveOpName(s.collective.op), 0,
+                           s.collective.bytes, s.loc);
+      continue;
+    }
     if (s.kind == Step::Copy) {
       ++copies;
       lines += fmt::format("  {:4} copy                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,

@@ -72,22 +72,32 @@ void stepAccesses(const Program &p, const Step &s, std::vector<int> &reads,
 void computeDependencies(const Program &p, Function &f) {
   size_t n = p.buffers.size();
   // Which buffers share memory with each buffer (itself included).
+  // Every device runs the same steps on its own buffer plan, whose offsets
+  // may differ: two buffers conflict if they overlap on any device.
   std::vector<std::vector<int>> overlaps(n);
-  std::vector<int> order(n);
   for (size_t i = 0; i < n; ++i)
-    order[i] = int(i);
-  std::sort(order.begin(), order.end(),
-            [&](int a, int b) { return p.buffers[size_t(a)].offset < p.buffers[size_t(b)].offset; });
-  for (size_t i = 0; i < n; ++i) {
-    const Buffer &a = p.buffers[size_t(order[i])];
-    overlaps[size_t(order[i])].push_back(order[i]);
-    for (size_t j = i + 1; j < n; ++j) {
-      const Buffer &b = p.buffers[size_t(order[j])];
-      if (b.offset >= a.offset + std::max<int64_t>(a.bytes, 1))
-        break;
-      overlaps[size_t(order[i])].push_back(order[j]);
-      overlaps[size_t(order[j])].push_back(order[i]);
+    overlaps[i].push_back(int(i));
+  for (int d = 0; d < p.numDevices(); ++d) {
+    const std::vector<Buffer> &bs = p.plan(d).buffers;
+    std::vector<int> order(n);
+    for (size_t i = 0; i < n; ++i)
+      order[i] = int(i);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return bs[size_t(a)].offset < bs[size_t(b)].offset; });
+    for (size_t i = 0; i < n; ++i) {
+      const Buffer &a = bs[size_t(order[i])];
+      for (size_t j = i + 1; j < n; ++j) {
+        const Buffer &b = bs[size_t(order[j])];
+        if (b.offset >= a.offset + std::max<int64_t>(a.bytes, 1))
+          break;
+        overlaps[size_t(order[i])].push_back(order[j]);
+        overlaps[size_t(order[j])].push_back(order[i]);
+      }
     }
+  }
+  for (std::vector<int> &o : overlaps) {
+    std::sort(o.begin(), o.end());
+    o.erase(std::unique(o.begin(), o.end()), o.end());
   }
   std::vector<int> lastWriter(n, -1);
   std::vector<std::vector<int>> readersSince(n);

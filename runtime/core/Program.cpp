@@ -2,6 +2,7 @@
 #include "runtime/core/Program.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -336,8 +337,12 @@ bool readCollective(Reader &r, const json &c, const Program &p, Step &s) {
   int64_t sendBytes = k.bytes, recvBytes = k.bytes;
   if (k.op == Collective::Op::ReduceScatter)
     recvBytes = k.bytes / g;
-  if (k.op == Collective::Op::AllGather)
+  if (k.op == Collective::Op::AllGather) {
+    if (k.bytes > (int64_t(1) << 50) / g)
+      return r.fail(fmt::format("an all_gather of {} bytes over {} devices is too large",
+                                k.bytes, g));
     recvBytes = k.bytes * g;
+  }
   bool oneBuffer = k.op == Collective::Op::Send || k.op == Collective::Op::Recv;
   if (s.args.size() != (oneBuffer ? 1u : 2u))
     return r.fail(fmt::format("{} step needs {} buffer{}", an(op), oneBuffer ? 1 : 2,
@@ -481,8 +486,11 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
         s.kind = Step::Gemm;
         const json &g = se.contains("gemm") ? se["gemm"] : json();
         GemmParams &gp = s.gemm;
-        if (!r.i64(g, "batch", gp.batch, 1) || !r.i64(g, "m", gp.m, 1) ||
-            !r.i64(g, "n", gp.n, 1) || !r.i64(g, "k", gp.k, 1) ||
+        // Dimensions fit BLAS's int; products are checked below without
+        // overflow (a hand-made artifact must not wrap to a small size).
+        constexpr int64_t kMaxDim = (int64_t(1) << 31) - 1;
+        if (!r.i64(g, "batch", gp.batch, 1, kMaxDim) || !r.i64(g, "m", gp.m, 1, kMaxDim) ||
+            !r.i64(g, "n", gp.n, 1, kMaxDim) || !r.i64(g, "k", gp.k, 1, kMaxDim) ||
             !r.boolean(g, "transpose_lhs", gp.transposeLhs) ||
             !r.boolean(g, "transpose_rhs", gp.transposeRhs) ||
             !r.boolean(g, "lhs_batched", gp.lhsBatched) ||
@@ -490,6 +498,14 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
           return bad(r.error);
         if (s.args.size() != 3)
           return bad("a gemm step needs 3 buffers");
+        {
+          int64_t t = 0;
+          const std::pair<int64_t, int64_t> dims[] = {{gp.m, gp.k}, {gp.k, gp.n}, {gp.m, gp.n}};
+          for (auto [x, y] : dims)
+            if (__builtin_mul_overflow(x, y, &t) || __builtin_mul_overflow(t, gp.batch, &t) ||
+                t > (int64_t(1) << 50))
+              return bad("a gemm step's shape is too large");
+        }
         if (g.contains("dtype")) { // absent in artifacts before half-precision GEMMs: f32
           std::string dt;
           if (!r.str(g, "dtype", dt) || !parseDType(dt, gp.dtype) ||
@@ -561,8 +577,9 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
             if (!r.i64(l, "outer", o.l->outer) || !r.i64(l, "inner", o.l->inner) ||
                 !r.i64(l, "ld", o.l->ld, o.cols))
               return bad(r.error);
-            int64_t last = (gp.batch / gp.heads - 1) * o.l->outer +
-                           (gp.heads - 1) * o.l->inner + (o.rows - 1) * o.l->ld + o.cols;
+            __int128 last = __int128(gp.batch / gp.heads - 1) * o.l->outer +
+                            __int128(gp.heads - 1) * o.l->inner +
+                            __int128(o.rows - 1) * o.l->ld + o.cols;
             if (p.buffers[o.id].dtype != gp.dtype || last > p.buffers[o.id].numElements())
               return bad("a strided gemm step reads or writes outside its buffers");
           }

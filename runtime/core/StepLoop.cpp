@@ -35,6 +35,20 @@ std::vector<Backend::Timing> StepProfile::timings(const program::Program &p) con
   return out;
 }
 
+Status checkSingleDevice(const program::Program &p) {
+  if (p.numDevices() != 1)
+    return Status::error(fmt::format("the program runs over a mesh of {} devices; this "
+                                     "backend runs one", p.numDevices()));
+  for (const program::Function &f : p.functions)
+    for (size_t i = 0; i < f.steps.size(); ++i)
+      if (f.steps[i].kind == program::Step::Collective)
+        return Status::error(fmt::format(
+            "@{} step {} is a collective ({}); this backend has no communicator, so it "
+            "runs programs without collectives only",
+            f.name, i, program::collectiveOpName(f.steps[i].collective.op)));
+  return Status::ok();
+}
+
 Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
                 size_t end, StepHooks &hooks, StepProfile *profile) {
   end = std::min(end, f.steps.size());

@@ -85,6 +85,12 @@ private:
   std::map<std::string, Acc> collectives_;
 };
 
+/// Whether a backend of one device without a communicator can run `p`:
+/// an error naming the mesh size, or the first collective step, if not.
+/// Executors call it when they are created, so such a plan is refused at
+/// load, not half-way through a step.
+Status checkSingleDevice(const program::Program &p);
+
 /// Runs steps [begin, end) of `f` (end clipped to its length) in order
 /// through `hooks`; with `profile`, times each step (a GEMM and its
 /// epilogue kernel separately) into it. Stops at the first error.

@@ -19,9 +19,8 @@ Executor::~Executor() { std::free(arena_); }
 Expected<std::unique_ptr<Executor>>
 Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
                  int threads) {
-  if (program.numDevices() != 1)
-    return Status::error(fmt::format("the program runs over a mesh of {} devices; this "
-                                     "backend runs one", program.numDevices()));
+  if (Status s = checkSingleDevice(program); !s)
+    return s;
   if (auto b = blas(); !b)
     return b.status();
   // Kernels allocate their temporaries (reductions' partial results, a

@@ -28,9 +28,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
   if (!pkg.hasCuda)
     return Status::error(pkg.path + ": the artifact has no CUDA kernels; compile it with "
                                     "kilnc --target=cpu,cuda");
-  if (pkg.program.numDevices() != 1)
-    return Status::error(fmt::format("the program runs over a mesh of {} devices; this "
-                                     "backend runs one", pkg.program.numDevices()));
+  if (Status s = checkSingleDevice(pkg.program); !s)
+    return s;
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = pkg.program;
   e->plan_ = pkg.cudaPlan;

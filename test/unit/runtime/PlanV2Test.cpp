@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <functional>
 
 namespace {
@@ -318,3 +319,43 @@ TEST(StepLoop, CollectivesNeedACommunicator) {
 }
 
 } // namespace
+
+// Another device's plan may lay buffers out differently: a conflict there
+// is a dependency too (every device runs the same steps).
+TEST(PlanV2, DependenciesFollowEveryDevicesMemory) {
+  Program p = aliasingProgram();
+  p.buffers = {buffer("a", Role::Param, {4}, 0), buffer("", Role::Temp, {4}, 64),
+               buffer("c", Role::Output, {4}, 128)};
+  auto call = [](int in, int out) {
+    Step st;
+    st.kernel = 0;
+    st.args = {in, out};
+    return st;
+  };
+  p.functions[0].steps = {call(0, 1), call(0, 2)}; // b = k(a); c = k(a)
+  computeDependencies(p, p.functions[0]);
+  EXPECT_EQ(p.functions[0].steps[1].deps, std::vector<int>{}); // apart on device 0
+  BufferPlan other = p;
+  other.buffers[2].offset = 64; // device 1: c over b's memory
+  p.mesh.axes = {{"data", 2}};
+  p.otherDevices = {other};
+  computeDependencies(p, p.functions[0]);
+  EXPECT_EQ(p.functions[0].steps[1].deps, std::vector<int>{0}); // WAW on device 1
+}
+
+// A backend without a communicator refuses a plan with collectives when it
+// is created, naming the step, instead of failing half-way through it.
+TEST(StepLoop, SingleDeviceBackendsRefuseCollectivesAtLoad) {
+  Program mesh = meshProgram();
+  Status s = checkSingleDevice(mesh);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("mesh of 2 devices"), std::string::npos) << s.message();
+  Program one = meshProgram();
+  one.mesh.axes.clear();
+  one.otherDevices.clear();
+  s = checkSingleDevice(one);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("@train_step step 0 is a collective (all_reduce)"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(checkSingleDevice(aliasingProgram()));
+}
