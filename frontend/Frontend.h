@@ -46,9 +46,11 @@ struct FrontendOptions {
   std::optional<int64_t> batch;
   /// Overrides model parameters, e.g. {"layers": "2"} from `--param layers=2`.
   std::map<std::string, std::string> params;
-  /// The op limit (kMaxOps unless lowered: the fuzz targets lower it so a
-  /// huge unrolled model costs milliseconds, not a minute under ASan).
+  /// The op and statement limits (kMaxOps, kMaxSteps unless lowered: the
+  /// fuzz target lowers them so a huge unrolled model costs milliseconds,
+  /// not half a minute under ASan).
   int64_t maxOps = kMaxOps;
+  int64_t maxSteps = kMaxSteps;
 };
 
 /// Checks `ast` and builds the kiln module. Returns null after reporting

@@ -388,8 +388,8 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
   for (const Stmt &s : block) {
     if (ret)
       return;
-    if (++steps_ > kMaxSteps)
-      fail(s.loc, "the model takes more than " + std::to_string(kMaxSteps) +
+    if (++steps_ > opts_.maxSteps)
+      fail(s.loc, "the model takes more than " + std::to_string(opts_.maxSteps) +
                       " statements to evaluate; reduce repeat counts");
     switch (s.kind) {
     case Stmt::Kind::Input:
@@ -430,8 +430,8 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
       std::string scope = s.name.empty() ? "layers" : s.name;
       std::string outerTag = tagger_.tag;
       for (int64_t i = 0; i < n.i && !ret; ++i) {
-        if (++steps_ > kMaxSteps)
-          fail(s.loc, "the model takes more than " + std::to_string(kMaxSteps) +
+        if (++steps_ > opts_.maxSteps)
+          fail(s.loc, "the model takes more than " + std::to_string(opts_.maxSteps) +
                           " statements to evaluate; reduce repeat counts");
         prefix_.push_back(scope + "." + std::to_string(i));
         tagger_.tag = joinPrefix();

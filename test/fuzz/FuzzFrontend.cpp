@@ -6,8 +6,9 @@
 // diagnostic, or a diagnostic without a location aborts, so libFuzzer keeps
 // the input. Crashes, leaks and undefined behaviour are ASan's and UBSan's.
 // Seeds: examples/*.kiln and the frontend tests' models (test/fuzz/run.sh).
-// The op limit is lowered to 20000 so that inputs that unroll huge repeats
-// end fast and the fuzzer spends its time on the language.
+// The op and statement limits are lowered (20000 ops, 200000 statements) so
+// that inputs that unroll huge repeats end fast and the fuzzer spends its
+// time on the language.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Frontend.h"
@@ -55,7 +56,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   SourceFile file("fuzz.kiln", std::string(reinterpret_cast<const char *>(data), size));
   DiagEngine diags(file);
   FrontendOptions options;
-  options.maxOps = 20'000; // the limit's own behaviour is tested in errors-limits.kiln
+  // The limits' own behaviour is tested in errors-limits.kiln and
+  // errors-robustness.kiln; here they only keep inputs fast.
+  options.maxOps = 20'000;
+  options.maxSteps = 200'000;
   mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(ctx, file, options, diags);
   if (module) {
     if (mlir::failed(mlir::verify(*module)))
