@@ -42,7 +42,25 @@ Status checkPersistent(const program::Program &p, const ckpt::Checkpoint &c,
   return Status::ok();
 }
 
+namespace {
+Expected<Package> openPackage(const std::string &path);
+} // namespace
+
 Expected<Package> Package::open(const std::string &path) {
+  // Every field is checked for its type before use; a JSON type error that
+  // still escapes (a hand-made or damaged artifact whose CRCs were
+  // recomputed, as the fuzz target does) is an error about the file, never
+  // a crash.
+  try {
+    return openPackage(path);
+  } catch (const nlohmann::json::exception &e) {
+    return Status::error(fmt::format("{}: a section of the artifact is malformed ({}); "
+                                     "recompile the model with kilnc", path, e.what()));
+  }
+}
+
+namespace {
+Expected<Package> openPackage(const std::string &path) {
   auto a = artifact::Artifact::open(path);
   if (!a)
     return a.status();
@@ -164,5 +182,6 @@ Expected<Package> Package::open(const std::string &path) {
   }
   return pkg;
 }
+} // namespace
 
 } // namespace kiln
