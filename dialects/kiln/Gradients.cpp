@@ -652,3 +652,52 @@ LogicalResult OptimizationBarrierOp::buildGradients(OpBuilder &b,
   out.push_back(grads[0]);
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Collectives. The convention (docs/parallel.md): a gradient is of the sum
+// over the group of every device's loss, so a cotangent is a partial sum
+// and each rule is the collective's transpose: all_reduce(sum) -> all_reduce
+// (sum), all_reduce(mean) -> all_reduce(mean), all_gather <-> reduce_scatter
+// (sum). max and min have no gradient here.
+//===----------------------------------------------------------------------===//
+
+namespace kiln {
+
+LogicalResult AllReduceOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
+                                          SmallVectorImpl<Value> &out) {
+  if (!grads[0]) {
+    out.push_back({});
+    return success();
+  }
+  if (getReduction() != CollectiveReduction::sum && getReduction() != CollectiveReduction::mean)
+    return emitOpError() << "has no gradient for reduction '"
+                         << stringifyCollectiveReduction(getReduction()) << "'";
+  out.push_back(b.create<AllReduceOp>(getLoc(), grads[0], getAxis(), getReduction()));
+  return success();
+}
+
+LogicalResult ReduceScatterOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
+                                              SmallVectorImpl<Value> &out) {
+  if (!grads[0]) {
+    out.push_back({});
+    return success();
+  }
+  if (getReduction() != CollectiveReduction::sum)
+    return emitOpError() << "has a gradient only for reduction 'sum'";
+  out.push_back(b.create<AllGatherOp>(getLoc(), getOperand().getType(), grads[0], getAxis(),
+                                      getDim()));
+  return success();
+}
+
+LogicalResult AllGatherOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
+                                          SmallVectorImpl<Value> &out) {
+  if (!grads[0]) {
+    out.push_back({});
+    return success();
+  }
+  out.push_back(b.create<ReduceScatterOp>(getLoc(), getOperand().getType(), grads[0],
+                                          getAxis(), CollectiveReduction::sum, getDim()));
+  return success();
+}
+
+} // namespace kiln

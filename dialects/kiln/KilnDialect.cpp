@@ -4,6 +4,9 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
 using namespace kiln;
@@ -73,6 +76,29 @@ LogicalResult verifyInit(Operation *op, Attribute value) {
                              << "' needs field '" << f << "'";
   return success();
 }
+/// kiln.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}
+LogicalResult verifyMesh(Operation *op, Attribute value) {
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  auto names = dict ? dict.getAs<ArrayAttr>("axes") : ArrayAttr();
+  auto shape = dict ? dict.getAs<DenseI64ArrayAttr>("shape") : DenseI64ArrayAttr();
+  if (!names || !shape || dict.size() != 2)
+    return op->emitError() << "'kiln.mesh' must be {axes = [\"dp\", ...], shape = "
+                              "array<i64: 4, ...>}";
+  if (names.size() != size_t(shape.size()) || names.empty())
+    return op->emitError() << "'kiln.mesh' needs one size per axis and at least one axis";
+  llvm::StringSet<> seen;
+  for (auto [n, size] : llvm::zip(names, shape.asArrayRef())) {
+    auto s = dyn_cast<StringAttr>(n);
+    if (!s || s.getValue().empty())
+      return op->emitError() << "'kiln.mesh' axis names must be non-empty strings";
+    if (!seen.insert(s.getValue()).second)
+      return op->emitError() << "'kiln.mesh' names axis '" << s.getValue() << "' twice";
+    if (size < 1)
+      return op->emitError() << "'kiln.mesh' axis '" << s.getValue() << "' has size " << size
+                             << " (must be >= 1)";
+  }
+  return success();
+}
 } // namespace
 
 LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
@@ -111,5 +137,64 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << name << "' must be a dictionary";
     return success();
   }
+  if (name == kMeshAttr)
+    return verifyMesh(op, attr.getValue());
   return op->emitError() << "unknown kiln attribute '" << name << "'";
+}
+
+//===----------------------------------------------------------------------===//
+// The device mesh
+//===----------------------------------------------------------------------===//
+
+int64_t MeshShape::devices() const {
+  int64_t n = 1;
+  for (const MeshAxis &a : axes)
+    n *= a.size;
+  return n;
+}
+
+int64_t MeshShape::axisSize(llvm::StringRef name) const {
+  for (const MeshAxis &a : axes)
+    if (a.name == name)
+      return a.size;
+  return -1;
+}
+
+MeshShape kiln::getMesh(ModuleOp module) {
+  MeshShape mesh;
+  auto dict = module->getAttrOfType<DictionaryAttr>(KilnDialect::kMeshAttr);
+  if (!dict)
+    return mesh;
+  auto names = dict.getAs<ArrayAttr>("axes");
+  auto shape = dict.getAs<DenseI64ArrayAttr>("shape");
+  if (!names || !shape || names.size() != size_t(shape.size()))
+    return mesh;
+  for (auto [n, size] : llvm::zip(names, shape.asArrayRef()))
+    if (auto s = dyn_cast<StringAttr>(n))
+      mesh.axes.push_back({s.getValue().str(), size});
+  return mesh;
+}
+
+void kiln::setMesh(ModuleOp module, const MeshShape &mesh) {
+  if (mesh.axes.empty()) {
+    module->removeAttr(KilnDialect::kMeshAttr);
+    return;
+  }
+  Builder b(module.getContext());
+  SmallVector<Attribute> names;
+  SmallVector<int64_t> shape;
+  for (const MeshAxis &a : mesh.axes) {
+    names.push_back(b.getStringAttr(a.name));
+    shape.push_back(a.size);
+  }
+  module->setAttr(KilnDialect::kMeshAttr,
+                  b.getDictionaryAttr({b.getNamedAttr("axes", b.getArrayAttr(names)),
+                                       b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))}));
+}
+
+int64_t kiln::meshAxisSize(Operation *op, llvm::StringRef axis) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  if (!module)
+    return -1;
+  return getMesh(module).axisSize(axis);
 }

@@ -39,6 +39,10 @@ def Kiln_Dialect : Dialect {
     /// On ops: the repeat iteration that built them ("h.3"); recomputation
     /// works block by block.
     static constexpr ::llvm::StringLiteral kBlockAttr = "kiln.block";
+    /// On the module: the device mesh, {axes = ["dp", ...], shape =
+    /// array<i64: 4, ...>}, outermost axis first (docs/parallel.md). No
+    /// attribute means one device.
+    static constexpr ::llvm::StringLiteral kMeshAttr = "kiln.mesh";
   }];
 }
 

@@ -40,4 +40,14 @@ def Kiln_RandomDistributionAttr : I32EnumAttr<"RandomDistribution",
   let cppNamespace = "::kiln";
 }
 
+def Kiln_CollSum : I32EnumAttrCase<"sum", 0>;
+def Kiln_CollMean : I32EnumAttrCase<"mean", 1>;
+def Kiln_CollMax : I32EnumAttrCase<"max", 2>;
+def Kiln_CollMin : I32EnumAttrCase<"min", 3>;
+def Kiln_CollectiveReductionAttr : I32EnumAttr<"CollectiveReduction",
+    "how a collective combines the group's values",
+    [Kiln_CollSum, Kiln_CollMean, Kiln_CollMax, Kiln_CollMin]> {
+  let cppNamespace = "::kiln";
+}
+
 #endif // KILN_ENUMS_TD

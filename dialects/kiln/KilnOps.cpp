@@ -683,6 +683,61 @@ LogicalResult ScatterAddOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The size of `axis` in the module's mesh, or an error naming the op.
+FailureOr<int64_t> groupSize(Operation *op, StringRef axis) {
+  int64_t n = meshAxisSize(op, axis);
+  if (n < 1)
+    return op->emitOpError() << "axis '" << axis
+                             << "' is not an axis of the module's mesh (kiln.mesh)";
+  return n;
+}
+
+/// Checks that `result` is `operand` with dim `dim` scaled: multiplied by
+/// `n` (all_gather) or divided by it (reduce_scatter).
+LogicalResult checkScaledDim(Operation *op, RankedTensorType operand,
+                             RankedTensorType result, int64_t dim, int64_t n, bool gather) {
+  if (operand.getElementType() != result.getElementType())
+    return op->emitOpError() << "operand and result element types differ";
+  if (dim < 0 || dim >= operand.getRank())
+    return op->emitOpError() << "dim " << dim << " is out of range for rank "
+                             << operand.getRank();
+  SmallVector<int64_t> expected(operand.getShape());
+  if (gather) {
+    expected[dim] *= n;
+  } else {
+    if (expected[dim] % n != 0)
+      return op->emitOpError() << "dim " << dim << " of size " << expected[dim]
+                               << " does not split into " << n << " equal blocks";
+    expected[dim] /= n;
+  }
+  if (ArrayRef<int64_t>(expected) != result.getShape())
+    return op->emitOpError() << "result has shape " << shape::str(result.getShape())
+                             << " but expected " << shape::str(expected);
+  return success();
+}
+} // namespace
+
+LogicalResult AllReduceOp::verify() { return groupSize(*this, getAxis()); }
+
+LogicalResult ReduceScatterOp::verify() {
+  FailureOr<int64_t> n = groupSize(*this, getAxis());
+  if (failed(n))
+    return failure();
+  return checkScaledDim(*this, getOperand().getType(), getType(), getDim(), *n, false);
+}
+
+LogicalResult AllGatherOp::verify() {
+  FailureOr<int64_t> n = groupSize(*this, getAxis());
+  if (failed(n))
+    return failure();
+  return checkScaledDim(*this, getOperand().getType(), getType(), getDim(), *n, true);
+}
+
+//===----------------------------------------------------------------------===//
 // kiln.fusion
 //===----------------------------------------------------------------------===//
 

@@ -431,6 +431,81 @@ def Kiln_ScatterAddOp : Kiln_Op<"scatter_add", [Pure, DeclareOpInterfaceMethods<
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Collectives (docs/parallel.md)
+//===----------------------------------------------------------------------===//
+//
+// A collective runs on every device of the module's mesh (`kiln.mesh`) at
+// once; `axis` names the mesh axis whose devices form each group (the
+// devices that differ from this one only along that axis, in axis order:
+// GSPMD's replica groups). Every device runs the same program, so the ops
+// have value semantics and are Pure: CSE and dead-code elimination act
+// alike on every device.
+
+def Kiln_AllReduceOp : Kiln_Op<"all_reduce", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "combine a tensor over the devices of a mesh axis";
+  let description = [{
+    Every device of the group receives the elementwise `reduction` (sum,
+    mean, max or min) of the group's operands, combined in a fixed order
+    (group member 0 first), so every device gets the same bits.
+
+    ```mlir
+    %g = kiln.all_reduce %partial axis = "dp" reduction = mean : tensor<384x384xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_NumTensor:$operand, StrAttr:$axis,
+                       Kiln_CollectiveReductionAttr:$reduction);
+  let results = (outs Kiln_NumTensor:$result);
+  let assemblyFormat = [{
+    $operand `axis` `=` $axis `reduction` `=` $reduction attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_ReduceScatterOp : Kiln_Op<"reduce_scatter", [Pure,
+    DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "combine over a mesh axis and keep this device's block";
+  let description = [{
+    The group's operands are combined as `kiln.all_reduce` does; member i
+    keeps block i of `dim`, split into group-size equal blocks. The result
+    has the operand's shape with `dim` divided by the group size. Its
+    gradient is `kiln.all_gather` along the same dim.
+
+    ```mlir
+    %s = kiln.reduce_scatter %g axis = "dp" reduction = sum dim = 0 : tensor<1024xf32> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_NumTensor:$operand, StrAttr:$axis,
+                       Kiln_CollectiveReductionAttr:$reduction, I64Attr:$dim);
+  let results = (outs Kiln_NumTensor:$result);
+  let assemblyFormat = [{
+    $operand `axis` `=` $axis `reduction` `=` $reduction `dim` `=` $dim attr-dict
+    `:` type($operand) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_AllGatherOp : Kiln_Op<"all_gather", [Pure,
+    DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "concatenate the group's tensors along a dimension";
+  let description = [{
+    Every member receives the group's operands concatenated along `dim` in
+    member order; the result has `dim` multiplied by the group size. Its
+    gradient is `kiln.reduce_scatter` (sum) along the same dim.
+
+    ```mlir
+    %w = kiln.all_gather %shard axis = "dp" dim = 0 : tensor<256xf32> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = [{
+    $operand `axis` `=` $axis `dim` `=` $dim attr-dict `:` type($operand) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Kiln_RandomOp : Kiln_Op<"random", [Pure]> {
   let summary = "counter-based pseudo-random tensor";
   let description = [{

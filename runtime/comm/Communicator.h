@@ -1,0 +1,94 @@
+//===- Communicator.h - Collectives between the devices of a run -*- C++ -*-===//
+//
+// One interface, three implementations (docs/parallel.md):
+//   - InProcess: N devices in one process (`kiln-run --device cpu:N`), one
+//     thread each, exchanging through shared memory;
+//   - Mpi: one process per rank (`mpirun -np N kiln-run ...`);
+//   - Nccl: GPUs, one process driving several or one process per GPU.
+//
+// Contract, the same for all three:
+//   - every member of a group makes the same calls in the same order (the
+//     compiled step guarantees it; ranks check it at start-up);
+//   - `group` lists world ranks in group order and contains rank(); empty
+//     means every rank, in rank order;
+//   - buffers are this rank's memory (host memory for InProcess and Mpi,
+//     device memory for Nccl); send == recv (in place) is allowed for
+//     all_reduce, and for reduce_scatter/all_gather when recv is this
+//     member's block of send (offset member * blockBytes);
+//   - sums (and means) are combined in a fixed order, member 0 first, so a
+//     run is bitwise reproducible and the CPU communicators agree bit for
+//     bit: result[e] = ((x0[e] + x1[e]) + x2[e]) + ...; a mean divides that
+//     sum by the group size;
+//   - nothing hangs: every call fails after timeout() seconds with a
+//     message naming this rank, the op, the context (say "step 12, bucket
+//     3") and, where the implementation can tell, the ranks that did not
+//     arrive; abort() makes every pending and later call of every member
+//     fail at once.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_COMM_COMMUNICATOR_H
+#define KILN_RUNTIME_COMM_COMMUNICATOR_H
+
+#include "runtime/core/ElementType.h"
+#include "runtime/core/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::comm {
+
+enum class Reduction { Sum, Mean, Max, Min };
+const char *reductionName(Reduction r); ///< "sum", "mean", ...
+
+/// World ranks in group order; empty = all ranks.
+using Group = std::vector<int>;
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "in-process", "mpi" or "nccl".
+  virtual const char *kind() const = 0;
+
+  /// Every member gets the group's `count` elements combined by `r`.
+  virtual Status allReduce(const void *send, void *recv, int64_t count, ElementType type,
+                           Reduction r, const Group &group = {}) = 0;
+  /// `send` holds groupSize * recvCount elements; member i receives block i
+  /// of the combination.
+  virtual Status reduceScatter(const void *send, void *recv, int64_t recvCount,
+                               ElementType type, Reduction r, const Group &group = {}) = 0;
+  /// Every member receives the group's `sendCount`-element blocks in member
+  /// order (groupSize * sendCount elements).
+  virtual Status allGather(const void *send, void *recv, int64_t sendCount, ElementType type,
+                           const Group &group = {}) = 0;
+  /// Member `root` (an index into the group) sends `count` elements of
+  /// `buffer` to every other member's `buffer`.
+  virtual Status broadcast(void *buffer, int64_t count, ElementType type, int root,
+                           const Group &group = {}) = 0;
+  /// Point to point with world rank `peer`; a send meets the peer's recv.
+  virtual Status send(const void *buffer, int64_t count, ElementType type, int peer) = 0;
+  virtual Status recv(void *buffer, int64_t count, ElementType type, int peer) = 0;
+
+  /// Makes every pending and later call of every member fail with `why`
+  /// (InProcess and Nccl: at once; Mpi: MPI_Abort ends the job).
+  virtual void abort(const std::string &why) = 0;
+
+  /// Seconds a call may wait for the other members (default 300).
+  void setTimeout(double seconds) { timeout_ = seconds; }
+  double timeout() const { return timeout_; }
+  /// Where the caller is, for error messages ("step 12, all_reduce 3 of 5").
+  void setContext(std::string context) { context_ = std::move(context); }
+  const std::string &context() const { return context_; }
+
+protected:
+  double timeout_ = 300;
+  std::string context_;
+};
+
+} // namespace kiln::comm
+
+#endif // KILN_RUNTIME_COMM_COMMUNICATOR_H
