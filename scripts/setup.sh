@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libfmt-dev libgtest-dev libopenblas-dev nlohmann-json3-dev
   clang-19 libclang-rt-19-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
