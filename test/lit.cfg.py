@@ -62,3 +62,13 @@ if ok:
     config.available_features.add("tmpfs-mount")
 else:
     lit_config.note("cannot mount a tmpfs in a namespace: the full-disk test is UNSUPPORTED")
+
+# MPI (OpenMPI from Debian, scripts/setup.sh): multi-process tests launch
+# ranks with %mpirun, which allows root and more ranks than cores.
+import shutil
+if shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    config.substitutions.append(("%mpirun", "mpirun --allow-run-as-root --oversubscribe"
+                                 " --mca btl self,vader --bind-to none"))
+else:
+    lit_config.note("no mpirun here: MPI tests are UNSUPPORTED (scripts/setup.sh installs OpenMPI)")
