@@ -24,7 +24,8 @@ using Clock = std::chrono::steady_clock;
 struct Post {
   const void *send = nullptr;
   void *recv = nullptr;
-  std::string signature; ///< op, count, type, reduction, root: all members agree
+  std::string
+      signature; ///< op, count, type, reduction, root: all members agree
 };
 
 /// One group's rendezvous: a generation barrier plus the members' posts.
@@ -50,7 +51,8 @@ struct InProcessState {
   std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail;
 };
 
-InProcessWorld::InProcessWorld(int size) : state_(std::make_unique<InProcessState>(size)) {}
+InProcessWorld::InProcessWorld(int size)
+    : state_(std::make_unique<InProcessState>(size)) {}
 InProcessWorld::~InProcessWorld() = default;
 int InProcessWorld::size() const { return state_->size; }
 
@@ -86,76 +88,94 @@ public:
   int size() const override { return state_.size; }
   const char *kind() const override { return "in-process"; }
 
-  Status allReduce(const void *send, void *recv, int64_t count, ElementType type, Reduction r,
-                   const Group &group) override {
+  Status allReduce(const void *send, void *recv, int64_t count,
+                   ElementType type, Reduction r, const Group &group) override {
     std::string what = describeOp("all_reduce", count, type, &r);
     if (Status s = checkReducible(type, "all_reduce"); !s)
       return fail(what, s.message());
-    return collective(group, what, send, recv, count, [&](GroupState &g, int m) -> Status {
-      int n = int(g.members.size());
-      int64_t es = dtypeBytes(type), block = (count + n - 1) / n;
-      int64_t lo = std::min(count, m * block), hi = std::min(count, lo + block);
-      if (hi <= lo)
-        return Status::ok();
-      std::vector<const void *> in(n);
-      for (int k = 0; k < n; ++k)
-        in[k] = static_cast<const char *>(g.posts[k].send) + lo * es;
-      char *mine = static_cast<char *>(g.posts[m].recv) + lo * es;
-      if (Status s = reduceBlocks(mine, in.data(), n, hi - lo, type, r, n); !s)
-        return s;
-      for (int k = 0; k < n; ++k)
-        if (k != m)
-          std::memcpy(static_cast<char *>(g.posts[k].recv) + lo * es, mine, (hi - lo) * es);
-      return Status::ok();
-    });
+    return collective(
+        group, what, send, recv, count, [&](GroupState &g, int m) -> Status {
+          int n = int(g.members.size());
+          int64_t es = dtypeBytes(type), block = (count + n - 1) / n;
+          int64_t lo = std::min(count, m * block),
+                  hi = std::min(count, lo + block);
+          if (hi <= lo)
+            return Status::ok();
+          std::vector<const void *> in(n);
+          for (int k = 0; k < n; ++k)
+            in[k] = static_cast<const char *>(g.posts[k].send) + lo * es;
+          char *mine = static_cast<char *>(g.posts[m].recv) + lo * es;
+          if (Status s = reduceBlocks(mine, in.data(), n, hi - lo, type, r, n);
+              !s)
+            return s;
+          for (int k = 0; k < n; ++k)
+            if (k != m)
+              std::memcpy(static_cast<char *>(g.posts[k].recv) + lo * es, mine,
+                          (hi - lo) * es);
+          return Status::ok();
+        });
   }
 
-  Status reduceScatter(const void *send, void *recv, int64_t recvCount, ElementType type,
-                       Reduction r, const Group &group) override {
+  Status reduceScatter(const void *send, void *recv, int64_t recvCount,
+                       ElementType type, Reduction r,
+                       const Group &group) override {
     std::string what = describeOp("reduce_scatter", recvCount, type, &r);
     if (Status s = checkReducible(type, "reduce_scatter"); !s)
       return fail(what, s.message());
-    return collective(group, what, send, recv, recvCount, [&](GroupState &g, int m) -> Status {
-      int n = int(g.members.size());
-      int64_t bytes = recvCount * dtypeBytes(type);
-      std::vector<const void *> in(n);
-      for (int k = 0; k < n; ++k)
-        in[k] = static_cast<const char *>(g.posts[k].send) + m * bytes;
-      return reduceBlocks(g.posts[m].recv, in.data(), n, recvCount, type, r, n);
-    });
+    return collective(group, what, send, recv, recvCount,
+                      [&](GroupState &g, int m) -> Status {
+                        int n = int(g.members.size());
+                        int64_t bytes = recvCount * dtypeBytes(type);
+                        std::vector<const void *> in(n);
+                        for (int k = 0; k < n; ++k)
+                          in[k] = static_cast<const char *>(g.posts[k].send) +
+                                  m * bytes;
+                        return reduceBlocks(g.posts[m].recv, in.data(), n,
+                                            recvCount, type, r, n);
+                      });
   }
 
-  Status allGather(const void *send, void *recv, int64_t sendCount, ElementType type,
-                   const Group &group) override {
+  Status allGather(const void *send, void *recv, int64_t sendCount,
+                   ElementType type, const Group &group) override {
     std::string what = describeOp("all_gather", sendCount, type);
-    return collective(group, what, send, recv, sendCount, [&](GroupState &g, int m) -> Status {
-      int64_t bytes = sendCount * dtypeBytes(type);
-      for (size_t k = 0; k < g.members.size(); ++k) {
-        char *dst = static_cast<char *>(g.posts[k].recv) + m * bytes;
-        if (dst != g.posts[m].send)
-          std::memcpy(dst, g.posts[m].send, bytes);
-      }
-      return Status::ok();
-    });
+    return collective(group, what, send, recv, sendCount,
+                      [&](GroupState &g, int m) -> Status {
+                        int64_t bytes = sendCount * dtypeBytes(type);
+                        for (size_t k = 0; k < g.members.size(); ++k) {
+                          char *dst =
+                              static_cast<char *>(g.posts[k].recv) + m * bytes;
+                          if (dst != g.posts[m].send)
+                            std::memcpy(dst, g.posts[m].send, bytes);
+                        }
+                        return Status::ok();
+                      });
   }
 
   Status broadcast(void *buffer, int64_t count, ElementType type, int root,
                    const Group &group) override {
-    std::string what = fmt::format("broadcast ({} x {}, root {})", count, dtypeName(type), root);
-    return collective(group, what, buffer, buffer, count, [&](GroupState &g, int m) -> Status {
-      if (root < 0 || root >= int(g.members.size()))
-        return Status::error(fmt::format("root {} is not a member index of the group", root));
-      if (m != root)
-        std::memcpy(g.posts[m].recv, g.posts[root].recv, count * dtypeBytes(type));
-      return Status::ok();
-    });
+    std::string what = fmt::format("broadcast ({} x {}, root {})", count,
+                                   dtypeName(type), root);
+    return collective(
+        group, what, buffer, buffer, count,
+        [&](GroupState &g, int m) -> Status {
+          if (root < 0 || root >= int(g.members.size()))
+            return Status::error(fmt::format(
+                "root {} is not a member index of the group", root));
+          if (m != root)
+            std::memcpy(g.posts[m].recv, g.posts[root].recv,
+                        count * dtypeBytes(type));
+          return Status::ok();
+        });
   }
 
-  Status send(const void *buffer, int64_t count, ElementType type, int peer) override {
-    std::string what = fmt::format("send ({} x {} to rank {})", count, dtypeName(type), peer);
+  Status send(const void *buffer, int64_t count, ElementType type,
+              int peer) override {
+    std::string what =
+        fmt::format("send ({} x {} to rank {})", count, dtypeName(type), peer);
     if (peer < 0 || peer >= state_.size || peer == rank_)
-      return fail(what, fmt::format("peer {} is not another rank of this world of {}", peer,
-                                    state_.size));
+      return fail(what,
+                  fmt::format("peer {} is not another rank of this world of {}",
+                              peer, state_.size));
     int64_t bytes = count * dtypeBytes(type);
     std::vector<char> message(static_cast<const char *>(buffer),
                               static_cast<const char *>(buffer) + bytes);
@@ -169,17 +189,20 @@ public:
     return Status::ok();
   }
 
-  Status recv(void *buffer, int64_t count, ElementType type, int peer) override {
-    std::string what = fmt::format("recv ({} x {} from rank {})", count, dtypeName(type), peer);
+  Status recv(void *buffer, int64_t count, ElementType type,
+              int peer) override {
+    std::string what = fmt::format("recv ({} x {} from rank {})", count,
+                                   dtypeName(type), peer);
     if (peer < 0 || peer >= state_.size || peer == rank_)
-      return fail(what, fmt::format("peer {} is not another rank of this world of {}", peer,
-                                    state_.size));
+      return fail(what,
+                  fmt::format("peer {} is not another rank of this world of {}",
+                              peer, state_.size));
     std::vector<char> message;
     {
       std::unique_lock<std::mutex> lock(state_.mu);
       auto &box = state_.mail[{peer, rank_}];
-      bool ready = state_.cv.wait_until(lock, deadline(),
-                                        [&] { return state_.aborted || !box.empty(); });
+      bool ready = state_.cv.wait_until(
+          lock, deadline(), [&] { return state_.aborted || !box.empty(); });
       if (state_.aborted)
         return abortedError(what);
       if (!ready) {
@@ -194,9 +217,11 @@ public:
     }
     int64_t bytes = count * dtypeBytes(type);
     if (int64_t(message.size()) != bytes)
-      return fail(what, fmt::format("rank {} sent {} bytes, this receive expects {}; the "
-                                    "ranks disagree on the message",
-                                    peer, message.size(), bytes));
+      return fail(
+          what,
+          fmt::format("rank {} sent {} bytes, this receive expects {}; the "
+                      "ranks disagree on the message",
+                      peer, message.size(), bytes));
     std::memcpy(buffer, message.data(), bytes);
     return Status::ok();
   }
@@ -207,8 +232,8 @@ public:
 
 private:
   template <typename Work>
-  Status collective(const Group &group, const std::string &what, const void *send, void *recv,
-                    int64_t count, Work work) {
+  Status collective(const Group &group, const std::string &what,
+                    const void *send, void *recv, int64_t count, Work work) {
     if (count < 0)
       return fail(what, "negative element count");
     if (count > 0 && (!send || !recv))
@@ -231,14 +256,16 @@ private:
     std::string mismatch;
     for (size_t k = 0; k < g->members.size(); ++k)
       if (g->posts[k].signature != g->posts[0].signature) {
-        mismatch = fmt::format("the group's members disagree on the call: rank {} called {}, "
-                               "rank {} called {}; every member must make the same calls in "
-                               "the same order",
-                               g->members[0], g->posts[0].signature, g->members[k],
-                               g->posts[k].signature);
+        mismatch = fmt::format(
+            "the group's members disagree on the call: rank {} called {}, "
+            "rank {} called {}; every member must make the same calls in "
+            "the same order",
+            g->members[0], g->posts[0].signature, g->members[k],
+            g->posts[k].signature);
         break;
       }
-    Status result = mismatch.empty() ? work(*g, member) : Status::error(mismatch);
+    Status result =
+        mismatch.empty() ? work(*g, member) : Status::error(mismatch);
     if (Status s = barrier(*g, member, what); !s)
       return s;
     return result.isOk() ? result : fail(what, result.message());
@@ -252,14 +279,16 @@ private:
         members.push_back(r);
     std::vector<int> sorted = members;
     std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || sorted.front() < 0 ||
-        sorted.back() >= state_.size)
-      return Status::error(fmt::format("group [{}] must list distinct ranks of 0..{}",
-                                       fmt::join(members, ", "), state_.size - 1));
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+        sorted.front() < 0 || sorted.back() >= state_.size)
+      return Status::error(
+          fmt::format("group [{}] must list distinct ranks of 0..{}",
+                      fmt::join(members, ", "), state_.size - 1));
     auto it = std::find(members.begin(), members.end(), rank_);
     if (it == members.end())
-      return Status::error(fmt::format("group [{}] does not contain this rank ({})",
-                                       fmt::join(members, ", "), rank_));
+      return Status::error(
+          fmt::format("group [{}] does not contain this rank ({})",
+                      fmt::join(members, ", "), rank_));
     member = int(it - members.begin());
     GroupState &g = state_.groups[members];
     if (g.members.empty()) {
@@ -286,8 +315,8 @@ private:
       return Status::ok();
     }
     uint64_t phase = g.phase;
-    bool passed = state_.cv.wait_until(lock, deadline(),
-                                       [&] { return g.phase != phase || state_.aborted; });
+    bool passed = state_.cv.wait_until(
+        lock, deadline(), [&] { return g.phase != phase || state_.aborted; });
     if (g.phase != phase)
       return Status::ok();
     if (state_.aborted)
@@ -305,17 +334,22 @@ private:
   }
 
   Clock::time_point deadline() const {
-    return Clock::now() +
-           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(timeout_));
   }
 
-  std::string where() const { return context_.empty() ? "" : fmt::format(" at {}", context_); }
+  std::string where() const {
+    return context_.empty() ? "" : fmt::format(" at {}", context_);
+  }
 
-  std::string timeoutMessage(const std::string &what, const std::vector<int> &missing) const {
-    return fmt::format("rank {}: {}{} timed out after {} s: rank(s) {} did not arrive (dead, "
-                       "stalled or making other calls); raise --collective-timeout if they are "
-                       "only slow",
-                       rank_, what, where(), timeout_, fmt::join(missing, ", "));
+  std::string timeoutMessage(const std::string &what,
+                             const std::vector<int> &missing) const {
+    return fmt::format(
+        "rank {}: {}{} timed out after {} s: rank(s) {} did not arrive (dead, "
+        "stalled or making other calls); raise --collective-timeout if they "
+        "are "
+        "only slow",
+        rank_, what, where(), timeout_, fmt::join(missing, ", "));
   }
 
   void abortLocked(const std::string &why) {
@@ -326,12 +360,14 @@ private:
   }
 
   Status abortedError(const std::string &what) const {
-    return Status::error(fmt::format("rank {}: {}{} failed: the run was aborted ({})", rank_,
-                                     what, where(), state_.reason));
+    return Status::error(
+        fmt::format("rank {}: {}{} failed: the run was aborted ({})", rank_,
+                    what, where(), state_.reason));
   }
 
   Status fail(const std::string &what, const std::string &why) const {
-    return Status::error(fmt::format("rank {}: {}{}: {}", rank_, what, where(), why));
+    return Status::error(
+        fmt::format("rank {}: {}{}: {}", rank_, what, where(), why));
   }
 
   std::shared_ptr<InProcessWorld> world_;
@@ -341,14 +377,15 @@ private:
 
 } // namespace
 
-std::unique_ptr<Communicator> InProcessWorld::communicator(std::shared_ptr<InProcessWorld> world,
-                                                           int rank) {
+std::unique_ptr<Communicator>
+InProcessWorld::communicator(std::shared_ptr<InProcessWorld> world, int rank) {
   if (!world || rank < 0 || rank >= world->size())
     return nullptr;
   return std::make_unique<InProcessCommunicator>(std::move(world), rank);
 }
 
-std::vector<std::unique_ptr<Communicator>> makeInProcessCommunicators(int size) {
+std::vector<std::unique_ptr<Communicator>>
+makeInProcessCommunicators(int size) {
   auto world = std::make_shared<InProcessWorld>(size);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < size; ++r)

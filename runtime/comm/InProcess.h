@@ -1,4 +1,5 @@
-//===- InProcess.h - N devices of one process, through shared memory -*- C++ -*-===//
+//===- InProcess.h - N devices of one process, through shared memory -*- C++
+//-*-===//
 //
 // `kiln-run --device cpu:N`: N ranks, one thread each, share an
 // InProcessWorld. A collective is a rendezvous of the group's members: each
@@ -36,8 +37,8 @@ public:
   int size() const;
   /// Rank `rank`'s communicator (0 <= rank < size()); it keeps the world
   /// alive.
-  static std::unique_ptr<Communicator> communicator(std::shared_ptr<InProcessWorld> world,
-                                                    int rank);
+  static std::unique_ptr<Communicator>
+  communicator(std::shared_ptr<InProcessWorld> world, int rank);
   /// Makes every pending and later call of every rank fail with `why`.
   void abort(const std::string &why);
   /// Whether abort() was called (or a call timed out), and why.

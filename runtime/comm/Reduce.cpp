@@ -12,25 +12,32 @@ namespace kiln::comm {
 
 const char *reductionName(Reduction r) {
   switch (r) {
-  case Reduction::Sum: return "sum";
-  case Reduction::Mean: return "mean";
-  case Reduction::Max: return "max";
-  case Reduction::Min: return "min";
+  case Reduction::Sum:
+    return "sum";
+  case Reduction::Mean:
+    return "mean";
+  case Reduction::Max:
+    return "max";
+  case Reduction::Min:
+    return "min";
   }
   return "?";
 }
 
-std::string describeOp(const char *op, int64_t count, ElementType type, const Reduction *r) {
+std::string describeOp(const char *op, int64_t count, ElementType type,
+                       const Reduction *r) {
   if (r)
-    return fmt::format("{} ({}, {} x {})", op, reductionName(*r), count, dtypeName(type));
+    return fmt::format("{} ({}, {} x {})", op, reductionName(*r), count,
+                       dtypeName(type));
   return fmt::format("{} ({} x {})", op, count, dtypeName(type));
 }
 
 Status checkReducible(ElementType type, const char *op) {
   if (type == ElementType::I1)
-    return Status::error(fmt::format("{}: i1 (boolean) buffers cannot be combined; "
-                                     "communicate them as i32",
-                                     op));
+    return Status::error(
+        fmt::format("{}: i1 (boolean) buffers cannot be combined; "
+                    "communicate them as i32",
+                    op));
   return Status::ok();
 }
 
@@ -49,16 +56,18 @@ template <typename Acc> Acc combine(Acc a, Acc b, Reduction r) {
     } else {
       return a + b;
     }
-  case Reduction::Max: return b > a ? b : a; // a NaN already in `a` stays
-  case Reduction::Min: return b < a ? b : a;
+  case Reduction::Max:
+    return b > a ? b : a; // a NaN already in `a` stays
+  case Reduction::Min:
+    return b < a ? b : a;
   }
   return a;
 }
 
 // T: the stored type; Acc: the accumulation type; load/store convert.
 template <typename T, typename Acc, typename Load, typename Store>
-void reduceTyped(void *out, const void *const *inputs, int n, int64_t count, Reduction r,
-                 int groupSize, Load load, Store store) {
+void reduceTyped(void *out, const void *const *inputs, int n, int64_t count,
+                 Reduction r, int groupSize, Load load, Store store) {
   Acc acc[kChunk];
   T *o = static_cast<T *>(out);
   for (int64_t base = 0; base < count; base += kChunk) {
@@ -86,35 +95,51 @@ void reduceTyped(void *out, const void *const *inputs, int n, int64_t count, Red
   }
 }
 
-template <typename T> void reducePlain(void *out, const void *const *in, int n, int64_t count,
-                                       Reduction r, int groupSize) {
-  reduceTyped<T, T>(out, in, n, count, r, groupSize, [](T v) { return v; },
-                    [](T v) { return v; });
+template <typename T>
+void reducePlain(void *out, const void *const *in, int n, int64_t count,
+                 Reduction r, int groupSize) {
+  reduceTyped<T, T>(
+      out, in, n, count, r, groupSize, [](T v) { return v; },
+      [](T v) { return v; });
 }
 
-void reduceHalf(ElementType t, void *out, const void *const *in, int n, int64_t count,
-                Reduction r, int groupSize) {
+void reduceHalf(ElementType t, void *out, const void *const *in, int n,
+                int64_t count, Reduction r, int groupSize) {
   reduceTyped<uint16_t, float>(
-      out, in, n, count, r, groupSize, [t](uint16_t h) { return halfToFloat(t, h); },
+      out, in, n, count, r, groupSize,
+      [t](uint16_t h) { return halfToFloat(t, h); },
       [t](float f) { return floatToHalf(t, f); });
 }
 
 } // namespace
 
-Status reduceBlocks(void *out, const void *const *inputs, int numInputs, int64_t count,
-                    ElementType type, Reduction r, int groupSize) {
+Status reduceBlocks(void *out, const void *const *inputs, int numInputs,
+                    int64_t count, ElementType type, Reduction r,
+                    int groupSize) {
   if (numInputs < 1 || count < 0)
-    return Status::internal(fmt::format("reduceBlocks: {} inputs, count {}", numInputs, count));
+    return Status::internal(
+        fmt::format("reduceBlocks: {} inputs, count {}", numInputs, count));
   if (count == 0)
     return Status::ok();
   switch (type) {
-  case ElementType::F32: reducePlain<float>(out, inputs, numInputs, count, r, groupSize); break;
-  case ElementType::F64: reducePlain<double>(out, inputs, numInputs, count, r, groupSize); break;
-  case ElementType::I32: reducePlain<int32_t>(out, inputs, numInputs, count, r, groupSize); break;
-  case ElementType::I64: reducePlain<int64_t>(out, inputs, numInputs, count, r, groupSize); break;
+  case ElementType::F32:
+    reducePlain<float>(out, inputs, numInputs, count, r, groupSize);
+    break;
+  case ElementType::F64:
+    reducePlain<double>(out, inputs, numInputs, count, r, groupSize);
+    break;
+  case ElementType::I32:
+    reducePlain<int32_t>(out, inputs, numInputs, count, r, groupSize);
+    break;
+  case ElementType::I64:
+    reducePlain<int64_t>(out, inputs, numInputs, count, r, groupSize);
+    break;
   case ElementType::F16:
-  case ElementType::BF16: reduceHalf(type, out, inputs, numInputs, count, r, groupSize); break;
-  case ElementType::I1: return checkReducible(type, "reduce");
+  case ElementType::BF16:
+    reduceHalf(type, out, inputs, numInputs, count, r, groupSize);
+    break;
+  case ElementType::I1:
+    return checkReducible(type, "reduce");
   }
   return Status::ok();
 }

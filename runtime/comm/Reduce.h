@@ -19,8 +19,9 @@ namespace kiln::comm {
 /// out[e] = inputs[0][e] op inputs[1][e] op ... for e < count, folded in
 /// input order; a mean divides by `groupSize`. `out` may alias any input
 /// (each element is read from every input before it is written).
-Status reduceBlocks(void *out, const void *const *inputs, int numInputs, int64_t count,
-                    ElementType type, Reduction r, int groupSize);
+Status reduceBlocks(void *out, const void *const *inputs, int numInputs,
+                    int64_t count, ElementType type, Reduction r,
+                    int groupSize);
 
 /// An error unless `type` is one the communicators combine (not i1).
 Status checkReducible(ElementType type, const char *op);

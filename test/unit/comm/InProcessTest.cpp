@@ -1,4 +1,5 @@
-//===- InProcessTest.cpp - The in-process communicator against the contract ===//
+//===- InProcessTest.cpp - The in-process communicator against the contract
+//===//
 //
 // Every op and element type with 2, 3 and 4 ranks, bitwise against results
 // computed here in member order (CommTestUtil.h); groups, in place, the
@@ -23,8 +24,9 @@ using namespace kiln::comm::test;
 namespace {
 
 /// Runs body(rank, comm) on one thread per rank; returns each rank's status.
-std::vector<Status> runRanks(std::vector<std::unique_ptr<Communicator>> &comms,
-                             const std::function<Status(int, Communicator &)> &body) {
+std::vector<Status>
+runRanks(std::vector<std::unique_ptr<Communicator>> &comms,
+         const std::function<Status(int, Communicator &)> &body) {
   std::vector<Status> result(comms.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r)
@@ -40,7 +42,8 @@ void expectAllOk(const std::vector<Status> &st) {
 }
 
 double seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 
 class InProcessRanks : public ::testing::TestWithParam<int> {};
@@ -66,8 +69,8 @@ TEST_P(InProcessRanks, AllReduceEveryTypeAndReductionBitwise) {
         expectAllOk(st);
         for (int k = 0; k < n; ++k)
           EXPECT_EQ(inPlace ? buf[k] : out[k], want)
-              << dtypeName(t) << " " << reductionName(r) << (inPlace ? " in place" : "")
-              << " rank " << k;
+              << dtypeName(t) << " " << reductionName(r)
+              << (inPlace ? " in place" : "") << " rank " << k;
         if (!inPlace) {
           EXPECT_EQ(buf, in) << "the send buffers changed";
         }
@@ -93,10 +96,12 @@ TEST_P(InProcessRanks, ReduceScatterEveryTypeBitwise) {
         });
         expectAllOk(st);
         for (int k = 0; k < n; ++k) {
-          const char *got = inPlace ? buf[k].data() + k * block * es : out[k].data();
-          EXPECT_EQ(0, std::memcmp(got, want.data() + k * block * es, block * es))
-              << dtypeName(t) << " " << reductionName(r) << (inPlace ? " in place" : "")
-              << " rank " << k;
+          const char *got =
+              inPlace ? buf[k].data() + k * block * es : out[k].data();
+          EXPECT_EQ(0,
+                    std::memcmp(got, want.data() + k * block * es, block * es))
+              << dtypeName(t) << " " << reductionName(r)
+              << (inPlace ? " in place" : "") << " rank " << k;
         }
       }
 }
@@ -117,13 +122,15 @@ TEST_P(InProcessRanks, AllGatherAndBroadcast) {
       auto st = runRanks(comms, [&](int k, Communicator &c) {
         if (inPlace) {
           std::memcpy(out[k].data() + k * block * es, in[k].data(), block * es);
-          return c.allGather(out[k].data() + k * block * es, out[k].data(), block, t);
+          return c.allGather(out[k].data() + k * block * es, out[k].data(),
+                             block, t);
         }
         return c.allGather(in[k].data(), out[k].data(), block, t);
       });
       expectAllOk(st);
       for (int k = 0; k < n; ++k)
-        EXPECT_EQ(out[k], want) << dtypeName(t) << (inPlace ? " in place" : "") << " rank " << k;
+        EXPECT_EQ(out[k], want)
+            << dtypeName(t) << (inPlace ? " in place" : "") << " rank " << k;
     }
   // Broadcast from the last member.
   std::vector<Bytes> buf(n);
@@ -147,7 +154,8 @@ TEST_P(InProcessRanks, RepeatedCallsGiveTheSameBits) {
   for (int rep = 0; rep < 20; ++rep) {
     std::vector<Bytes> out(n, Bytes(in[0].size()));
     expectAllOk(runRanks(comms, [&](int k, Communicator &c) {
-      return c.allReduce(in[k].data(), out[k].data(), 10000, ElementType::F32, Reduction::Mean);
+      return c.allReduce(in[k].data(), out[k].data(), 10000, ElementType::F32,
+                         Reduction::Mean);
     }));
     if (rep == 0)
       first = out;
@@ -170,12 +178,13 @@ TEST(InProcess, GroupsRowsColumnsAndOrder) {
       return rows ? Group{k / 2 * 2, k / 2 * 2 + 1} : Group{k % 2, k % 2 + 2};
     };
     expectAllOk(runRanks(comms, [&](int k, Communicator &c) {
-      return c.allReduce(in[k].data(), out[k].data(), count, ElementType::F32, Reduction::Sum,
-                         groupOf(k));
+      return c.allReduce(in[k].data(), out[k].data(), count, ElementType::F32,
+                         Reduction::Sum, groupOf(k));
     }));
     for (int k = 0; k < 4; ++k) {
       Group g = groupOf(k);
-      Bytes want = expectAllReduce(ElementType::F32, Reduction::Sum, {in[g[0]], in[g[1]]}, count);
+      Bytes want = expectAllReduce(ElementType::F32, Reduction::Sum,
+                                   {in[g[0]], in[g[1]]}, count);
       EXPECT_EQ(out[k], want) << (rows ? "row" : "column") << " rank " << k;
     }
   }
@@ -186,10 +195,13 @@ TEST(InProcess, GroupsRowsColumnsAndOrder) {
   expectAllOk(runRanks(comms, [&](int k, Communicator &c) {
     if (k == 3)
       return Status::ok();
-    return c.allReduce(in[k].data(), out[k].data(), count, ElementType::F32, Reduction::Sum, g);
+    return c.allReduce(in[k].data(), out[k].data(), count, ElementType::F32,
+                       Reduction::Sum, g);
   }));
-  Bytes want = expectAllReduce(ElementType::F32, Reduction::Sum, {in[2], in[0], in[1]}, count);
-  Bytes rankOrder = expectAllReduce(ElementType::F32, Reduction::Sum, {in[0], in[1], in[2]}, count);
+  Bytes want = expectAllReduce(ElementType::F32, Reduction::Sum,
+                               {in[2], in[0], in[1]}, count);
+  Bytes rankOrder = expectAllReduce(ElementType::F32, Reduction::Sum,
+                                    {in[0], in[1], in[2]}, count);
   EXPECT_NE(want, rankOrder) << "the inputs do not tell the two orders apart";
   for (int k = 0; k < 3; ++k)
     EXPECT_EQ(out[k], want) << "rank " << k;
@@ -201,9 +213,11 @@ TEST(InProcess, GroupsRowsColumnsAndOrder) {
   expectAllOk(runRanks(comms, [&](int k, Communicator &c) {
     if (k == 3)
       return Status::ok();
-    return c.reduceScatter(rsIn[k].data(), rs[k].data(), 2, ElementType::F32, Reduction::Sum, g);
+    return c.reduceScatter(rsIn[k].data(), rs[k].data(), 2, ElementType::F32,
+                           Reduction::Sum, g);
   }));
-  Bytes rsWant = expectAllReduce(ElementType::F32, Reduction::Sum, {rsIn[2], rsIn[0], rsIn[1]}, 6);
+  Bytes rsWant = expectAllReduce(ElementType::F32, Reduction::Sum,
+                                 {rsIn[2], rsIn[0], rsIn[1]}, 6);
   EXPECT_EQ(0, std::memcmp(rs[2].data(), rsWant.data(), 8));
   EXPECT_EQ(0, std::memcmp(rs[0].data(), rsWant.data() + 8, 8));
   EXPECT_EQ(0, std::memcmp(rs[1].data(), rsWant.data() + 16, 8));
@@ -232,7 +246,8 @@ TEST(InProcess, TimeoutNamesTheMissingRankOpAndContext) {
     c.setTimeout(0.5);
     c.setContext("step 7, bucket 2");
     std::vector<float> mine = a, out(64);
-    return c.allReduce(mine.data(), out.data(), 64, ElementType::F32, Reduction::Mean);
+    return c.allReduce(mine.data(), out.data(), 64, ElementType::F32,
+                       Reduction::Mean);
   });
   double took = seconds(start);
   // The deadline is 0.5 s; 3 s leaves room for a loaded 2-core machine.
@@ -248,11 +263,14 @@ TEST(InProcess, TimeoutNamesTheMissingRankOpAndContext) {
   // The world is aborted: rank 2's late call fails at once.
   comms[2]->setTimeout(30);
   start = std::chrono::steady_clock::now();
-  Status late = comms[2]->allReduce(a.data(), b.data(), 64, ElementType::F32, Reduction::Mean);
+  Status late = comms[2]->allReduce(a.data(), b.data(), 64, ElementType::F32,
+                                    Reduction::Mean);
   EXPECT_FALSE(late.isOk());
   EXPECT_LT(seconds(start), 1.0);
-  EXPECT_NE(late.message().find("aborted"), std::string::npos) << late.message();
-  EXPECT_NE(late.message().find("did not arrive"), std::string::npos) << late.message();
+  EXPECT_NE(late.message().find("aborted"), std::string::npos)
+      << late.message();
+  EXPECT_NE(late.message().find("did not arrive"), std::string::npos)
+      << late.message();
 }
 
 TEST(InProcess, AbortWakesEveryWaiter) {
@@ -266,12 +284,14 @@ TEST(InProcess, AbortWakesEveryWaiter) {
       return Status::ok();
     }
     std::vector<double> x(10, 2.0);
-    return c.allReduce(x.data(), x.data(), 10, ElementType::F64, Reduction::Sum);
+    return c.allReduce(x.data(), x.data(), 10, ElementType::F64,
+                       Reduction::Sum);
   });
   EXPECT_LT(seconds(start), 5.0); // far below the 60 s deadline
   for (int k = 0; k < 2; ++k) {
     ASSERT_FALSE(st[k].isOk());
-    EXPECT_NE(st[k].message().find("rank 2 aborted: loss is NaN at step 3"), std::string::npos)
+    EXPECT_NE(st[k].message().find("rank 2 aborted: loss is NaN at step 3"),
+              std::string::npos)
         << st[k].message();
   }
   // Later calls fail too, at once.
@@ -284,28 +304,38 @@ TEST(InProcess, MismatchedCallsAreAnError) {
   auto st = runRanks(comms, [&](int k, Communicator &c) {
     c.setTimeout(10);
     std::vector<float> x(16, 1.0f);
-    return c.allReduce(x.data(), x.data(), 10 + k, ElementType::F32, Reduction::Sum);
+    return c.allReduce(x.data(), x.data(), 10 + k, ElementType::F32,
+                       Reduction::Sum);
   });
   for (int k = 0; k < 2; ++k) {
     ASSERT_FALSE(st[k].isOk());
-    EXPECT_NE(st[k].message().find("disagree"), std::string::npos) << st[k].message();
+    EXPECT_NE(st[k].message().find("disagree"), std::string::npos)
+        << st[k].message();
   }
 }
 
 TEST(InProcess, BadArgumentsAreErrors) {
   auto comms = makeInProcessCommunicators(2);
   std::vector<char> x(4);
-  EXPECT_FALSE(comms[0]->allReduce(x.data(), x.data(), 4, ElementType::I1, Reduction::Sum).isOk());
-  Status s = comms[0]->allReduce(x.data(), x.data(), 1, ElementType::F32, Reduction::Sum, {1});
+  EXPECT_FALSE(
+      comms[0]
+          ->allReduce(x.data(), x.data(), 4, ElementType::I1, Reduction::Sum)
+          .isOk());
+  Status s = comms[0]->allReduce(x.data(), x.data(), 1, ElementType::F32,
+                                 Reduction::Sum, {1});
   ASSERT_FALSE(s.isOk());
-  EXPECT_NE(s.message().find("does not contain this rank"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("does not contain this rank"), std::string::npos)
+      << s.message();
   EXPECT_FALSE(comms[0]->send(x.data(), 1, ElementType::F32, 0).isOk());
 }
 
 TEST(InProcess, OneRankIsACopy) {
   auto comms = makeInProcessCommunicators(1);
   Bytes in = makeInput(ElementType::BF16, 33, 0, 70), out(66);
-  ASSERT_TRUE(comms[0]->allReduce(in.data(), out.data(), 33, ElementType::BF16, Reduction::Mean).isOk());
+  ASSERT_TRUE(comms[0]
+                  ->allReduce(in.data(), out.data(), 33, ElementType::BF16,
+                              Reduction::Mean)
+                  .isOk());
   EXPECT_EQ(out, in);
 }
 
