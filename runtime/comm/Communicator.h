@@ -1,5 +1,4 @@
-//===- Communicator.h - Collectives between the devices of a run -*- C++
-//-*-===//
+//===- Communicator.h - Collectives between the devices of a run -*- C++ -*-===//
 //
 // One interface, three implementations (docs/parallel.md):
 //   - InProcess: N devices in one process (`kiln-run --device cpu:N`), one
@@ -56,27 +55,23 @@ public:
   virtual const char *kind() const = 0;
 
   /// Every member gets the group's `count` elements combined by `r`.
-  virtual Status allReduce(const void *send, void *recv, int64_t count,
-                           ElementType type, Reduction r,
-                           const Group &group = {}) = 0;
+  virtual Status allReduce(const void *send, void *recv, int64_t count, ElementType type,
+                           Reduction r, const Group &group = {}) = 0;
   /// `send` holds groupSize * recvCount elements; member i receives block i
   /// of the combination.
   virtual Status reduceScatter(const void *send, void *recv, int64_t recvCount,
-                               ElementType type, Reduction r,
-                               const Group &group = {}) = 0;
+                               ElementType type, Reduction r, const Group &group = {}) = 0;
   /// Every member receives the group's `sendCount`-element blocks in member
   /// order (groupSize * sendCount elements).
-  virtual Status allGather(const void *send, void *recv, int64_t sendCount,
-                           ElementType type, const Group &group = {}) = 0;
+  virtual Status allGather(const void *send, void *recv, int64_t sendCount, ElementType type,
+                           const Group &group = {}) = 0;
   /// Member `root` (an index into the group) sends `count` elements of
   /// `buffer` to every other member's `buffer`.
-  virtual Status broadcast(void *buffer, int64_t count, ElementType type,
-                           int root, const Group &group = {}) = 0;
+  virtual Status broadcast(void *buffer, int64_t count, ElementType type, int root,
+                           const Group &group = {}) = 0;
   /// Point to point with world rank `peer`; a send meets the peer's recv.
-  virtual Status send(const void *buffer, int64_t count, ElementType type,
-                      int peer) = 0;
-  virtual Status recv(void *buffer, int64_t count, ElementType type,
-                      int peer) = 0;
+  virtual Status send(const void *buffer, int64_t count, ElementType type, int peer) = 0;
+  virtual Status recv(void *buffer, int64_t count, ElementType type, int peer) = 0;
 
   /// Makes every pending and later call of every member fail with `why`
   /// (InProcess and Nccl: at once; Mpi: MPI_Abort ends the job).
