@@ -363,8 +363,8 @@ Status MpiCommunicator::allReduce(const void *send, void *recv, int64_t count,
   std::vector<const void *> in(n);
   for (int k = 0; k < n; ++k)
     in[k] = k == m ? in0 + m * block * es : scratch.data() + k * mine * es;
-  if (Status st =
-          reduceBlocks(out + m * block * es, in.data(), n, mine, type, r, n);
+  if (Status st = reduceBlocks(out + m * block * es, in.data(), n, mine, type,
+                               r, n, sumOrder_);
       !st)
     return ops.fail(what, st.message());
   // Our reduced block to everyone; theirs into place.
@@ -412,7 +412,9 @@ Status MpiCommunicator::reduceScatter(const void *send, void *recv,
   std::vector<const void *> in(n);
   for (int k = 0; k < n; ++k)
     in[k] = k == m ? in0 + m * bytes : scratch.data() + k * bytes;
-  if (Status st = reduceBlocks(recv, in.data(), n, recvCount, type, r, n); !st)
+  if (Status st =
+          reduceBlocks(recv, in.data(), n, recvCount, type, r, n, sumOrder_);
+      !st)
     return ops.fail(what, st.message());
   return Status::ok();
 }
