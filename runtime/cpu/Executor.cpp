@@ -15,14 +15,7 @@
 namespace kiln::cpu {
 
 Executor::~Executor() {
-  if (commThread_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(commMu_);
-      commStop_ = true;
-    }
-    commWake_.notify_all();
-    commThread_.join();
-  }
+  queue_.reset();
   std::free(arena_);
 }
 
@@ -46,26 +39,9 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
                  const ExecutorOptions &options) {
   int threads = options.threads;
   comm::Communicator *comm = options.communicator;
-  int device = 0;
-  if (!comm) {
-    if (Status s = checkSingleDevice(program); !s)
-      return s;
-  } else {
-    int n = program.numDevices();
-    if (comm->size() != n)
-      return Status::error(fmt::format(
-          "the program was compiled for a mesh of {} device{} but the {} communicator has {} "
-          "rank{}; run it on {} devices (--device cpu:{} or mpirun -np {}), or recompile the "
-          "model for {}",
-          n, n == 1 ? "" : "s", comm->kind(), comm->size(), comm->size() == 1 ? "" : "s", n, n,
-          n, comm->size()));
-    device = options.device < 0 ? comm->rank() : options.device;
-    if (device != comm->rank())
-      return Status::internal(fmt::format(
-          "device {} was given the communicator of rank {}: a device's world rank is its "
-          "index in the mesh",
-          device, comm->rank()));
-  }
+  int device = options.device;
+  if (Status st = checkCommunicator(program, comm, device); !st)
+    return st;
   if (!lib && !program.kernels.empty())
     return Status::internal("the CPU executor needs the kernel library of a program with "
                             "kernels");
@@ -109,7 +85,7 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   // blas() set that up.
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
   if (comm)
-    e->commThread_ = std::thread([p = e.get()] { p->commLoop(); });
+    e->queue_ = std::make_unique<CollectiveQueue>(*comm, device);
   return e;
 }
 
@@ -125,179 +101,21 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
 
 // Collectives ------------------------------------------------------------
 
-namespace {
-
-Expected<comm::Reduction> reductionOf(const program::Collective &c) {
-  switch (c.reduction) {
-  case program::Collective::Reduction::Sum: return comm::Reduction::Sum;
-  case program::Collective::Reduction::Mean: return comm::Reduction::Mean;
-  case program::Collective::Reduction::Max: return comm::Reduction::Max;
-  case program::Collective::Reduction::Min: return comm::Reduction::Min;
-  case program::Collective::Reduction::None: break;
-  }
-  return Status::internal(fmt::format("the plan's {} has no reduction",
-                                      program::collectiveOpName(c.op)));
-}
-
-} // namespace
-
-comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective &c,
-                            int device) {
-  comm::Group g;
-  if (!c.group.empty()) {
-    g = c.group;
-  } else {
-    int a = mesh.axis(c.axis);
-    if (a < 0)
-      return g; // parse() refuses a collective over an unknown axis
-    // Row-major: the devices differing from `device` only along axis a.
-    int64_t stride = 1;
-    for (size_t i = size_t(a) + 1; i < mesh.axes.size(); ++i)
-      stride *= mesh.axes[i].size;
-    int64_t size = mesh.axes[size_t(a)].size;
-    int64_t coord = (device / stride) % size;
-    int64_t base = device - coord * stride;
-    for (int64_t i = 0; i < size; ++i)
-      g.push_back(int(base + i * stride));
-  }
-  // Every device in rank order is the communicator's default group.
-  bool all = int(g.size()) == mesh.numDevices();
-  for (size_t i = 0; all && i < g.size(); ++i)
-    all = g[i] == int(i);
-  if (all)
-    g.clear();
-  return g;
-}
-
 Status Executor::communicate(const program::Step &s) {
-  const program::Collective &c = s.collective;
-  using Op = program::Collective::Op;
-  char *send = static_cast<char *>(data(s.args[0])) + c.sendOffset;
-  char *recv = static_cast<char *>(data(s.args.back())) + c.recvOffset;
-  int64_t count = c.bytes / dtypeBytes(c.dtype);
-  comm::Group group = collectiveGroup(program_.mesh, c, device_);
-  int members = group.empty() ? comm_->size() : int(group.size());
-  switch (c.op) {
-  case Op::AllReduce: {
-    auto r = reductionOf(c);
-    if (!r)
-      return r.status();
-    return comm_->allReduce(send, recv, count, c.dtype, *r, group);
-  }
-  case Op::ReduceScatter: {
-    auto r = reductionOf(c);
-    if (!r)
-      return r.status();
-    return comm_->reduceScatter(send, recv, count / members, c.dtype, *r, group);
-  }
-  case Op::AllGather:
-    return comm_->allGather(send, recv, count, c.dtype, group);
-  case Op::Broadcast: {
-    // args[0] -> args[1] on the root, then args[1] everywhere.
-    int root = group.empty() ? c.peer : group[size_t(c.peer)];
-    if (root == device_ && send != recv)
-      std::memmove(recv, send, size_t(c.bytes));
-    return comm_->broadcast(recv, count, c.dtype, c.peer, group);
-  }
-  case Op::Send:
-    return comm_->send(send, count, c.dtype, group.empty() ? c.peer : group[size_t(c.peer)]);
-  case Op::Recv:
-    return comm_->recv(recv, count, c.dtype, group.empty() ? c.peer : group[size_t(c.peer)]);
-  }
-  return Status::internal("unknown collective op");
-}
-
-/// "training step 3, @train_step step 7 (all_reduce of 4096 bytes on queue
-/// 1 at m.kiln:9:3)": what a communicator's errors name.
-static std::string collectiveWhere(const std::string &context, const program::Function *f,
-                                   const program::Step &s) {
-  std::string fn = "@?";
-  size_t index = 0;
-  if (f && !f->steps.empty() && &s >= f->steps.data() && &s < f->steps.data() + f->steps.size()) {
-    fn = "@" + f->name;
-    index = size_t(&s - f->steps.data());
-  }
-  return fmt::format("{}{} step {} ({} of {} bytes{}{})", context.empty() ? "" : context + ", ",
-                     fn, index, program::collectiveOpName(s.collective.op), s.collective.bytes,
-                     s.queue ? fmt::format(" on queue {}", s.queue) : "",
-                     s.loc.empty() ? "" : " at " + s.loc);
-}
-
-uint64_t Executor::push(const program::Step &s, std::string where) {
-  uint64_t t;
-  {
-    std::lock_guard<std::mutex> lock(commMu_);
-    t = nextTicket_++;
-    commTasks_.push_back({t, &s, std::move(where)});
-  }
-  commWake_.notify_one();
-  return t;
-}
-
-void Executor::commLoop() {
-  for (;;) {
-    Task t;
-    std::string failed;
-    {
-      std::unique_lock<std::mutex> lock(commMu_);
-      commWake_.wait(lock, [&] { return commStop_ || !commTasks_.empty(); });
-      if (commTasks_.empty())
-        return;
-      t = std::move(commTasks_.front());
-      commTasks_.pop_front();
-      if (commFailed_)
-        failed = commError_;
-    }
-    Done d;
-    if (!failed.empty()) {
-      // The members' call sequences no longer match: do not start another.
-      d.status = Status::error(fmt::format("{}: not run on device {}, because an earlier "
-                                           "collective failed: {}",
-                                           t.where, device_, failed));
-    } else {
-      comm_->setContext(t.where);
-      auto t0 = std::chrono::steady_clock::now();
-      d.status = communicate(*t.step);
-      d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    {
-      std::lock_guard<std::mutex> lock(commMu_);
-      if (!d.status && !commFailed_) {
-        commFailed_ = true;
-        commError_ = d.status.message();
-      }
-      commResults_[t.ticket] = std::move(d);
-    }
-    commDone_.notify_all();
-  }
-}
-
-Status Executor::wait(uint64_t ticket, double &seconds) {
-  double limit = comm_->timeout() * 2 + 10;
-  std::unique_lock<std::mutex> lock(commMu_);
-  bool done = commDone_.wait_for(lock, std::chrono::duration<double>(limit),
-                                 [&] { return commResults_.count(ticket) != 0; });
-  if (!done) {
-    lock.unlock();
-    std::string why = fmt::format(
-        "device {}: a collective did not return within {:.0f} s, twice the communicator's "
-        "timeout; the communicator was aborted",
-        device_, limit);
-    comm_->abort(why);
-    return Status::error(why);
-  }
-  Done d = std::move(commResults_[ticket]);
-  commResults_.erase(ticket);
-  seconds = d.seconds;
-  return d.status;
+  return callCommunicator(*comm_, program_.mesh, s, device_, data(s.args[0]),
+                          data(s.args.back()), [](void *to, const void *from, size_t n) {
+                            std::memmove(to, from, n);
+                            return Status::ok();
+                          });
 }
 
 Status Executor::runCollective(const program::Step &s) {
   if (!comm_)
     return StepHooks::runCollective(s);
   // Through the communication thread, after the collectives started before.
-  double seconds = 0;
-  return wait(push(s, collectiveWhere(context_, current_, s)), seconds);
+  size_t index = current_ ? size_t(&s - current_->steps.data()) : 0;
+  std::string where = current_ ? collectiveContext(context_, *current_, index) : context_;
+  return queue_->run([this, &s] { return communicate(s); }, std::move(where));
 }
 
 Status Executor::startAsync(const program::Function &f, const program::Step &s, size_t index) {
@@ -305,7 +123,8 @@ Status Executor::startAsync(const program::Function &f, const program::Step &s, 
     return Status::internal(fmt::format(
         "@{} step {} is a {} on queue {}: the CPU runs only collectives off queue 0", f.name,
         index, s.kind == program::Step::Copy ? "copy" : "kernel", s.queue));
-  asyncTickets_[index] = push(s, collectiveWhere(context_, &f, s));
+  asyncTickets_[index] =
+      queue_->push([this, &s] { return communicate(s); }, collectiveContext(context_, f, index));
   return Status::ok();
 }
 
@@ -315,7 +134,7 @@ Status Executor::waitAsync(size_t index, double &seconds) {
     return Status::internal(fmt::format("step {} was not started", index));
   uint64_t t = it->second;
   asyncTickets_.erase(it);
-  return wait(t, seconds);
+  return queue_->wait(t, seconds);
 }
 
 Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {

@@ -25,18 +25,15 @@
 
 #include "runtime/comm/Communicator.h"
 #include "runtime/core/Backend.h"
+#include "runtime/core/Collectives.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/StepLoop.h"
 #include "runtime/cpu/Jit.h"
 #include "runtime/cpu/ThreadPool.h"
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 namespace kiln::cpu {
@@ -52,13 +49,6 @@ struct ExecutorOptions {
   /// communicator's rank().
   int device = -1;
 };
-
-/// The world ranks of collective `c`'s group as device `device` sees it:
-/// c.group, or the devices differing from it only along c.axis (row-major
-/// mesh numbering); empty when that is every device in rank order (the
-/// communicator's default group).
-comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective &c,
-                            int device);
 
 class Executor : public Backend, private StepHooks {
 public:
@@ -122,37 +112,13 @@ private:
 
   /// The communicator call for collective step `s` on this device.
   Status communicate(const program::Step &s);
-  /// Queues `s` on the communication thread; its ticket.
-  uint64_t push(const program::Step &s, std::string where);
-  /// Waits for ticket `t` (deadline: twice the communicator's timeout plus
-  /// 10 s, as a guard behind the communicator's own deadline).
-  Status wait(uint64_t t, double &seconds);
-  void commLoop();
 
   program::Program program_;
   const program::BufferPlan *layout_ = nullptr; ///< program_.plan(device_)
   int device_ = 0;
   comm::Communicator *comm_ = nullptr;
   std::string context_;
-  /// The communication thread: tasks in order; results by ticket.
-  struct Task {
-    uint64_t ticket;
-    const program::Step *step;
-    std::string where;
-  };
-  struct Done {
-    Status status;
-    double seconds = 0;
-  };
-  std::thread commThread_;
-  std::mutex commMu_;
-  std::condition_variable commWake_, commDone_;
-  std::deque<Task> commTasks_;
-  std::map<uint64_t, Done> commResults_;
-  uint64_t nextTicket_ = 0;
-  bool commStop_ = false;
-  bool commFailed_ = false; ///< a collective failed: later ones fail at once
-  std::string commError_;
+  std::unique_ptr<CollectiveQueue> queue_; ///< with a communicator
   const program::Function *current_ = nullptr; ///< the function runSteps runs
   std::map<size_t, uint64_t> asyncTickets_; ///< started step index -> ticket
   std::unique_ptr<KernelLibrary> lib_;

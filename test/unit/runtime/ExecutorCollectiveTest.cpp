@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/comm/InProcess.h"
+#include "runtime/core/Collectives.h"
 #include "runtime/core/Handshake.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/StepLoop.h"
@@ -374,18 +375,18 @@ TEST(Collectives, GroupsFollowTheMeshAxis) {
   m.axes = {{"dp", 2}, {"tp", 2}}; // device = 2 * dp + tp
   Collective c;
   c.axis = "dp";
-  EXPECT_EQ(cpu::collectiveGroup(m, c, 0), (comm::Group{0, 2}));
-  EXPECT_EQ(cpu::collectiveGroup(m, c, 3), (comm::Group{1, 3}));
+  EXPECT_EQ(collectiveGroup(m, c, 0), (comm::Group{0, 2}));
+  EXPECT_EQ(collectiveGroup(m, c, 3), (comm::Group{1, 3}));
   c.axis = "tp";
-  EXPECT_EQ(cpu::collectiveGroup(m, c, 3), (comm::Group{2, 3}));
+  EXPECT_EQ(collectiveGroup(m, c, 3), (comm::Group{2, 3}));
   c.axis.clear();
   c.group = {3, 1};
-  EXPECT_EQ(cpu::collectiveGroup(m, c, 1), (comm::Group{3, 1}));
+  EXPECT_EQ(collectiveGroup(m, c, 1), (comm::Group{3, 1}));
   Mesh line;
   line.axes = {{"dp", 4}};
   c.group.clear();
   c.axis = "dp";
-  EXPECT_TRUE(cpu::collectiveGroup(line, c, 2).empty()); // everyone: the default group
+  EXPECT_TRUE(collectiveGroup(line, c, 2).empty()); // everyone: the default group
 }
 
 /// Runs the handshake on n ranks; rank r uses programs[r] and hashes[r].
