@@ -54,6 +54,10 @@ public:
   /// staging, read the last run's results before writing the next inputs).
   virtual bool stagesInputs() const { return false; }
 
+  /// Where the run is ("training step 12"), for the messages of collective
+  /// steps (a backend without a communicator ignores it).
+  virtual void setContext(std::string context) { (void)context; }
+
   /// Per-kernel timing (accumulated over runs; CUDA events on a GPU).
   virtual void setProfiling(bool on) = 0;
   struct Timing {

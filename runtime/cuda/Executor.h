@@ -89,7 +89,7 @@ public:
     return arena_ + DevicePtr(layout_->buffers[size_t(id)].offset);
   }
   /// Where the run is, for collective error messages ("training step 12").
-  void setContext(std::string context) { context_ = std::move(context); }
+  void setContext(std::string context) override { context_ = std::move(context); }
 
 private:
   Executor() = default;
