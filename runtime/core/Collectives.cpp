@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <set>
 
 namespace kiln {
 
@@ -56,6 +57,17 @@ comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective
   if (all)
     g.clear();
   return g;
+}
+
+std::vector<comm::Group> collectiveGroups(const program::Program &p) {
+  std::set<comm::Group> groups;
+  for (const program::Function &f : p.functions)
+    for (const program::Step &s : f.steps)
+      if (s.kind == program::Step::Collective)
+        for (int d = 0; d < p.numDevices(); ++d)
+          if (comm::Group g = collectiveGroup(p.mesh, s.collective, d); !g.empty())
+            groups.insert(g);
+  return {groups.begin(), groups.end()};
 }
 
 namespace {

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kiln {
 
@@ -44,6 +45,12 @@ Status checkCommunicator(const program::Program &p, comm::Communicator *comm, in
 /// mesh numbering); empty when that is every device in rank order (the
 /// communicator's default group).
 comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective &c, int device);
+
+/// Every distinct group other than the default (all devices in rank
+/// order) that the program's collectives use, over every device's view, in
+/// ascending order: what a communicator that must prepare its subgroups up
+/// front (NCCL's prepareGroups) is given at start-up, on every rank.
+std::vector<comm::Group> collectiveGroups(const program::Program &p);
 
 /// Runs collective step `s` of device `device` through `comm`: `send` and
 /// `recv` are the step's args[0] and args.back() at this device's

@@ -391,6 +391,13 @@ TEST(Collectives, GroupsFollowTheMeshAxis) {
   c.group.clear();
   c.axis = "dp";
   EXPECT_TRUE(collectiveGroup(line, c, 2).empty()); // everyone: the default group
+  // The subgroups a program needs prepared: dp over 2 x 2 gives {0,2}, {1,3}.
+  Program p = meshProgram(4);
+  EXPECT_TRUE(collectiveGroups(p).empty());
+  p.mesh = m;
+  EXPECT_EQ(collectiveGroups(p), (std::vector<comm::Group>{{0, 2}, {1, 3}}));
+  p.functions[0].steps[0].collective.axis = "tp";
+  EXPECT_EQ(collectiveGroups(p), (std::vector<comm::Group>{{0, 1}, {0, 2}, {1, 3}, {2, 3}}));
 }
 
 /// Runs the handshake on n ranks; rank r uses programs[r] and hashes[r].
@@ -431,6 +438,24 @@ TEST(Handshake, RefusesAnotherArtifactOrCollectiveSequence) {
               std::string::npos)
         << m;
     EXPECT_NE(m.find("recompile"), std::string::npos) << m;
+    EXPECT_NE(m.find("the first difference is collective 0: rank 0 runs '@train_step 0: "
+                     "all_reduce axis=dp f32 sum 32 bytes peer=-1 send=0 recv=0 queue=1', rank "
+                     "1 '@train_step 0: all_reduce axis=dp f32 mean 32 bytes"),
+              std::string::npos)
+        << m;
+  }
+  // Rank 2 of 3 has one collective fewer (the sequences are compared before
+  // the mesh's size): the first difference is where its sequence ends.
+  Program p3 = meshProgram(2);
+  Program shorter = p3;
+  shorter.functions[0].steps.pop_back();
+  for (const std::string &m : handshake({p3, p3, shorter}, {h, h, h})) {
+    EXPECT_NE(m.find("of rank 2 differs from rank 0's (2 collectives"), std::string::npos) << m;
+    EXPECT_NE(m.find("the first difference is collective 2: rank 0 runs '@train_step 4: "
+                     "all_gather axis=dp f32 none 16 bytes"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("rank 2 'no such collective'"), std::string::npos) << m;
   }
 
   // A program for 2 devices run by 4 ranks.
