@@ -567,6 +567,85 @@ TEST(CudaExecutor, RunsCollectivesThroughACommunicator) {
   EXPECT_NE(none.status().message().find("mesh of 2 devices"), std::string::npos);
 }
 
+/// A host device that claims native streams (so the executor orders
+/// collectives through StreamOrdering instead of host synchronization).
+class StreamedHostDevice : public HostDevice {
+public:
+  void *nativeStream(cuda::Stream) override { return this; }
+};
+
+/// Logs the collective calls (forwarding them) and the stream orderings.
+class LoggingCommunicator : public GatedCommunicator, public cuda::StreamOrdering {
+public:
+  LoggingCommunicator(comm::Communicator &inner, std::vector<std::string> &log)
+      : GatedCommunicator(inner, [] { return true; }), log_(log) {}
+  Status allReduce(const void *a, void *b, int64_t n, ElementType t, comm::Reduction r,
+                   const comm::Group &g) override {
+    log_.push_back("all_reduce");
+    return GatedCommunicator::allReduce(a, b, n, t, r, g);
+  }
+  Status reduceScatter(const void *a, void *b, int64_t n, ElementType t, comm::Reduction r,
+                       const comm::Group &g) override {
+    log_.push_back("reduce_scatter");
+    return GatedCommunicator::reduceScatter(a, b, n, t, r, g);
+  }
+  Status allGather(const void *a, void *b, int64_t n, ElementType t,
+                   const comm::Group &g) override {
+    log_.push_back("all_gather");
+    return GatedCommunicator::allGather(a, b, n, t, g);
+  }
+  Status setComputeStream(void *) override {
+    log_.push_back("set compute stream");
+    return Status::ok();
+  }
+  Status computeWaits() override {
+    log_.push_back("compute waits");
+    return Status::ok();
+  }
+  Status synchronize() override {
+    log_.push_back("synchronize");
+    return Status::ok();
+  }
+
+private:
+  std::vector<std::string> &log_;
+};
+
+// With stream ordering, the host never waits for a collective: queue-0
+// collectives are followed by a device-side wait, the queue-1 all_reduce
+// only where step 2 depends on it; read() polls the deadline first.
+TEST(CudaExecutor, OrdersCollectivesOnStreams) {
+  int n = 2;
+  Package pkg;
+  pkg.path = "mesh.kpack";
+  pkg.program = meshProgram(n);
+  pkg.hasCuda = true;
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::vector<std::vector<std::string>> logs(2);
+  std::vector<std::vector<float>> gathered(2);
+  onThreads(n, [&](int d) {
+    LoggingCommunicator c(*comms[size_t(d)], logs[size_t(d)]);
+    cuda::ExecutorOptions o;
+    o.communicator = &c;
+    o.streams = &c;
+    auto e = cuda::Executor::create(pkg, std::make_unique<StreamedHostDevice>(), o);
+    ASSERT_TRUE(e.isOk()) << e.status().message();
+    std::vector<float> g(kN, 1.5f + float(d));
+    ASSERT_TRUE((*e)->write(0, g.data(), kN * 4));
+    ASSERT_TRUE((*e)->run("train_step"));
+    gathered[size_t(d)] = *(*e)->readAll<float>(2);
+  });
+  for (int d = 0; d < n; ++d) {
+    EXPECT_EQ(logs[size_t(d)],
+              (std::vector<std::string>{"set compute stream", "all_reduce", "compute waits",
+                                        "reduce_scatter", "compute waits", "all_gather",
+                                        "compute waits", "synchronize"}))
+        << "device " << d;
+    // sum = 1.5 + 2.5 = 4; reduce_scatter(mean) of the summed g: (4 + 4) / 2.
+    EXPECT_EQ(gathered[size_t(d)], std::vector<float>(kN, 4.0f)) << "device " << d;
+  }
+}
+
 /// Records what the loop asks for, with asynchronous queues.
 class AsyncHooks : public StepHooks {
 public:
