@@ -1,4 +1,5 @@
-//===- Handshake.cpp - Ranks agree on the program before they run it -------===//
+//===- Handshake.cpp - Ranks agree on the program before they run it
+//-------===//
 #include "runtime/core/Handshake.h"
 
 #include <fmt/format.h>
@@ -57,10 +58,11 @@ std::vector<std::string> collectiveLines(const program::Program &p) {
       std::string where = c.axis.empty() ? "group=" : "axis=" + c.axis;
       for (size_t g = 0; c.axis.empty() && g < c.group.size(); ++g)
         where += (g ? "," : "") + std::to_string(c.group[g]);
-      out.push_back(fmt::format("@{} {}: {} {} {} {} {} bytes peer={} send={} recv={} queue={}",
-                                f.name, i, program::collectiveOpName(c.op), where,
-                                program::dtypeName(c.dtype), program::reductionName(c.reduction),
-                                c.bytes, c.peer, c.sendOffset, c.recvOffset, s.queue));
+      out.push_back(fmt::format(
+          "@{} {}: {} {} {} {} {} bytes peer={} send={} recv={} queue={}",
+          f.name, i, program::collectiveOpName(c.op), where,
+          program::dtypeName(c.dtype), program::reductionName(c.reduction),
+          c.bytes, c.peer, c.sendOffset, c.recvOffset, s.queue));
     }
   return out;
 }
@@ -92,7 +94,8 @@ std::string contentHash(const void *bytes, size_t size) {
 Status checkSameProgram(comm::Communicator &comm, const program::Program &p,
                         const std::string &artifactHash) {
   int64_t mine[kWords] = {};
-  std::memcpy(mine, artifactHash.data(), std::min<size_t>(artifactHash.size(), kHashWords * 8));
+  std::memcpy(mine, artifactHash.data(),
+              std::min<size_t>(artifactHash.size(), kHashWords * 8));
   mine[kHashWords] = p.numDevices();
   mine[kHashWords + 1] = collectiveCount(p);
   mine[kHashWords + 2] = int64_t(collectiveDigest(p));
@@ -100,10 +103,11 @@ Status checkSameProgram(comm::Communicator &comm, const program::Program &p,
   std::vector<int64_t> all(size_t(n) * kWords);
   comm.setContext("start-up handshake");
   if (Status s = comm.allGather(mine, all.data(), kWords, ElementType::I64); !s)
-    return Status::error(fmt::format("rank {}: the start-up handshake (an all_gather of the "
-                                     "artifact hash and collective sequence) failed: {}",
-                                     comm.rank(), s.message()),
-                         s.kind());
+    return Status::error(
+        fmt::format("rank {}: the start-up handshake (an all_gather of the "
+                    "artifact hash and collective sequence) failed: {}",
+                    comm.rank(), s.message()),
+        s.kind());
   const int64_t *first = all.data();
   std::vector<int> hashes, meshes, sequences;
   for (int r = 1; r < n; ++r) {
@@ -116,20 +120,24 @@ Status checkSameProgram(comm::Communicator &comm, const program::Program &p,
              w[kHashWords + 2] != first[kHashWords + 2])
       sequences.push_back(r);
   }
-  const char *todo = "every rank must load the same artifact: recompile with the same kilnc "
-                     "and model file, and give every rank that one .kpack";
+  const char *todo =
+      "every rank must load the same artifact: recompile with the same kilnc "
+      "and model file, and give every rank that one .kpack";
   if (!hashes.empty()) {
     const int64_t *w = all.data() + size_t(hashes[0]) * kWords;
-    return Status::error(fmt::format(
-        "rank {}: {} loaded a different artifact than rank 0 (hash {} on rank {}, {} on rank "
-        "0); {}",
-        comm.rank(), rankList(hashes), hashText(w), hashes[0], hashText(first), todo));
+    return Status::error(
+        fmt::format("rank {}: {} loaded a different artifact than rank 0 (hash "
+                    "{} on rank {}, {} on rank "
+                    "0); {}",
+                    comm.rank(), rankList(hashes), hashText(w), hashes[0],
+                    hashText(first), todo));
   }
   if (!meshes.empty()) {
     const int64_t *w = all.data() + size_t(meshes[0]) * kWords;
-    return Status::error(fmt::format(
-        "rank {}: {} runs a program over a mesh of {} devices, rank 0 over {}; {}",
-        comm.rank(), rankList(meshes), w[kHashWords], first[kHashWords], todo));
+    return Status::error(fmt::format("rank {}: {} runs a program over a mesh "
+                                     "of {} devices, rank 0 over {}; {}",
+                                     comm.rank(), rankList(meshes),
+                                     w[kHashWords], first[kHashWords], todo));
   }
   if (!sequences.empty()) {
     // Every rank saw the same words, so every rank takes these two extra
@@ -140,39 +148,53 @@ Status checkSameProgram(comm::Communicator &comm, const program::Program &p,
     std::vector<int64_t> hashes(kFirst, 0), allHashes(size_t(n) * kFirst);
     for (size_t i = 0; i < lines.size() && i < size_t(kFirst); ++i)
       hashes[i] = int64_t(fnv1a(lines[i].data(), lines[i].size()));
-    if (Status s = comm.allGather(hashes.data(), allHashes.data(), kFirst, ElementType::I64); !s)
-      return Status::error(fmt::format("rank {}: the start-up handshake failed: {}", comm.rank(),
-                                       s.message()),
-                           s.kind());
+    if (Status s = comm.allGather(hashes.data(), allHashes.data(), kFirst,
+                                  ElementType::I64);
+        !s)
+      return Status::error(
+          fmt::format("rank {}: the start-up handshake failed: {}", comm.rank(),
+                      s.message()),
+          s.kind());
     int64_t at = 0;
-    while (at < kFirst && allHashes[size_t(at)] == allHashes[size_t(other) * kFirst + size_t(at)])
+    while (at < kFirst && allHashes[size_t(at)] ==
+                              allHashes[size_t(other) * kFirst + size_t(at)])
       ++at;
     int64_t text[kTextWords] = {};
-    std::string mineText = at < int64_t(lines.size()) ? lines[size_t(at)] : "no such collective";
-    std::memcpy(text, mineText.data(), std::min<size_t>(mineText.size(), kTextWords * 8 - 1));
+    std::string mineText =
+        at < int64_t(lines.size()) ? lines[size_t(at)] : "no such collective";
+    std::memcpy(text, mineText.data(),
+                std::min<size_t>(mineText.size(), kTextWords * 8 - 1));
     std::vector<int64_t> allText(size_t(n) * kTextWords);
-    if (Status s = comm.allGather(text, allText.data(), kTextWords, ElementType::I64); !s)
-      return Status::error(fmt::format("rank {}: the start-up handshake failed: {}", comm.rank(),
-                                       s.message()),
-                           s.kind());
+    if (Status s =
+            comm.allGather(text, allText.data(), kTextWords, ElementType::I64);
+        !s)
+      return Status::error(
+          fmt::format("rank {}: the start-up handshake failed: {}", comm.rank(),
+                      s.message()),
+          s.kind());
     auto textOf = [&](int r) {
       char buf[kTextWords * 8 + 1] = {};
       std::memcpy(buf, allText.data() + size_t(r) * kTextWords, kTextWords * 8);
       return std::string(buf);
     };
     const int64_t *w = all.data() + size_t(other) * kWords;
-    return Status::error(fmt::format(
-        "rank {}: the compiled collective sequence of {} differs from rank 0's ({} collectives, "
-        "digest {:016x} on rank {}; {} collectives, digest {:016x} on rank 0), so the ranks "
-        "would wait for different collectives; the first difference is collective {}: rank 0 "
-        "runs '{}', rank {} '{}'; {}",
-        comm.rank(), rankList(sequences), w[kHashWords + 1], uint64_t(w[kHashWords + 2]), other,
-        first[kHashWords + 1], uint64_t(first[kHashWords + 2]), at, textOf(0), other,
-        textOf(other), todo));
+    return Status::error(
+        fmt::format("rank {}: the compiled collective sequence of {} differs "
+                    "from rank 0's ({} collectives, "
+                    "digest {:016x} on rank {}; {} collectives, digest {:016x} "
+                    "on rank 0), so the ranks "
+                    "would wait for different collectives; the first "
+                    "difference is collective {}: rank 0 "
+                    "runs '{}', rank {} '{}'; {}",
+                    comm.rank(), rankList(sequences), w[kHashWords + 1],
+                    uint64_t(w[kHashWords + 2]), other, first[kHashWords + 1],
+                    uint64_t(first[kHashWords + 2]), at, textOf(0), other,
+                    textOf(other), todo));
   }
   if (n != p.numDevices())
     return Status::error(fmt::format(
-        "rank {}: the program was compiled for a mesh of {} devices but the run has {} "
+        "rank {}: the program was compiled for a mesh of {} devices but the "
+        "run has {} "
         "ranks; launch {} ranks, or recompile the model for {} devices",
         comm.rank(), p.numDevices(), n, p.numDevices(), n));
   return Status::ok();

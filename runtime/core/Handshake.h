@@ -1,4 +1,5 @@
-//===- Handshake.h - Ranks agree on the program before they run it -*- C++ -*-===//
+//===- Handshake.h - Ranks agree on the program before they run it -*- C++
+//-*-===//
 //
 // Before the first step, every rank of a run all-gathers what it is about to
 // execute: the artifact's hash, and a digest of the compiled collective

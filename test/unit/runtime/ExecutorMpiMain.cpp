@@ -1,4 +1,5 @@
-//===- ExecutorMpiMain.cpp - CPU executors on MPI ranks ---------------------===//
+//===- ExecutorMpiMain.cpp - CPU executors on MPI ranks
+//---------------------===//
 //
 // Run by executor-mpi-test.sh: the mesh program of MeshProgram.h (all_reduce
 // on queue 1 overlapping a copy, reduce_scatter, all_gather) executed by one
@@ -99,7 +100,8 @@ int main(int argc, char **argv) {
   if (!c)
     return fail(c.status());
   (*c)->setTimeout(30);
-  std::string hash = mode == "mismatch" && (*c)->rank() == 1 ? "artifact-b" : "artifact-a";
+  std::string hash =
+      mode == "mismatch" && (*c)->rank() == 1 ? "artifact-b" : "artifact-a";
   auto h = runRank(**c, hash);
   if (!h)
     return fail(h.status());

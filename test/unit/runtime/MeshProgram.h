@@ -1,4 +1,5 @@
-//===- MeshProgram.h - A hand-built mesh program for executor tests -*- C++ -*-===//
+//===- MeshProgram.h - A hand-built mesh program for executor tests -*- C++
+//-*-===//
 //
 // Shared by kiln-executor-tests and kiln-executor-mpi-test: a kernel-free
 // plan-v2 program over a mesh of n devices on axis "dp" (see meshProgram()).
@@ -19,7 +20,8 @@ using namespace kiln::program;
 
 inline constexpr int64_t kN = 8; // elements of the gradient-like buffer g
 
-inline Buffer buffer(const std::string &name, Role role, std::vector<int64_t> shape, int64_t offset) {
+inline Buffer buffer(const std::string &name, Role role,
+                     std::vector<int64_t> shape, int64_t offset) {
   Buffer b;
   b.name = name;
   b.role = role;
@@ -30,7 +32,7 @@ inline Buffer buffer(const std::string &name, Role role, std::vector<int64_t> sh
 }
 
 inline Step collective(Collective::Op op, std::vector<int> args, int64_t bytes,
-                Collective::Reduction r = Collective::Reduction::None) {
+                       Collective::Reduction r = Collective::Reduction::None) {
   Step s;
   s.kind = Step::Collective;
   s.args = std::move(args);
@@ -57,7 +59,8 @@ inline Step copy(int from, int to) {
 ///   3: block = reduce_scatter(g, mean), queue 0
 ///   4: gathered = all_gather(block), queue 0
 /// Every device has its own layout: odd devices hold the scratch buffers
-/// in the reverse order, and device d's sit 64 * d bytes further into its arena.
+/// in the reverse order, and device d's sit 64 * d bytes further into its
+/// arena.
 inline Program meshProgram(int n) {
   Program p;
   p.mesh.axes = {{"dp", n}};
@@ -70,8 +73,10 @@ inline Program meshProgram(int n) {
   for (int d = 0; d < n; ++d) {
     BufferPlan plan;
     plan.buffers = bufs;
-    for (size_t i = 1; i < plan.buffers.size(); ++i) // odd devices: scratch reversed
-      plan.buffers[i].offset = 64 * int64_t(d % 2 ? bufs.size() - i : i) + 64 * d;
+    for (size_t i = 1; i < plan.buffers.size();
+         ++i) // odd devices: scratch reversed
+      plan.buffers[i].offset =
+          64 * int64_t(d % 2 ? bufs.size() - i : i) + 64 * d;
     plan.buffers[0].offset = 64 * d;
     plan.persistentBytes = 64 * (d + 1);
     plan.arenaBytes = 384 + 64 * d;
@@ -85,9 +90,11 @@ inline Program meshProgram(int n) {
   f.args = {0, 4};
   f.results = {2, 3, 5};
   f.scratchBytes = 384 - 64;
-  Step ar = collective(Collective::Op::AllReduce, {0, 0}, kN * 4, Collective::Reduction::Sum);
+  Step ar = collective(Collective::Op::AllReduce, {0, 0}, kN * 4,
+                       Collective::Reduction::Sum);
   ar.loc = "m.kiln:9:3";
-  Step rs = collective(Collective::Op::ReduceScatter, {0, 1}, kN * 4, Collective::Reduction::Mean);
+  Step rs = collective(Collective::Op::ReduceScatter, {0, 1}, kN * 4,
+                       Collective::Reduction::Mean);
   Step ag = collective(Collective::Op::AllGather, {1, 2}, kN * 4 / n);
   f.steps = {ar, copy(4, 5), copy(0, 3), rs, ag};
   computeDependencies(p, f);
@@ -97,7 +104,8 @@ inline Program meshProgram(int n) {
   // What kilnc writes is what the runtime reads: parse() checks it all.
   auto q = Program::parse(p.toJson(), "mesh.kpack");
   if (!q) {
-    std::fprintf(stderr, "meshProgram(%d): %s\n", n, q.status().message().c_str());
+    std::fprintf(stderr, "meshProgram(%d): %s\n", n,
+                 q.status().message().c_str());
     return p;
   }
   return *q;
