@@ -54,8 +54,8 @@ public:
   /// staging, read the last run's results before writing the next inputs).
   virtual bool stagesInputs() const { return false; }
 
-  /// Where the run is ("training step 12"), for the messages of collective
-  /// steps (a backend without a communicator ignores it).
+  /// Where the caller is ("training step 12"), for the messages of the
+  /// backend's collectives (a multi-device program); ignored otherwise.
   virtual void setContext(std::string context) { (void)context; }
 
   /// Per-kernel timing (accumulated over runs; CUDA events on a GPU).
