@@ -9,20 +9,16 @@
 
 namespace kiln::train {
 
-Expected<ReplicaRun> trainReplicas(const std::string &artifact, const ReplicaOptions &o,
-                                   Sink out) {
+Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o, Sink out) {
   if (o.comms.empty() || !o.backend)
     return Status::internal("trainReplicas: no communicators or no backend factory");
   int world = o.comms[0]->size();
   ReplicaRun run;
-  auto first = Model::open(artifact);
-  if (!first)
-    return first.status();
-  if ((*first)->prog().numDevices() != world)
+  if (pkg.program.numDevices() != world)
     return Status::error(fmt::format(
         "{} was compiled for {} device(s), but {} gives {}; recompile with kilnc --devices {}",
-        artifact, (*first)->prog().numDevices(), o.how.empty() ? "this run" : o.how, world,
-        world));
+        o.train.artifact, pkg.program.numDevices(), o.how.empty() ? "this run" : o.how,
+        world, world));
 
   // Models and backends one at a time, in device order: the first compiles
   // the kernels, the others load them from the cache.
@@ -30,13 +26,8 @@ Expected<ReplicaRun> trainReplicas(const std::string &artifact, const ReplicaOpt
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (size_t i = 0; i < o.comms.size(); ++i) {
     comm::Communicator *c = o.comms[i];
-    std::unique_ptr<Model> m;
-    if (i == 0) {
-      m = std::move(*first);
-    } else {
-      m = std::make_unique<Model>();
-      m->pkg = run.models[0]->pkg;
-    }
+    auto m = std::make_unique<Model>();
+    m->pkg = pkg;
     m->comm = c;
     m->device = c->rank();
     TrainOptions to = o.train;

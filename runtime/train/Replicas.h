@@ -52,10 +52,10 @@ struct ReplicaRun {
   TrainResult result;
 };
 
-/// Opens the artifact once per replica and trains them; the first failure
-/// in time wins (the others then fail as cancelled).
-Expected<ReplicaRun> trainReplicas(const std::string &artifact, const ReplicaOptions &o,
-                                   Sink out);
+/// Trains one replica of `pkg` (an opened artifact; each replica gets a
+/// copy) per communicator; the first failure in time wins (the others then
+/// fail as cancelled).
+Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o, Sink out);
 
 } // namespace kiln::train
 

@@ -288,7 +288,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       d.cudaEpilogues = v;
     return [d](const Package &pkg) { return train::makeBackend(pkg, d, print); };
   };
-  auto r = train::trainReplicas(f.artifact, ro, print);
+  auto r = train::trainReplicas(model.pkg, ro, print);
   if (!r) {
     int rc = fail(r.status());
     // The other processes stop at once rather than at their deadline.
