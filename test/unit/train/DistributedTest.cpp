@@ -126,8 +126,7 @@ std::vector<ShardSpec> dpShards(bool shardM) {
 /// update on every device.
 class DpBackend : public Backend {
 public:
-  DpBackend(const program::Program &p, comm::Communicator *c, std::vector<int64_t> *replicas)
-      : p_(p), comm_(c), replicas_(replicas) {
+  DpBackend(const program::Program &p, comm::Communicator *c) : p_(p), comm_(c) {
     for (const Buffer &b : p.buffers)
       data_.emplace_back(size_t(b.bytes), '\0');
   }
@@ -167,8 +166,7 @@ public:
     int64_t step, replica;
     std::memcpy(&step, data_[StepIn].data(), 8);
     std::memcpy(&replica, data_[ReplicaIn].data(), 8);
-    if (replicas_)
-      replicas_->push_back(replica);
+    replicas.push_back(replica);
     float norm = 0, lr = 0.05f;
     for (int64_t k = 0; k < kFeatures; ++k) {
       norm += grad[k] * grad[k];
@@ -186,12 +184,13 @@ public:
   std::vector<float> weights() {
     return std::vector<float>(f(W), f(W) + kFeatures);
   }
+  /// The "replica" input of every step run.
+  std::vector<int64_t> replicas;
 
 private:
   float *f(int id) { return reinterpret_cast<float *>(data_[size_t(id)].data()); }
   const program::Program &p_;
   comm::Communicator *comm_;
-  std::vector<int64_t> *replicas_;
   std::vector<std::string> data_;
 };
 
@@ -375,7 +374,7 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
     m->shards = dpShards(true);
     m->comm = comms[size_t(d)].get();
     m->device = d;
-    ASSERT_TRUE(m->attach(std::make_unique<DpBackend>(m->pkg.program, m->comm, nullptr)));
+    ASSERT_TRUE(m->attach(std::make_unique<DpBackend>(m->pkg.program, m->comm)));
     ASSERT_TRUE(m->hasShardedState());
     ASSERT_TRUE(m->setPersistent(logical));
     auto block = m->exec->readAll<float>(M);
@@ -405,7 +404,7 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
     m.device = d;
     auto r = readCheckpoint(m, path, true, {});
     ASSERT_TRUE(r) << r.status().message();
-    m.exec = std::make_unique<DpBackend>(m.pkg.program, nullptr, nullptr);
+    m.exec = std::make_unique<DpBackend>(m.pkg.program, nullptr);
     ASSERT_TRUE(m.setPersistent(*r));
     auto block = m.exec->readAll<float>(M);
     std::vector<float> want = {float(2 * d + 1), d == 2 ? 0.f : float(2 * d + 2)};
@@ -417,7 +416,7 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
   Model one = modelOf(dpPackage(3, 1));
   auto r = readCheckpoint(one, path, true, {});
   ASSERT_TRUE(r) << r.status().message();
-  one.exec = std::make_unique<DpBackend>(one.pkg.program, nullptr, nullptr);
+  one.exec = std::make_unique<DpBackend>(one.pkg.program, nullptr);
   ASSERT_TRUE(one.setPersistent(*r));
   EXPECT_EQ(*one.exec->readAll<float>(M), mom);
 }
@@ -461,8 +460,7 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
     o.comms.push_back(c.get());
   o.backend = [&](int device, comm::Communicator *c) -> BackendFactory {
     return [&, device, c](const Package &p) -> Expected<std::unique_ptr<Backend>> {
-      auto b = std::make_unique<DpBackend>(p.program, devices > 1 ? c : nullptr,
-                                           &out.replicas);
+      auto b = std::make_unique<DpBackend>(p.program, devices > 1 ? c : nullptr);
       backends[size_t(device)] = b.get();
       return std::unique_ptr<Backend>(std::move(b));
     };
@@ -475,6 +473,8 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
     return out;
   }
   out.weights = backends[0]->weights();
+  for (DpBackend *b : backends)
+    out.replicas.insert(out.replicas.end(), b->replicas.begin(), b->replicas.end());
   for (int d = 1; d < devices; ++d)
     EXPECT_EQ(backends[size_t(d)]->weights(), out.weights) << "device " << d << " differs";
   return out;
