@@ -9,15 +9,45 @@ namespace kiln {
 
 Status StepHooks::runCollective(const program::Step &s) {
   return Status::error(fmt::format(
-      "this backend has no communicator: the plan's {} step{} exchanges data between "
+      "this backend has no communicator: the plan's {} step exchanges data between "
       "devices; run it on a backend with a communicator",
-      program::collectiveOpName(s.collective.op), s.loc.empty() ? "" : " at " + s.loc));
+      program::collectiveOpName(s.collective.op)));
+}
+
+Status StepHooks::startAsync(const program::Function &f, const program::Step &, size_t index) {
+  return Status::internal(fmt::format("@{} step {}: this backend runs no queue concurrently "
+                                      "with queue 0",
+                                      f.name, index));
+}
+
+Status StepHooks::waitAsync(size_t index, double &) {
+  return Status::internal(fmt::format("step {} was not started asynchronously", index));
 }
 
 void StepProfile::addCollective(const program::Step &s, double seconds) {
   Acc &a = collectives_[program::collectiveOpName(s.collective.op)];
   a.seconds += seconds;
   a.calls++;
+}
+
+void StepProfile::addCollectiveWait(const program::Step &s, double seconds) {
+  Acc &a = waits_[program::collectiveOpName(s.collective.op)];
+  a.seconds += seconds;
+  a.calls++;
+}
+
+double StepProfile::collectiveSeconds() const {
+  double t = 0;
+  for (const auto &[op, a] : collectives_)
+    t += a.seconds;
+  return t;
+}
+
+double StepProfile::exposedCollectiveSeconds() const {
+  double t = 0;
+  for (const auto &[op, a] : waits_)
+    t += a.seconds;
+  return t;
 }
 
 std::vector<Backend::Timing> StepProfile::timings(const program::Program &p) const {
@@ -30,8 +60,12 @@ std::vector<Backend::Timing> StepProfile::timings(const program::Program &p) con
   gemms_.appendTo(out);
   if (copy_.calls)
     out.push_back({"copy", "copy", "", copy_.seconds, copy_.calls});
-  for (const auto &[op, a] : collectives_)
+  for (const auto &[op, a] : collectives_) {
     out.push_back({op, "collective", "", a.seconds, a.calls});
+    auto w = waits_.find(op);
+    if (w != waits_.end())
+      out.push_back({op + " exposed", "collective wait", "", w->second.seconds, w->second.calls});
+  }
   return out;
 }
 
@@ -49,60 +83,167 @@ Status checkSingleDevice(const program::Program &p) {
   return Status::ok();
 }
 
-Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
-                size_t end, StepHooks &hooks, StepProfile *profile) {
-  end = std::min(end, f.steps.size());
-  bool library = hooks.libraryEpilogues();
-  for (size_t si = begin; si < end; ++si) {
-    const program::Step &s = f.steps[si];
-    bool libraryEpilogue = s.kind == program::Step::Gemm && s.lt.valid() && library;
-    if (profile)
-      if (Status r = hooks.beginTimed(); !r)
-        return r;
-    Status r = Status::ok();
+namespace {
+
+/// "@train_step step 7 (all_reduce on queue 1 at m.kiln:9:3)": where a
+/// collective's error came from (an asynchronous one surfaces later).
+std::string stepWhere(const program::Function &f, size_t i) {
+  const program::Step &s = f.steps[i];
+  std::string what = s.kind == program::Step::Collective
+                         ? program::collectiveOpName(s.collective.op)
+                         : std::string(s.kind == program::Step::Copy ? "copy" : "kernel");
+  return fmt::format("@{} step {} ({}{}{})", f.name, i, what,
+                     s.queue ? fmt::format(" on queue {}", s.queue) : "",
+                     s.loc.empty() ? "" : " at " + s.loc);
+}
+
+/// Runs one step through the hooks (and its GEMM epilogue), timing it.
+Status runOne(const program::Step &s, StepHooks &hooks, StepProfile *profile, bool library) {
+  bool libraryEpilogue = s.kind == program::Step::Gemm && s.lt.valid() && library;
+  if (profile)
+    if (Status r = hooks.beginTimed(); !r)
+      return r;
+  Status r = Status::ok();
+  switch (s.kind) {
+  case program::Step::Kernel:
+    r = hooks.runKernel(s.kernel, s.args);
+    break;
+  case program::Step::Gemm:
+    r = hooks.runGemm(s, libraryEpilogue);
+    break;
+  case program::Step::Copy:
+    r = hooks.runCopy(s);
+    break;
+  case program::Step::Collective:
+    r = hooks.runCollective(s);
+    break;
+  }
+  if (!r)
+    return r;
+  if (profile) {
+    auto dt = hooks.endTimed();
+    if (!dt)
+      return dt.status();
     switch (s.kind) {
-    case program::Step::Kernel:
-      r = hooks.runKernel(s.kernel, s.args);
-      break;
-    case program::Step::Gemm:
-      r = hooks.runGemm(s, libraryEpilogue);
-      break;
-    case program::Step::Copy:
-      r = hooks.runCopy(s);
-      break;
+    case program::Step::Kernel: profile->addKernel(s.kernel, *dt); break;
+    case program::Step::Gemm: profile->addGemm(s, *dt, hooks.gemmName()); break;
+    case program::Step::Copy: profile->addCopy(*dt); break;
     case program::Step::Collective:
-      r = hooks.runCollective(s);
+      profile->addCollective(s, *dt);
+      profile->addCollectiveWait(s, *dt); // queue 0 waited for all of it
       break;
     }
-    if (!r)
-      return r;
+  }
+  // A GEMM's epilogue kernel, unless the library call did its work.
+  if (s.kind == program::Step::Gemm && s.epilogue >= 0 && !libraryEpilogue) {
+    if (profile)
+      if (Status x = hooks.beginTimed(); !x)
+        return x;
+    if (Status x = hooks.runKernel(s.epilogue, s.epilogueArgs); !x)
+      return x;
     if (profile) {
       auto dt = hooks.endTimed();
       if (!dt)
         return dt.status();
-      switch (s.kind) {
-      case program::Step::Kernel: profile->addKernel(s.kernel, *dt); break;
-      case program::Step::Gemm: profile->addGemm(s, *dt, hooks.gemmName()); break;
-      case program::Step::Copy: profile->addCopy(*dt); break;
-      case program::Step::Collective: profile->addCollective(s, *dt); break;
-      }
-    }
-    // A GEMM's epilogue kernel, unless the library call did its work.
-    if (s.kind == program::Step::Gemm && s.epilogue >= 0 && !libraryEpilogue) {
-      if (profile)
-        if (Status x = hooks.beginTimed(); !x)
-          return x;
-      if (Status x = hooks.runKernel(s.epilogue, s.epilogueArgs); !x)
-        return x;
-      if (profile) {
-        auto dt = hooks.endTimed();
-        if (!dt)
-          return dt.status();
-        profile->addKernel(s.epilogue, *dt);
-      }
+      profile->addKernel(s.epilogue, *dt);
     }
   }
   return Status::ok();
+}
+
+/// The steps a loop started asynchronously and has not waited for.
+class Pending {
+public:
+  Pending(const program::Function &f, StepHooks &hooks, StepProfile *profile)
+      : f_(f), hooks_(hooks), profile_(profile), started_(f.steps.size(), false) {}
+
+  void started(size_t i) {
+    started_[i] = true;
+    order_.push_back(i);
+  }
+  /// Waits for started step `i`, if it is still pending; `waiter` is the
+  /// step that needs it (for the message), or SIZE_MAX at the end.
+  Status wait(size_t i, size_t waiter) {
+    if (i >= started_.size() || !started_[i])
+      return Status::ok();
+    started_[i] = false;
+    const program::Step &s = f_.steps[i];
+    if (profile_)
+      if (Status r = hooks_.beginTimed(); !r)
+        return r;
+    double ran = -1;
+    Status r = hooks_.waitAsync(i, ran);
+    if (!r)
+      return Status::error(
+          fmt::format("{}: {}{}", stepWhere(f_, i), r.message(),
+                      waiter == SIZE_MAX
+                          ? ""
+                          : fmt::format(" (surfaced when step {} waited for it)", waiter)),
+          r.kind());
+    if (profile_) {
+      auto dt = hooks_.endTimed();
+      if (!dt)
+        return dt.status();
+      if (s.kind == program::Step::Collective) {
+        profile_->addCollective(s, std::max(ran, 0.0));
+        profile_->addCollectiveWait(s, *dt);
+      }
+    }
+    return Status::ok();
+  }
+  /// Waits for every pending step, in the order started; the first error.
+  Status drain() {
+    Status first = Status::ok();
+    for (size_t i : order_)
+      if (Status r = wait(i, SIZE_MAX); !r && first)
+        first = r;
+    order_.clear();
+    return first;
+  }
+
+private:
+  const program::Function &f_;
+  StepHooks &hooks_;
+  StepProfile *profile_;
+  std::vector<bool> started_;
+  std::vector<size_t> order_;
+};
+
+} // namespace
+
+Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
+                size_t end, StepHooks &hooks, StepProfile *profile) {
+  end = std::min(end, f.steps.size());
+  bool library = hooks.libraryEpilogues();
+  bool concurrent = hooks.concurrentQueues();
+  Pending pending(f, hooks, profile);
+  for (size_t si = begin; si < end; ++si) {
+    const program::Step &s = f.steps[si];
+    Status r = Status::ok();
+    if (concurrent) {
+      // What this step waits for on other queues; its own queue keeps order.
+      for (int d : s.deps)
+        if (size_t(d) < f.steps.size() && f.steps[size_t(d)].queue != s.queue)
+          if (r = pending.wait(size_t(d), si); !r)
+            break;
+      if (r && s.queue != 0) {
+        r = hooks.startAsync(f, s, si);
+        if (r)
+          pending.started(si);
+      } else if (r) {
+        r = runOne(s, hooks, profile, library);
+      }
+    } else {
+      r = runOne(s, hooks, profile, library);
+    }
+    if (!r && s.kind == program::Step::Collective && r.message().rfind("@" + f.name, 0) != 0)
+      r = Status::error(fmt::format("{}: {}", stepWhere(f, si), r.message()), r.kind());
+    if (!r) {
+      (void)pending.drain(); // nothing may still use the arena
+      return r;
+    }
+  }
+  return pending.drain();
 }
 
 } // namespace kiln

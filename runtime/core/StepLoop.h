@@ -8,11 +8,24 @@
 // how to time a region (the CPU with steady_clock, CUDA with an event pair
 // on its compute stream). Tracing goes here too when it comes.
 //
-// Queues and dependencies (plan v2): every backend today has one queue and
-// runs the steps in schedule order, so each step's dependencies, which point
-// to earlier steps, hold trivially. A backend with several streams (CUDA)
-// will map a step's queue id to a stream and turn its dependencies on other
-// queues into event waits; the loop stays the same.
+// Queues and dependencies (plan v2): a backend that runs its queues
+// concurrently (StepHooks::concurrentQueues()) gets every step on a queue
+// other than 0 through startAsync(), and the loop goes on with the next
+// step; before a step on queue 0 runs, the loop waits (waitAsync()) for each
+// started step it depends on (Step::deps), and before it returns, for every
+// step it started. A step on queue q > 0 was started after every queue-0
+// step before it in schedule order, and the backend runs one queue's steps
+// in the order started, so its own dependencies hold when queue 0 is
+// synchronous (the CPU); a backend whose queue 0 is itself asynchronous
+// (CUDA streams) orders the start after queue 0's work with an event. An
+// asynchronous step's error surfaces at the wait, prefixed with the step's
+// function, index, op and model-file location. Backends that do not run
+// queues concurrently (the default) run every step in schedule order, so
+// the dependencies, which point to earlier steps, hold trivially.
+//
+// Profile: a collective's seconds are its own run time; the seconds queue 0
+// spent waiting for it (all of a synchronous one's) are also counted as
+// exposed communication, so overlapped time = run time - exposed time.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CORE_STEPLOOP_H
@@ -43,6 +56,17 @@ public:
   virtual Status runCopy(const program::Step &s) = 0;
   /// Runs a collective step; the default says the backend cannot.
   virtual Status runCollective(const program::Step &s);
+  /// Whether steps on queues other than 0 run concurrently with queue 0
+  /// (through startAsync/waitAsync); false: every step in order, here.
+  virtual bool concurrentQueues() const { return false; }
+  /// Starts step `index` of `f` (on queue s.queue > 0) and returns without
+  /// waiting for it; steps of one queue run in the order started. Only
+  /// called where concurrentQueues(); the default refuses.
+  virtual Status startAsync(const program::Function &f, const program::Step &s, size_t index);
+  /// Waits (blocks the caller, or orders queue 0 after it) until started
+  /// step `index` has finished; returns its error if it failed, and sets
+  /// `seconds` to its run time when known (else leaves it negative).
+  virtual Status waitAsync(size_t index, double &seconds);
   /// Whether GEMM steps with a library epilogue run it in the GEMM call.
   virtual bool libraryEpilogues() const { return false; }
   /// The profile's name for this backend's GEMMs, e.g. "gemm (BLAS)".
@@ -69,9 +93,19 @@ public:
     copy_.seconds += seconds;
     copy_.calls++;
   }
+  /// A collective's run time.
   void addCollective(const program::Step &s, double seconds);
+  /// Time queue 0 waited for a collective (exposed communication): all of
+  /// a synchronous collective's run time, the wait for an asynchronous one.
+  void addCollectiveWait(const program::Step &s, double seconds);
+  /// Collectives' run time and the part of it queue 0 waited for, summed
+  /// over every op and run; overlapped = collectiveSeconds - exposed.
+  double collectiveSeconds() const;
+  double exposedCollectiveSeconds() const;
   /// Kernels (with their first model line), GEMMs by shape, copies, then
-  /// collectives: what Backend::timings() returns.
+  /// collectives by op ("all_reduce", op "collective": run time) each with
+  /// its exposed time ("all_reduce exposed", op "collective wait"): what
+  /// Backend::timings() returns.
   std::vector<Backend::Timing> timings(const program::Program &p) const;
 
 private:
@@ -82,7 +116,7 @@ private:
   std::vector<Acc> kernels_;
   Backend::GemmTimings gemms_;
   Acc copy_;
-  std::map<std::string, Acc> collectives_;
+  std::map<std::string, Acc> collectives_, waits_;
 };
 
 /// Whether a backend of one device without a communicator can run `p`:
@@ -93,7 +127,10 @@ Status checkSingleDevice(const program::Program &p);
 
 /// Runs steps [begin, end) of `f` (end clipped to its length) in order
 /// through `hooks`; with `profile`, times each step (a GEMM and its
-/// epilogue kernel separately) into it. Stops at the first error.
+/// epilogue kernel separately) into it. Steps on queues > 0 run
+/// asynchronously where the hooks run queues concurrently (above); every
+/// started step has finished when this returns. Stops at the first error
+/// (after waiting for the steps already started).
 Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
                 size_t end, StepHooks &hooks, StepProfile *profile);
 

@@ -14,13 +14,37 @@
 
 namespace kiln::cpu {
 
-Executor::~Executor() { std::free(arena_); }
+Executor::~Executor() {
+  queue_.reset();
+  std::free(arena_);
+}
+
+int Executor::threadShare(int total, int devices, int device) {
+  total = std::max(total, 1);
+  devices = std::max(devices, 1);
+  int share = total / devices + (device < total % devices ? 1 : 0);
+  return std::max(share, 1);
+}
 
 Expected<std::unique_ptr<Executor>>
 Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
                  int threads) {
-  if (Status s = checkSingleDevice(program); !s)
-    return s;
+  ExecutorOptions o;
+  o.threads = threads;
+  return create(program, std::move(lib), o);
+}
+
+Expected<std::unique_ptr<Executor>>
+Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
+                 const ExecutorOptions &options) {
+  int threads = options.threads;
+  comm::Communicator *comm = options.communicator;
+  int device = options.device;
+  if (Status st = checkCommunicator(program, comm, device); !st)
+    return st;
+  if (!lib && !program.kernels.empty())
+    return Status::internal("the CPU executor needs the kernel library of a program with "
+                            "kernels");
   if (auto b = blas(); !b)
     return b.status();
   // Kernels allocate their temporaries (reductions' partial results, a
@@ -38,6 +62,9 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = program;
   e->lib_ = std::move(lib);
+  e->device_ = device;
+  e->layout_ = &e->program_.plan(device);
+  e->comm_ = comm;
   for (const program::Kernel &k : program.kernels) {
     std::string why;
     KernelFn fn = e->lib_->lookup(k.symbol, &why);
@@ -46,7 +73,7 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
                            "); recompile the model with this version of kilnc");
     e->fns_.push_back(fn);
   }
-  size_t bytes = size_t(std::max<int64_t>(program.arenaBytes, 64));
+  size_t bytes = size_t(std::max<int64_t>(e->layout_->arenaBytes, 64));
   bytes = (bytes + 63) / 64 * 64;
   e->arena_ = static_cast<char *>(std::aligned_alloc(64, bytes));
   if (!e->arena_)
@@ -57,6 +84,8 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   // second set of spinning threads; results independent of the count):
   // blas() set that up.
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
+  if (comm)
+    e->queue_ = std::make_unique<CollectiveQueue>(*comm, device);
   return e;
 }
 
@@ -64,7 +93,48 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
   const program::Function *f = program_.function(name);
   if (!f)
     return Status::error("the artifact has no @" + name);
-  return kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
+  current_ = f;
+  Status r = kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
+  current_ = nullptr;
+  return r;
+}
+
+// Collectives ------------------------------------------------------------
+
+Status Executor::communicate(const program::Step &s) {
+  return callCommunicator(*comm_, program_.mesh, s, device_, data(s.args[0]),
+                          data(s.args.back()), [](void *to, const void *from, size_t n) {
+                            std::memmove(to, from, n);
+                            return Status::ok();
+                          });
+}
+
+Status Executor::runCollective(const program::Step &s) {
+  if (!comm_)
+    return StepHooks::runCollective(s);
+  // Through the communication thread, after the collectives started before.
+  size_t index = current_ ? size_t(&s - current_->steps.data()) : 0;
+  std::string where = current_ ? collectiveContext(context_, *current_, index) : context_;
+  return queue_->run([this, &s] { return communicate(s); }, std::move(where));
+}
+
+Status Executor::startAsync(const program::Function &f, const program::Step &s, size_t index) {
+  if (s.kind != program::Step::Collective)
+    return Status::internal(fmt::format(
+        "@{} step {} is a {} on queue {}: the CPU runs only collectives off queue 0", f.name,
+        index, s.kind == program::Step::Copy ? "copy" : "kernel", s.queue));
+  asyncTickets_[index] =
+      queue_->push([this, &s] { return communicate(s); }, collectiveContext(context_, f, index));
+  return Status::ok();
+}
+
+Status Executor::waitAsync(size_t index, double &seconds) {
+  auto it = asyncTickets_.find(index);
+  if (it == asyncTickets_.end())
+    return Status::internal(fmt::format("step {} was not started", index));
+  uint64_t t = it->second;
+  asyncTickets_.erase(it);
+  return queue_->wait(t, seconds);
 }
 
 Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
@@ -88,7 +158,7 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
 }
 
 Status Executor::runCopy(const program::Step &s) {
-  std::memcpy(data(s.args[1]), data(s.args[0]), size_t(program_.buffers[s.args[0]].bytes));
+  std::memcpy(data(s.args[1]), data(s.args[0]), size_t(layout_->buffers[s.args[0]].bytes));
   return Status::ok();
 }
 
@@ -120,20 +190,24 @@ Status Executor::runKernel(int kernel, const std::vector<int> &args) {
 }
 
 std::string Executor::describe() const {
+  if (comm_)
+    return fmt::format("cpu device {} of {} ({} thread{}, {} communicator)", device_,
+                       program_.numDevices(), pool_->threads(),
+                       pool_->threads() == 1 ? "" : "s", comm_->kind());
   return fmt::format("cpu ({} thread{})", pool_->threads(), pool_->threads() == 1 ? "" : "s");
 }
 
 Status Executor::write(int id, const void *src, size_t bytes) {
-  if (id < 0 || size_t(id) >= program_.buffers.size() ||
-      bytes > size_t(program_.buffers[size_t(id)].bytes))
+  if (id < 0 || size_t(id) >= layout_->buffers.size() ||
+      bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("write to buffer " + std::to_string(id) + " out of range");
   std::memcpy(data(id), src, bytes);
   return Status::ok();
 }
 
 Status Executor::read(int id, void *dst, size_t bytes) {
-  if (id < 0 || size_t(id) >= program_.buffers.size() ||
-      bytes > size_t(program_.buffers[size_t(id)].bytes))
+  if (id < 0 || size_t(id) >= layout_->buffers.size() ||
+      bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("read of buffer " + std::to_string(id) + " out of range");
   std::memcpy(dst, data(id), bytes);
   return Status::ok();

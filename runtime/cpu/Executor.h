@@ -9,34 +9,80 @@
 // timing: a split kernel's pieces are fixed by the compiler and write
 // disjoint rows, BLAS splits work by thread count).
 //
+// Several devices (docs/parallel.md "Executors"): given a Communicator
+// (ExecutorOptions), the executor runs one device of a mesh program: its
+// arena is laid out by program.plan(device), and collective steps call the
+// communicator with pointers into it. Every collective goes through one
+// communication thread per executor, in schedule order (so every member
+// makes the same calls in the same order, whatever overlaps); a step on
+// queue 1 is started there and the step loop goes on, a queue-0 collective
+// is waited for at once. Steps that depend on a queue-1 step wait for it
+// (runtime/core/StepLoop.h).
+//
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CPU_EXECUTOR_H
 #define KILN_RUNTIME_CPU_EXECUTOR_H
 
+#include "runtime/comm/Communicator.h"
 #include "runtime/core/Backend.h"
+#include "runtime/core/Collectives.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/StepLoop.h"
 #include "runtime/cpu/Jit.h"
 #include "runtime/cpu/ThreadPool.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <vector>
 
 namespace kiln::cpu {
 
+struct ExecutorOptions {
+  /// Threads (>= 1) that run the pieces of split kernels and BLAS: with N
+  /// devices in one process, each one's share (threadShare()).
+  int threads = 1;
+  /// Not owned; must outlive the executor. Null: one device, and a plan
+  /// over a mesh or with collective steps is refused.
+  comm::Communicator *communicator = nullptr;
+  /// This executor's device in the mesh (= its world rank); -1: the
+  /// communicator's rank().
+  int device = -1;
+};
+
 class Executor : public Backend, private StepHooks {
 public:
-  /// Resolves every kernel symbol in `lib`; `threads` >= 1 threads run the
-  /// pieces of split kernels and BLAS.
+  /// Resolves every kernel symbol in `lib` (may be null for a program
+  /// without kernels); `threads` >= 1 threads run the pieces of split
+  /// kernels and BLAS.
   static Expected<std::unique_ptr<Executor>>
   create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
          int threads);
+  /// One device of a mesh program when options.communicator is set: the
+  /// communicator's size must be the mesh's device count.
+  static Expected<std::unique_ptr<Executor>>
+  create(const program::Program &program, std::unique_ptr<KernelLibrary> lib,
+         const ExecutorOptions &options);
   ~Executor();
+
+  /// Device `device`'s share of `total` threads split over `devices` in one
+  /// process: total / devices, the remainder to the first devices, at
+  /// least 1 (so N devices on fewer cores never oversubscribe by more than
+  /// one thread each).
+  static int threadShare(int total, int devices, int device);
+
+  /// This executor's device in the mesh (0 without a communicator).
+  int device() const { return device_; }
+  /// Where the run is, for collective error messages ("training step 12");
+  /// each collective's context is this, then its step.
+  void setContext(std::string context) { context_ = std::move(context); }
+  /// The step profile (collectives' run and exposed time included).
+  const StepProfile &profile() const { return profile_; }
 
   const program::Program &program() const override { return program_; }
   std::string describe() const override;
-  void *data(int buffer) { return arena_ + program_.buffers[buffer].offset; }
+  /// Buffer `buffer` in this device's arena.
+  void *data(int buffer) { return arena_ + layout_->buffers[size_t(buffer)].offset; }
   template <typename T> T *as(int buffer) { return static_cast<T *>(data(buffer)); }
 
   Status write(int id, const void *src, size_t bytes) override;
@@ -56,11 +102,25 @@ private:
   Status runKernel(int kernel, const std::vector<int> &args) override;
   Status runGemm(const program::Step &s, bool libraryEpilogue) override;
   Status runCopy(const program::Step &s) override;
+  Status runCollective(const program::Step &s) override;
+  bool concurrentQueues() const override { return comm_ != nullptr; }
+  Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
+  Status waitAsync(size_t index, double &seconds) override;
   const char *gemmName() const override { return "gemm (BLAS)"; }
   Status beginTimed() override;
   Expected<double> endTimed() override;
 
+  /// The communicator call for collective step `s` on this device.
+  Status communicate(const program::Step &s);
+
   program::Program program_;
+  const program::BufferPlan *layout_ = nullptr; ///< program_.plan(device_)
+  int device_ = 0;
+  comm::Communicator *comm_ = nullptr;
+  std::string context_;
+  std::unique_ptr<CollectiveQueue> queue_; ///< with a communicator
+  const program::Function *current_ = nullptr; ///< the function runSteps runs
+  std::map<size_t, uint64_t> asyncTickets_; ///< started step index -> ticket
   std::unique_ptr<KernelLibrary> lib_;
   std::vector<KernelFn> fns_;
   char *arena_ = nullptr;

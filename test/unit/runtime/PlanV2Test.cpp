@@ -312,8 +312,8 @@ TEST(StepLoop, CollectivesNeedACommunicator) {
   RecordingHooks hooks;
   Status s = runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, nullptr);
   ASSERT_FALSE(s);
-  EXPECT_NE(s.message().find("this backend has no communicator: the plan's all_reduce step at "
-                             "m.kiln:9:3"),
+  EXPECT_NE(s.message().find("@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): this "
+                             "backend has no communicator"),
             std::string::npos)
       << s.message();
 }

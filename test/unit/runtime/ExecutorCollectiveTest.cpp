@@ -1,0 +1,501 @@
+//===- ExecutorCollectiveTest.cpp - CPU executors running collective steps ===//
+//
+// Hand-built plan-v2 programs over a mesh of 2 and 4 devices, each device
+// run by its own CPU executor on its own thread, exchanging through the
+// in-process communicator (runtime/comm/InProcess.h):
+//   - all_reduce in place on queue 1, a dependent copy on queue 0,
+//     reduce_scatter and all_gather: results bitwise as the communicator
+//     contract defines them (member order, a mean divides the sum by N),
+//     with every device's buffers at its own offsets;
+//   - a queue-1 collective overlaps a later queue-0 step that does not
+//     depend on it (the collective cannot finish until that step ran);
+//   - a device that never runs: the others fail within the deadline, the
+//     error naming the step, its location and the ranks missing;
+//   - the start-up handshake refuses another artifact hash and another
+//     collective sequence.
+// Programs without kernels (copies and collectives only), so no JIT.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/comm/InProcess.h"
+#include "runtime/core/Collectives.h"
+#include "runtime/core/Handshake.h"
+#include "runtime/core/Program.h"
+#include "runtime/core/StepLoop.h"
+#include "runtime/cpu/Executor.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::program;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kN = 8; // elements of the gradient-like buffer g
+
+Buffer buffer(const std::string &name, Role role, std::vector<int64_t> shape, int64_t offset) {
+  Buffer b;
+  b.name = name;
+  b.role = role;
+  b.shape = std::move(shape);
+  b.offset = offset;
+  b.bytes = b.numElements() * 4;
+  return b;
+}
+
+Step collective(Collective::Op op, std::vector<int> args, int64_t bytes,
+                Collective::Reduction r = Collective::Reduction::None) {
+  Step s;
+  s.kind = Step::Collective;
+  s.args = std::move(args);
+  s.collective.op = op;
+  s.collective.axis = "dp";
+  s.collective.bytes = bytes;
+  s.collective.reduction = r;
+  return s;
+}
+
+Step copy(int from, int to) {
+  Step s;
+  s.kind = Step::Copy;
+  s.args = {from, to};
+  return s;
+}
+
+/// Buffers: 0 g f32[8] (state), 1 block f32[8/n], 2 gathered f32[8],
+/// 3 copy of g f32[8], 4 x f32[8] (input), 5 y f32[8] (copy of x).
+/// @train_step:
+///   0: g = all_reduce(g, sum) in place, queue 1      (a gradient bucket)
+///   1: y = copy(x), queue 0                         (independent of 0)
+///   2: c = copy(g), queue 0                         (waits for 0)
+///   3: block = reduce_scatter(g, mean), queue 0
+///   4: gathered = all_gather(block), queue 0
+/// Every device has its own layout: odd devices hold the scratch buffers
+/// in the reverse order, and device d's sit 64 * d bytes further into its arena.
+Program meshProgram(int n) {
+  Program p;
+  p.mesh.axes = {{"dp", n}};
+  std::vector<Buffer> bufs = {buffer("g", Role::State, {kN}, 0),
+                              buffer("", Role::Temp, {kN / n}, 64),
+                              buffer("gathered", Role::Output, {kN}, 128),
+                              buffer("c", Role::Output, {kN}, 192),
+                              buffer("x", Role::Input, {kN}, 256),
+                              buffer("y", Role::Output, {kN}, 320)};
+  for (int d = 0; d < n; ++d) {
+    BufferPlan plan;
+    plan.buffers = bufs;
+    for (size_t i = 1; i < plan.buffers.size(); ++i) // odd devices: scratch reversed
+      plan.buffers[i].offset = 64 * int64_t(d % 2 ? bufs.size() - i : i) + 64 * d;
+    plan.buffers[0].offset = 64 * d;
+    plan.persistentBytes = 64 * (d + 1);
+    plan.arenaBytes = 384 + 64 * d;
+    if (d == 0)
+      static_cast<BufferPlan &>(p) = plan;
+    else
+      p.otherDevices.push_back(plan);
+  }
+  Function f;
+  f.name = "train_step";
+  f.args = {0, 4};
+  f.results = {2, 3, 5};
+  f.scratchBytes = 384 - 64;
+  Step ar = collective(Collective::Op::AllReduce, {0, 0}, kN * 4, Collective::Reduction::Sum);
+  ar.loc = "m.kiln:9:3";
+  Step rs = collective(Collective::Op::ReduceScatter, {0, 1}, kN * 4, Collective::Reduction::Mean);
+  Step ag = collective(Collective::Op::AllGather, {1, 2}, kN * 4 / n);
+  f.steps = {ar, copy(4, 5), copy(0, 3), rs, ag};
+  computeDependencies(p, f);
+  f.steps[0].queue = 1;
+  p.queues = 2;
+  p.functions = {f};
+  // What kilnc writes is what the runtime reads: parse() checks it all.
+  auto q = Program::parse(p.toJson(), "mesh.kpack");
+  EXPECT_TRUE(q.isOk()) << q.status().message();
+  return q.isOk() ? *q : p;
+}
+
+std::vector<float> randomVector(std::mt19937 &rng, int64_t n) {
+  std::normal_distribution<float> dist;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+/// Runs `body(device)` on one thread per device; joins them all.
+void onThreads(int n, const std::function<void(int)> &body) {
+  std::vector<std::thread> ts;
+  for (int d = 0; d < n; ++d)
+    ts.emplace_back(body, d);
+  for (std::thread &t : ts)
+    t.join();
+}
+
+std::unique_ptr<cpu::Executor> executor(const Program &p, comm::Communicator *c, int threads = 1) {
+  cpu::ExecutorOptions o;
+  o.threads = threads;
+  o.communicator = c;
+  auto e = cpu::Executor::create(p, nullptr, o);
+  EXPECT_TRUE(e.isOk()) << e.status().message();
+  return e.isOk() ? std::move(*e) : nullptr;
+}
+
+bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, BitwiseAsTheContractSays) {
+  int n = GetParam();
+  Program p = meshProgram(n);
+  ASSERT_EQ(p.functions[0].steps[2].deps, std::vector<int>{0}); // c = copy(g) waits for 0
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::mt19937 rng(1234 + n);
+  std::vector<std::vector<float>> g(static_cast<size_t>(n)), x(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    g[size_t(d)] = randomVector(rng, kN);
+    x[size_t(d)] = randomVector(rng, kN);
+  }
+  // The contract: sum in member order, member 0 first; mean = sum / n.
+  std::vector<float> sum(kN), mean(kN);
+  for (int64_t e = 0; e < kN; ++e) {
+    float s = g[0][size_t(e)];
+    for (int d = 1; d < n; ++d)
+      s += g[size_t(d)][size_t(e)];
+    sum[size_t(e)] = s;
+    // reduce_scatter of the already-summed g: n equal values summed in order.
+    float t = s;
+    for (int d = 1; d < n; ++d)
+      t += s;
+    mean[size_t(e)] = t / float(n);
+  }
+  std::vector<std::vector<float>> gOut(static_cast<size_t>(n)), block(static_cast<size_t>(n)), gathered(static_cast<size_t>(n)),
+      c(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  onThreads(n, [&](int d) {
+    auto e = executor(p, comms[size_t(d)].get());
+    if (!e)
+      return;
+    EXPECT_EQ(e->device(), d);
+    size_t i = size_t(d);
+    // Its own layout: buffers where plan(d) puts them.
+    const BufferPlan &plan = p.plan(d);
+    EXPECT_EQ(static_cast<char *>(e->data(5)) - static_cast<char *>(e->data(0)),
+              plan.buffers[5].offset - plan.buffers[0].offset);
+    ASSERT_TRUE(e->write(0, g[i].data(), kN * 4));
+    ASSERT_TRUE(e->write(4, x[i].data(), kN * 4));
+    // Twice: the second run starts from the first's results (g summed).
+    for (int run = 0; run < 2; ++run) {
+      if (run == 1)
+        ASSERT_TRUE(e->write(0, g[i].data(), kN * 4));
+      Status s = e->run("train_step");
+      if (!s) {
+        errors[i] = s.message();
+        return;
+      }
+    }
+    gOut[i] = *e->readAll<float>(0);
+    block[i] = *e->readAll<float>(1);
+    gathered[i] = *e->readAll<float>(2);
+    c[i] = *e->readAll<float>(3);
+    y[i] = *e->readAll<float>(5);
+  });
+  for (int d = 0; d < n; ++d) {
+    size_t i = size_t(d);
+    ASSERT_EQ(errors[i], "") << "device " << d;
+    EXPECT_TRUE(sameBits(gOut[i], sum)) << "device " << d << ": all_reduce(sum)";
+    EXPECT_TRUE(sameBits(c[i], sum)) << "device " << d << ": the copy after the all_reduce";
+    std::vector<float> want(mean.begin() + d * (kN / n), mean.begin() + (d + 1) * (kN / n));
+    EXPECT_TRUE(sameBits(block[i], want)) << "device " << d << ": reduce_scatter(mean)";
+    EXPECT_TRUE(sameBits(gathered[i], mean)) << "device " << d << ": all_gather";
+    EXPECT_TRUE(sameBits(y[i], x[i])) << "device " << d << ": the independent copy";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Collectives, ::testing::Values(2, 4),
+                         [](const auto &info) { return fmt::format("n{}", info.param); });
+
+/// Forwards to a communicator; all_reduce first waits (5 s at most) until
+/// `ready` says the queue-0 step that does not depend on it has run.
+class GatedCommunicator : public comm::Communicator {
+public:
+  GatedCommunicator(comm::Communicator &inner, std::function<bool()> ready)
+      : inner_(inner), ready_(std::move(ready)) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char *kind() const override { return inner_.kind(); }
+  Status allReduce(const void *send, void *recv, int64_t count, ElementType type,
+                   comm::Reduction r, const comm::Group &group) override {
+    auto until = Clock::now() + std::chrono::seconds(5);
+    while (!ready_()) {
+      if (Clock::now() > until)
+        return Status::error("the gate never opened: the step loop did not run the queue-0 "
+                             "step while the all_reduce was in flight");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    gated++;
+    return inner_.allReduce(send, recv, count, type, r, group);
+  }
+  Status reduceScatter(const void *send, void *recv, int64_t n, ElementType t, comm::Reduction r,
+                       const comm::Group &g) override {
+    return inner_.reduceScatter(send, recv, n, t, r, g);
+  }
+  Status allGather(const void *send, void *recv, int64_t n, ElementType t,
+                   const comm::Group &g) override {
+    return inner_.allGather(send, recv, n, t, g);
+  }
+  Status broadcast(void *b, int64_t n, ElementType t, int root, const comm::Group &g) override {
+    return inner_.broadcast(b, n, t, root, g);
+  }
+  Status send(const void *b, int64_t n, ElementType t, int peer) override {
+    return inner_.send(b, n, t, peer);
+  }
+  Status recv(void *b, int64_t n, ElementType t, int peer) override {
+    return inner_.recv(b, n, t, peer);
+  }
+  void abort(const std::string &why) override { inner_.abort(why); }
+  std::atomic<int> gated{0};
+
+private:
+  comm::Communicator &inner_;
+  std::function<bool()> ready_;
+};
+
+// Step 0 (all_reduce, queue 1) cannot finish before step 1 (copy x -> y,
+// queue 0) has run: a loop that waited for the collective before going on
+// would time out at the gate.
+TEST(Collectives, QueueOneOverlapsLaterQueueZeroSteps) {
+  int n = 2;
+  Program p = meshProgram(n);
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<double> ran(static_cast<size_t>(n)), exposed(static_cast<size_t>(n));
+  std::vector<int> gated(static_cast<size_t>(n));
+  onThreads(n, [&](int d) {
+    std::unique_ptr<cpu::Executor> e;
+    float marker = 42.0f + float(d);
+    GatedCommunicator gate(*comms[size_t(d)], [&] {
+      float v;
+      std::memcpy(&v, e->data(5), 4); // y: written by step 1
+      return v == marker;
+    });
+    e = executor(p, &gate);
+    if (!e)
+      return;
+    std::vector<float> x(kN, marker);
+    ASSERT_TRUE(e->write(4, x.data(), kN * 4));
+    e->setProfiling(true);
+    Status s = e->run("train_step");
+    errors[size_t(d)] = s.message();
+    ran[size_t(d)] = e->profile().collectiveSeconds();
+    exposed[size_t(d)] = e->profile().exposedCollectiveSeconds();
+    gated[size_t(d)] = gate.gated;
+    // The profile lists each op's run time and its exposed time.
+    bool listed = false;
+    for (const Backend::Timing &t : e->timings())
+      listed |= t.name == "all_reduce exposed" && t.op == "collective wait" && t.calls == 1;
+    EXPECT_TRUE(listed) << "device " << d;
+  });
+  for (int d = 0; d < n; ++d) {
+    EXPECT_EQ(errors[size_t(d)], "") << "device " << d;
+    EXPECT_EQ(gated[size_t(d)], 1);
+    EXPECT_GT(ran[size_t(d)], 0);
+    EXPECT_GE(ran[size_t(d)] + 1e-3, exposed[size_t(d)]);
+  }
+}
+
+// Device 1 never runs: device 0's queue-1 all_reduce times out and the
+// error surfaces when step 2 waits for it, naming the step, its location,
+// the communicator's context and the missing rank, within the deadline.
+TEST(Collectives, AMissingDeviceFailsTheOthersWithinTheDeadline) {
+  int n = 2;
+  Program p = meshProgram(n);
+  auto comms = comm::makeInProcessCommunicators(n);
+  comms[0]->setTimeout(0.5);
+  auto e = executor(p, comms[0].get());
+  ASSERT_TRUE(e);
+  e->setContext("training step 7");
+  auto t0 = Clock::now();
+  Status s = e->run("train_step");
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_FALSE(s);
+  const std::string &m = s.message();
+  EXPECT_NE(m.find("@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): "), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("surfaced when step 2 waited for it"), std::string::npos) << m;
+  EXPECT_NE(m.find("training step 7, @train_step step 0 (all_reduce of 32 bytes"),
+            std::string::npos)
+      << m; // the communicator's context
+  EXPECT_NE(m.find("rank 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("timed out"), std::string::npos) << m;
+  EXPECT_LT(took, 5.0); // 0.5 s deadline; generous for a loaded 2-core machine
+  // The executor is not wedged: later runs fail at once, naming the cause.
+  auto t1 = Clock::now();
+  Status again = e->run("train_step");
+  EXPECT_FALSE(again);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 5.0);
+}
+
+TEST(Collectives, MeshPlansNeedAMatchingCommunicator) {
+  Program p = meshProgram(2);
+  auto none = cpu::Executor::create(p, nullptr, 1);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.status().message().find("mesh of 2 devices"), std::string::npos);
+  auto comms = comm::makeInProcessCommunicators(4);
+  cpu::ExecutorOptions o;
+  o.communicator = comms[1].get();
+  auto wrong = cpu::Executor::create(p, nullptr, o);
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.status().message().find(
+                "compiled for a mesh of 2 devices but the in-process communicator has 4 ranks"),
+            std::string::npos)
+      << wrong.status().message();
+}
+
+TEST(Collectives, ThreadSharesNeverOversubscribeMuch) {
+  EXPECT_EQ(cpu::Executor::threadShare(2, 4, 0), 1);
+  EXPECT_EQ(cpu::Executor::threadShare(2, 4, 3), 1);
+  EXPECT_EQ(cpu::Executor::threadShare(8, 3, 0), 3);
+  EXPECT_EQ(cpu::Executor::threadShare(8, 3, 1), 3);
+  EXPECT_EQ(cpu::Executor::threadShare(8, 3, 2), 2);
+  EXPECT_EQ(cpu::Executor::threadShare(16, 4, 2), 4);
+}
+
+TEST(Collectives, GroupsFollowTheMeshAxis) {
+  Mesh m;
+  m.axes = {{"dp", 2}, {"tp", 2}}; // device = 2 * dp + tp
+  Collective c;
+  c.axis = "dp";
+  EXPECT_EQ(collectiveGroup(m, c, 0), (comm::Group{0, 2}));
+  EXPECT_EQ(collectiveGroup(m, c, 3), (comm::Group{1, 3}));
+  c.axis = "tp";
+  EXPECT_EQ(collectiveGroup(m, c, 3), (comm::Group{2, 3}));
+  c.axis.clear();
+  c.group = {3, 1};
+  EXPECT_EQ(collectiveGroup(m, c, 1), (comm::Group{3, 1}));
+  Mesh line;
+  line.axes = {{"dp", 4}};
+  c.group.clear();
+  c.axis = "dp";
+  EXPECT_TRUE(collectiveGroup(line, c, 2).empty()); // everyone: the default group
+}
+
+/// Runs the handshake on n ranks; rank r uses programs[r] and hashes[r].
+std::vector<std::string> handshake(const std::vector<Program> &programs,
+                                   const std::vector<std::string> &hashes) {
+  int n = int(programs.size());
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::vector<std::string> out(static_cast<size_t>(n));
+  onThreads(n, [&](int r) {
+    comms[size_t(r)]->setTimeout(10);
+    out[size_t(r)] = checkSameProgram(*comms[size_t(r)], programs[size_t(r)], hashes[size_t(r)])
+                         .message();
+  });
+  return out;
+}
+
+TEST(Handshake, RefusesAnotherArtifactOrCollectiveSequence) {
+  Program p = meshProgram(2);
+  EXPECT_EQ(collectiveCount(p), 3);
+  EXPECT_NE(collectiveSequence(p).find("@train_step 0: all_reduce axis=dp f32 sum 32 bytes"),
+            std::string::npos)
+      << collectiveSequence(p);
+  std::string h = contentHash("model bytes", 11);
+  EXPECT_EQ(h.size(), 16u);
+  for (const std::string &m : handshake({p, p}, {h, h}))
+    EXPECT_EQ(m, "");
+
+  for (const std::string &m : handshake({p, p}, {h, contentHash("other bytes", 11)})) {
+    EXPECT_NE(m.find("rank 1 loaded a different artifact than rank 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("recompile with the same kilnc and model file"), std::string::npos) << m;
+  }
+
+  Program q = p; // the same file name and hash, another collective order
+  std::swap(q.functions[0].steps[3].collective.reduction, q.functions[0].steps[0].collective.reduction);
+  EXPECT_NE(collectiveDigest(p), collectiveDigest(q));
+  for (const std::string &m : handshake({p, q}, {h, h})) {
+    EXPECT_NE(m.find("the compiled collective sequence of rank 1 differs from rank 0's"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("recompile"), std::string::npos) << m;
+  }
+
+  // A program for 2 devices run by 4 ranks.
+  Program p4 = meshProgram(2);
+  for (const std::string &m : handshake({p4, p4, p4, p4}, {h, h, h, h}))
+    EXPECT_NE(m.find("compiled for a mesh of 2 devices but the run has 4 ranks"),
+              std::string::npos)
+        << m;
+}
+
+/// Records what the loop asks for, with asynchronous queues.
+class AsyncHooks : public StepHooks {
+public:
+  std::vector<std::string> calls;
+  std::string failWait; ///< waitAsync's error, if not empty
+  Status runKernel(int k, const std::vector<int> &) override {
+    calls.push_back("kernel " + std::to_string(k));
+    return Status::ok();
+  }
+  Status runGemm(const Step &, bool) override { return Status::ok(); }
+  Status runCopy(const Step &s) override {
+    calls.push_back(fmt::format("copy {}->{}", s.args[0], s.args[1]));
+    return Status::ok();
+  }
+  Status runCollective(const Step &s) override {
+    calls.push_back(std::string("run ") + collectiveOpName(s.collective.op));
+    return Status::ok();
+  }
+  bool concurrentQueues() const override { return true; }
+  Status startAsync(const Function &, const Step &, size_t i) override {
+    calls.push_back("start " + std::to_string(i));
+    return Status::ok();
+  }
+  Status waitAsync(size_t i, double &seconds) override {
+    calls.push_back("wait " + std::to_string(i));
+    seconds = 0.25;
+    if (!failWait.empty())
+      return Status::error(failWait);
+    return Status::ok();
+  }
+  const char *gemmName() const override { return "gemm (test)"; }
+  Status beginTimed() override { return Status::ok(); }
+  Expected<double> endTimed() override { return 0.125; }
+};
+
+TEST(StepLoopQueues, StartsWaitsOnlyWhereNeededAndDrains) {
+  Program p = meshProgram(2);
+  AsyncHooks hooks;
+  StepProfile profile;
+  ASSERT_TRUE(runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, &profile));
+  EXPECT_EQ(hooks.calls,
+            (std::vector<std::string>{"start 0", "copy 4->5", "wait 0", "copy 0->3",
+                                      "run reduce_scatter", "run all_gather"}));
+  // The async all_reduce: 0.25 s run, 0.125 s waited; the synchronous
+  // ones: 0.125 s each, all of it exposed.
+  EXPECT_DOUBLE_EQ(profile.collectiveSeconds(), 0.25 + 2 * 0.125);
+  EXPECT_DOUBLE_EQ(profile.exposedCollectiveSeconds(), 3 * 0.125);
+  // A range that ends before anything waits still finishes what it started.
+  hooks.calls.clear();
+  ASSERT_TRUE(runSteps(p, p.functions[0], 0, 2, hooks, nullptr));
+  EXPECT_EQ(hooks.calls, (std::vector<std::string>{"start 0", "copy 4->5", "wait 0"}));
+  // An asynchronous error surfaces at the wait with the step's location.
+  hooks.calls.clear();
+  hooks.failWait = "rank 1 did not arrive";
+  Status s = runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, nullptr);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.message(), "@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): rank 1 did "
+                         "not arrive (surfaced when step 2 waited for it)");
+  EXPECT_EQ(hooks.calls, (std::vector<std::string>{"start 0", "copy 4->5", "wait 0"}));
+}
+
+} // namespace
