@@ -1,0 +1,47 @@
+#!/bin/sh
+# The MPI communicator end to end (ctest runs this with the test binary and
+# a world size): every op checked on N processes, the same bits as N
+# in-process ranks, and a stalled rank ending the job within the deadline.
+# Every mpirun is guarded by `timeout 60`, so the test itself never hangs.
+set -u
+bin=$1
+n=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun="timeout 60 mpirun --oversubscribe -np $n"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+$mpirun "$bin" sequence >"$tmp/mpi.out" 2>"$tmp/mpi.err" || {
+  echo "FAIL: mpirun -np $n sequence exited $?"; cat "$tmp/mpi.out" "$tmp/mpi.err"; exit 1; }
+"$bin" in-process "$n" >"$tmp/inproc.out" 2>&1 || {
+  echo "FAIL: in-process $n"; cat "$tmp/inproc.out"; exit 1; }
+sort "$tmp/mpi.out" >"$tmp/mpi.sorted"
+if [ "$(wc -l <"$tmp/mpi.sorted")" -ne "$n" ] || ! cmp -s "$tmp/mpi.sorted" "$tmp/inproc.out"; then
+  echo "FAIL: MPI and in-process results differ"; echo "mpi:"; cat "$tmp/mpi.sorted"
+  echo "in-process:"; cat "$tmp/inproc.out"; exit 1
+fi
+echo "same bits, $n ranks:"; cat "$tmp/mpi.sorted"
+
+# A rank that stalls past the deadline: the job ends soon after 1 s (rank 1
+# would sleep 30 s), nonzero, with the message naming rank, op and context.
+start=$(date +%s)
+$mpirun "$bin" stall 30 >"$tmp/stall.out" 2>"$tmp/stall.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -gt 20 ]; then
+  echo "FAIL: stalled rank: rc $rc after ${took} s"; cat "$tmp/stall.out" "$tmp/stall.err"; exit 1
+fi
+if ! grep -q "rank 0: all_reduce (sum, 4096 x f32) at step 3, bucket 1 timed out after 1 s: one of ranks 1" "$tmp/stall.err"; then
+  echo "FAIL: no timeout message naming rank 0, the op and the context"; cat "$tmp/stall.err"; exit 1
+fi
+echo "stalled rank 1: the job ended in ${took} s with rc $rc"
+
+# A rank that exits without a word: the job ends, nonzero, no hang.
+start=$(date +%s)
+$mpirun "$bin" exit >"$tmp/exit.out" 2>"$tmp/exit.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -gt 20 ]; then
+  echo "FAIL: exited rank: rc $rc after ${took} s"; cat "$tmp/exit.out" "$tmp/exit.err"; exit 1
+fi
+echo "exited rank 1: the job ended in ${took} s with rc $rc"
