@@ -54,6 +54,10 @@ public:
   /// staging, read the last run's results before writing the next inputs).
   virtual bool stagesInputs() const { return false; }
 
+  /// Where the caller is ("training step 12"), for the messages of the
+  /// backend's collectives (a multi-device program); ignored otherwise.
+  virtual void setContext(std::string context) { (void)context; }
+
   /// Per-kernel timing (accumulated over runs; CUDA events on a GPU).
   virtual void setProfiling(bool on) = 0;
   struct Timing {

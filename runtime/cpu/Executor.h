@@ -75,7 +75,7 @@ public:
   int device() const { return device_; }
   /// Where the run is, for collective error messages ("training step 12");
   /// each collective's context is this, then its step.
-  void setContext(std::string context) { context_ = std::move(context); }
+  void setContext(std::string context) override { context_ = std::move(context); }
   /// The step profile (collectives' run and exposed time included).
   const StepProfile &profile() const { return profile_; }
 

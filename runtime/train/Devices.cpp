@@ -5,6 +5,10 @@
 #include "runtime/cpu/Executor.h"
 #include "runtime/cpu/Jit.h"
 #endif
+#include "runtime/comm/InProcess.h"
+#ifdef KILN_HAVE_MPI
+#include "runtime/comm/Mpi.h"
+#endif
 #include "runtime/cuda/Device.h"
 #include "runtime/cuda/Executor.h"
 
@@ -62,10 +66,11 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
         "{} was compiled for {} devices; run it with --device cpu:{} or under mpirun -np {}",
         o.artifact, pkg.program.numDevices(), pkg.program.numDevices(),
         pkg.program.numDevices()));
-  if (o.comm)
-    return Status::error("this kiln-run's CPU executor cannot run multi-device programs yet "
-                         "(runtime/cpu: collectives through a communicator)");
-  auto e = cpu::Executor::create(pkg.program, std::move(*lib), o.threads);
+  cpu::ExecutorOptions eo;
+  eo.threads = o.threads;
+  eo.communicator = o.comm;
+  eo.device = o.comm ? o.deviceIndex : -1;
+  auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);
   if (!e)
     return e.status();
   return std::unique_ptr<Backend>(std::move(*e));
@@ -169,16 +174,24 @@ Status checkDeviceCount(const program::Program &p, int devices, const std::strin
 
 Expected<std::vector<std::unique_ptr<comm::Communicator>>>
 makeInProcessCommunicators(int n, double timeoutSeconds) {
-  (void)n;
-  (void)timeoutSeconds;
-  return Status::error("this kiln-run was built without the in-process communicator "
-                       "(runtime/comm); it cannot run --device cpu:N");
+  auto comms = comm::makeInProcessCommunicators(n);
+  for (auto &c : comms)
+    c->setTimeout(timeoutSeconds);
+  return comms;
 }
 
 Expected<std::unique_ptr<comm::Communicator>> makeMpiCommunicator(double timeoutSeconds) {
+#ifdef KILN_HAVE_MPI
+  auto c = comm::MpiCommunicator::create();
+  if (!c)
+    return c.status();
+  (*c)->setTimeout(timeoutSeconds);
+  return std::unique_ptr<comm::Communicator>(std::move(*c));
+#else
   (void)timeoutSeconds;
   return Status::error("this kiln-run was built without MPI (install libopenmpi-dev and "
                        "rebuild); it cannot run as one of several processes");
+#endif
 }
 
 Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const DeviceOptions &o,

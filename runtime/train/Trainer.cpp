@@ -199,7 +199,7 @@ Expected<bool> Trainer::agreeStop(int64_t step) {
   if (!c || c->size() == 1)
     return mine;
   int32_t flag = mine ? 1 : 0, any = 0;
-  c->setContext(fmt::format("step {}, agreeing on stopping", step));
+  c->setContext(fmt::format("training step {}, agreeing on stopping", step));
   if (Status s = c->allReduce(&flag, &any, 1, ElementType::I32, comm::Reduction::Max); !s)
     return Status::error(fmt::format("rank {}: {}", o_.rank, s.message()), s.kind());
   return any != 0;
@@ -266,10 +266,12 @@ Expected<TrainResult> Trainer::run() {
       if (Status s = storeInts(*m.exec, replicaIn_, &r64, 1); !s)
         return s;
     }
-    // The executor adds which collective it is in ("step 12, all_reduce 3
-    // of 5 (bucket 1)"); messages name the step either way.
-    if (m.comm)
-      m.comm->setContext(fmt::format("step {}", step));
+    // The executor adds which collective it is in ("training step 12,
+    // @train_step step 40 (all_reduce of 4096 bytes on queue 1 at ...)").
+    if (m.comm) {
+      m.exec->setContext(fmt::format("training step {}", step));
+      m.comm->setContext(fmt::format("training step {}", step));
+    }
     if (Status s = m.exec->run("train_step"); !s)
       return m.comm ? Status::error(fmt::format("rank {}: step {}: {}", o_.rank, step,
                                                 s.message()), s.kind())

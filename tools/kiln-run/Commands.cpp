@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/kiln-run/Commands.h"
 
+#include "runtime/core/Handshake.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
 #include "runtime/train/Evaluate.h"
@@ -22,6 +23,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -288,6 +291,17 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       d.cudaEpilogues = v;
     return [d](const Package &pkg) { return train::makeBackend(pkg, d, print); };
   };
+  // Start-up handshake: every rank runs the same artifact and collective
+  // sequence, or none starts.
+  std::string hash;
+  {
+    std::ifstream in(f.artifact, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    hash = contentHash(bytes.data(), bytes.size());
+  }
+  ro.handshake = [hash](comm::Communicator &c, const train::Model &m) {
+    return checkSameProgram(c, m.prog(), hash);
+  };
   auto r = train::trainReplicas(model.pkg, ro, print);
   if (!r) {
     int rc = fail(r.status());
@@ -316,7 +330,10 @@ int trainCommand(const std::vector<std::string> &args) {
   auto spec = train::parseDeviceSpec(f.device);
   if (!spec)
     return usage(spec.status().message());
-  train::Launch launch = train::detectLaunch();
+  auto detected = train::detectLaunch();
+  if (!detected)
+    return fail(detected.status());
+  train::Launch launch = *detected;
   bool multi = spec->count > 1 || launch.multiProcess();
   train::TrainOptions o;
   o.artifact = f.artifact;

@@ -603,23 +603,26 @@ TEST(Devices, TheDeviceCountMustMatchTheMesh) {
 
 TEST(Launch, ReadsTheLaunchersEnvironments) {
   auto with = [](std::map<std::string, std::string> env) {
-    return detectLaunch([env](const char *name) -> const char * {
+    auto l = detectLaunch([env](const char *name) -> const char * {
       auto it = env.find(name);
       return it == env.end() ? nullptr : it->second.c_str();
     });
+    EXPECT_TRUE(l) << l.status().message();
+    return l ? *l : Launch{};
   };
   Launch none = with({});
   EXPECT_TRUE(none.launcher.empty());
   EXPECT_FALSE(none.multiProcess());
   Launch ompi = with({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
-  EXPECT_EQ(ompi.launcher, "mpirun");
+  EXPECT_EQ(ompi.launcher, "openmpi");
   EXPECT_EQ(ompi.rank, 2);
   EXPECT_EQ(ompi.size, 4);
   EXPECT_EQ(ompi.localRank, 0);
   EXPECT_EQ(ompi.localSize, 2);
   EXPECT_TRUE(ompi.multiProcess());
-  Launch slurm = with({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"}});
+  Launch slurm = with({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
+                       {"SLURM_NTASKS_PER_NODE", "2(x3)"}});
   EXPECT_EQ(slurm.launcher, "slurm");
   EXPECT_EQ(slurm.rank, 1);
   EXPECT_EQ(slurm.localSize, 2);
