@@ -1,9 +1,12 @@
 //===- Executor.cpp - Runs a compiled program on a GPU --------------------===//
 #include "runtime/cuda/Executor.h"
 
+#include "runtime/core/Collectives.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace kiln::cuda {
@@ -25,18 +28,28 @@ Executor::~Executor() {
 
 Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
                                                      std::unique_ptr<Device> device) {
+  return create(pkg, std::move(device), ExecutorOptions());
+}
+
+Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
+                                                     std::unique_ptr<Device> device,
+                                                     const ExecutorOptions &options) {
   if (!pkg.hasCuda)
     return Status::error(pkg.path + ": the artifact has no CUDA kernels; compile it with "
                                     "kilnc --target=cpu,cuda");
-  if (Status s = checkSingleDevice(pkg.program); !s)
+  int meshDevice = options.device;
+  if (Status s = checkCommunicator(pkg.program, options.communicator, meshDevice); !s)
     return s;
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = pkg.program;
+  e->meshDevice_ = meshDevice;
+  e->layout_ = &e->program_.plan(meshDevice);
+  e->comm_ = options.communicator;
   e->plan_ = pkg.cudaPlan;
   e->provenance_ = {};
   e->device_ = std::move(device);
   Device &d = *e->device_;
-  size_t bytes = size_t(std::max<int64_t>(e->program_.arenaBytes, 256));
+  size_t bytes = size_t(std::max<int64_t>(e->layout_->arenaBytes, 256));
   auto arena = d.alloc(bytes);
   if (!arena)
     return Status::error(fmt::format("{}: cannot allocate the {:.1f} MiB arena on {}: {}",
@@ -60,7 +73,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
   // Staging for every input buffer of every entry point.
   for (const program::Function &f : e->program_.functions)
     for (int id : f.args) {
-      const program::Buffer &b = e->program_.buffers[size_t(id)];
+      const program::Buffer &b = e->layout_->buffers[size_t(id)];
       if (b.role != program::Role::Input || e->staging_.count(id))
         continue;
       Staging st;
@@ -98,8 +111,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
 }
 
 Status Executor::write(int id, const void *src, size_t bytes) {
-  if (id < 0 || size_t(id) >= program_.buffers.size() ||
-      bytes > size_t(program_.buffers[size_t(id)].bytes))
+  if (id < 0 || size_t(id) >= layout_->buffers.size() ||
+      bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("write to buffer " + std::to_string(id) + " out of range");
   auto it = staging_.find(id);
   if (it == staging_.end()) // parameters and state: straight into the arena
@@ -126,8 +139,8 @@ Status Executor::write(int id, const void *src, size_t bytes) {
 }
 
 Status Executor::read(int id, void *dst, size_t bytes) {
-  if (id < 0 || size_t(id) >= program_.buffers.size() ||
-      bytes > size_t(program_.buffers[size_t(id)].bytes))
+  if (id < 0 || size_t(id) >= layout_->buffers.size() ||
+      bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("read of buffer " + std::to_string(id) + " out of range");
   if (Status s = device_->download(dst, address(id), bytes, Stream::Compute); !s)
     return s;
@@ -167,13 +180,37 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
     if (Status s = device_->wait(Stream::Compute, st.uploaded[slot]); !s)
       return s;
     if (Status s = device_->copy(address(id), st.device[slot],
-                                 size_t(program_.buffers[size_t(id)].bytes), Stream::Compute);
+                                 size_t(layout_->buffers[size_t(id)].bytes), Stream::Compute);
         !s)
       return s;
     if (Status s = device_->record(st.consumed[slot], Stream::Compute); !s)
       return s;
   }
-  return kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
+  current_ = f;
+  Status r = kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
+  current_ = nullptr;
+  return r;
+}
+
+Status Executor::runCollective(const program::Step &s) {
+  if (!comm_)
+    return StepHooks::runCollective(s);
+  // In schedule order on this thread: what the kernels wrote must be in
+  // memory first; the communicator returns when the result is.
+  if (Status x = device_->synchronize(); !x)
+    return x;
+  if (current_)
+    comm_->setContext(collectiveContext(context_, *current_, size_t(&s - current_->steps.data())));
+  auto ptr = [](DevicePtr p) { return reinterpret_cast<void *>(uintptr_t(p)); };
+  return callCommunicator(
+      *comm_, program_.mesh, s, meshDevice_, ptr(address(s.args[0])), ptr(address(s.args.back())),
+      [&](void *to, const void *from, size_t n) {
+        if (Status x = device_->copy(DevicePtr(uintptr_t(to)), DevicePtr(uintptr_t(from)), n,
+                                     Stream::Compute);
+            !x)
+          return x;
+        return device_->synchronize();
+      });
 }
 
 Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
@@ -193,7 +230,7 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
 
 Status Executor::runCopy(const program::Step &s) {
   return device_->copy(address(s.args[1]), address(s.args[0]),
-                       size_t(program_.buffers[size_t(s.args[0])].bytes), Stream::Compute);
+                       size_t(layout_->buffers[size_t(s.args[0])].bytes), Stream::Compute);
 }
 
 Status Executor::beginTimed() { return device_->record(eventA_, Stream::Compute); }

@@ -21,10 +21,21 @@
 // version maps a step's queue to a stream of its own and its dependencies
 // on other queues to event waits.
 //
+// Several devices (ExecutorOptions): with a Communicator (NCCL's, or any
+// other that takes device memory), the executor runs one device of a mesh
+// program, its arena laid out by program.plan(device). A collective step,
+// on any queue, runs in schedule order: the compute stream is synchronized
+// (the collective reads what kernels wrote), then the communicator is
+// called with device pointers into the arena, and returns when the data is
+// in place (the Communicator contract). So queue 1 does not yet overlap
+// backward on a GPU: that needs a communicator call on a stream, ordered by
+// events (docs/parallel.md "Executors").
+//
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CUDA_EXECUTOR_H
 #define KILN_RUNTIME_CUDA_EXECUTOR_H
 
+#include "runtime/comm/Communicator.h"
 #include "runtime/core/Backend.h"
 #include "runtime/core/Package.h"
 #include "runtime/core/StepLoop.h"
@@ -36,12 +47,25 @@
 
 namespace kiln::cuda {
 
+struct ExecutorOptions {
+  /// Not owned; must outlive the executor. Null: one device, and a plan
+  /// over a mesh or with collective steps is refused.
+  comm::Communicator *communicator = nullptr;
+  /// This executor's device in the mesh (= its world rank); -1: the
+  /// communicator's rank().
+  int device = -1;
+};
+
 class Executor : public Backend, private StepHooks {
 public:
   /// Allocates the arena (zeroed), loads the kernels and resolves every
   /// launch of the artifact's CUDA plan.
   static Expected<std::unique_ptr<Executor>> create(const Package &pkg,
                                                     std::unique_ptr<Device> device);
+  /// One device of a mesh program when options.communicator is set.
+  static Expected<std::unique_ptr<Executor>> create(const Package &pkg,
+                                                    std::unique_ptr<Device> device,
+                                                    const ExecutorOptions &options);
   ~Executor() override;
 
   const program::Program &program() const override { return program_; }
@@ -60,7 +84,12 @@ public:
   std::vector<Timing> timings() override { return profile_.timings(program_); }
 
   Device &device() { return *device_; }
-  DevicePtr address(int id) const { return arena_ + DevicePtr(program_.buffers[size_t(id)].offset); }
+  /// Buffer `id` in this device's arena.
+  DevicePtr address(int id) const {
+    return arena_ + DevicePtr(layout_->buffers[size_t(id)].offset);
+  }
+  /// Where the run is, for collective error messages ("training step 12").
+  void setContext(std::string context) { context_ = std::move(context); }
 
 private:
   Executor() = default;
@@ -68,6 +97,7 @@ private:
   Status runKernel(int kernel, const std::vector<int> &args) override;
   Status runGemm(const program::Step &s, bool libraryEpilogue) override;
   Status runCopy(const program::Step &s) override;
+  Status runCollective(const program::Step &s) override;
   bool libraryEpilogues() const override { return libraryEpilogues_; }
   const char *gemmName() const override {
     return device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)";
@@ -76,6 +106,11 @@ private:
   Expected<double> endTimed() override;
 
   program::Program program_;
+  const program::BufferPlan *layout_ = nullptr; ///< program_.plan(meshDevice_)
+  int meshDevice_ = 0;
+  comm::Communicator *comm_ = nullptr;
+  std::string context_;
+  const program::Function *current_ = nullptr; ///< the function runSteps runs
   gpu::Plan plan_;
   std::unique_ptr<Device> device_;
   DevicePtr arena_ = 0;

@@ -12,7 +12,9 @@
 //   - a device that never runs: the others fail within the deadline, the
 //     error naming the step, its location and the ranks missing;
 //   - the start-up handshake refuses another artifact hash and another
-//     collective sequence.
+//     collective sequence;
+//   - the CUDA executor's collective path, on a host-memory test device
+//     (no GPU, no emulator: kernel-free programs need neither).
 // Programs without kernels (copies and collectives only), so no JIT.
 //
 //===----------------------------------------------------------------------===//
@@ -22,11 +24,13 @@
 #include "runtime/core/Program.h"
 #include "runtime/core/StepLoop.h"
 #include "runtime/cpu/Executor.h"
+#include "runtime/cuda/Executor.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -435,6 +439,107 @@ TEST(Handshake, RefusesAnotherArtifactOrCollectiveSequence) {
     EXPECT_NE(m.find("compiled for a mesh of 2 devices but the run has 4 ranks"),
               std::string::npos)
         << m;
+}
+
+/// A CUDA device whose memory is host memory and whose streams are
+/// synchronous: enough for the CUDA executor on kernel-free programs.
+class HostDevice : public cuda::Device {
+public:
+  std::string describe() const override { return "host test device"; }
+  bool emulated() const override { return true; }
+  Expected<cuda::DevicePtr> alloc(size_t bytes) override {
+    void *p = std::calloc(bytes, 1);
+    return cuda::DevicePtr(uintptr_t(p));
+  }
+  void release(cuda::DevicePtr p) override { std::free(reinterpret_cast<void *>(uintptr_t(p))); }
+  Expected<void *> allocHost(size_t bytes) override { return std::calloc(bytes, 1); }
+  void releaseHost(void *p) override { std::free(p); }
+  Status upload(cuda::DevicePtr dst, const void *src, size_t n, cuda::Stream) override {
+    std::memcpy(reinterpret_cast<void *>(uintptr_t(dst)), src, n);
+    return Status::ok();
+  }
+  Status download(void *dst, cuda::DevicePtr src, size_t n, cuda::Stream) override {
+    std::memcpy(dst, reinterpret_cast<void *>(uintptr_t(src)), n);
+    return Status::ok();
+  }
+  Status copy(cuda::DevicePtr dst, cuda::DevicePtr src, size_t n, cuda::Stream) override {
+    std::memmove(reinterpret_cast<void *>(uintptr_t(dst)), reinterpret_cast<void *>(uintptr_t(src)),
+                 n);
+    return Status::ok();
+  }
+  Status fill(cuda::DevicePtr dst, uint8_t v, size_t n, cuda::Stream) override {
+    std::memset(reinterpret_cast<void *>(uintptr_t(dst)), v, n);
+    return Status::ok();
+  }
+  Status loadKernels(const Package &) override { return Status::ok(); }
+  Expected<int> function(const std::string &name) override {
+    return Status::error("no kernel " + name);
+  }
+  Status launch(int, const gpu::Launch &, void **, cuda::Stream) override {
+    return Status::error("no kernels");
+  }
+  Status gemm(const GemmParams &, cuda::DevicePtr, cuda::DevicePtr, cuda::DevicePtr,
+              cuda::Stream, const Epilogue *) override {
+    return Status::error("no GEMMs");
+  }
+  Expected<int> createEvent() override { return events_++; }
+  Status record(int, cuda::Stream) override { return Status::ok(); }
+  Status wait(cuda::Stream, int) override { return Status::ok(); }
+  Status synchronize(int) override { return Status::ok(); }
+  Expected<float> elapsed(int, int) override { return 0.5f; }
+  Status synchronize() override {
+    synchronized++;
+    return Status::ok();
+  }
+  int synchronized = 0;
+
+private:
+  int events_ = 0;
+};
+
+// The CUDA executor runs collective steps in order through a communicator
+// with pointers into its own device's arena: the same bits as the CPU's.
+TEST(CudaExecutor, RunsCollectivesThroughACommunicator) {
+  int n = 2;
+  Package pkg;
+  pkg.path = "mesh.kpack";
+  pkg.program = meshProgram(n);
+  pkg.hasCuda = true;
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::mt19937 rng(99);
+  std::vector<std::vector<float>> g = {randomVector(rng, kN), randomVector(rng, kN)};
+  std::vector<float> sum(kN);
+  for (int64_t e = 0; e < kN; ++e)
+    sum[size_t(e)] = g[0][size_t(e)] + g[1][size_t(e)];
+  std::vector<std::vector<float>> c(2), gathered(2);
+  std::vector<std::string> errors(2);
+  onThreads(n, [&](int d) {
+    auto dev = std::make_unique<HostDevice>();
+    cuda::ExecutorOptions o;
+    o.communicator = comms[size_t(d)].get();
+    auto e = cuda::Executor::create(pkg, std::move(dev), o);
+    if (!e) {
+      errors[size_t(d)] = e.status().message();
+      return;
+    }
+    ASSERT_TRUE((*e)->write(0, g[size_t(d)].data(), kN * 4));
+    Status s = (*e)->run("train_step");
+    errors[size_t(d)] = s.message();
+    c[size_t(d)] = *(*e)->readAll<float>(3);
+    gathered[size_t(d)] = *(*e)->readAll<float>(2);
+  });
+  for (int d = 0; d < n; ++d) {
+    ASSERT_EQ(errors[size_t(d)], "") << "device " << d;
+    EXPECT_TRUE(sameBits(c[size_t(d)], sum)) << "device " << d;
+    std::vector<float> mean(kN);
+    for (int64_t e = 0; e < kN; ++e)
+      mean[size_t(e)] = (sum[size_t(e)] + sum[size_t(e)]) / 2.0f;
+    EXPECT_TRUE(sameBits(gathered[size_t(d)], mean)) << "device " << d;
+  }
+  // Without a communicator the plan is refused at creation, as before.
+  auto none = cuda::Executor::create(pkg, std::make_unique<HostDevice>());
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.status().message().find("mesh of 2 devices"), std::string::npos);
 }
 
 /// Records what the loop asks for, with asynchronous queues.
