@@ -272,10 +272,10 @@ Expected<TrainResult> Trainer::run() {
       m.exec->setContext(fmt::format("training step {}", step));
       m.comm->setContext(fmt::format("training step {}", step));
     }
+    // (A collective's error names the rank, the collective and the
+    // training step: the context above.)
     if (Status s = m.exec->run("train_step"); !s)
-      return m.comm ? Status::error(fmt::format("rank {}: step {}: {}", o_.rank, step,
-                                                s.message()), s.kind())
-                    : s;
+      return s;
     bool evalAfter = val_ && evalInterval_ > 0 &&
                      ((step + 1) % evalInterval_ == 0 || step + 1 == steps_);
     bool early = m.exec->stagesInputs() && step + 1 < steps_ && !evalAfter;

@@ -307,7 +307,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     int rc = fail(r.status());
     // The other processes stop at once rather than at their deadline.
     if (launch.multiProcess())
-      owned[0]->abort(r.status().message());
+      owned[0]->abort("stopping the other ranks after the error above");
     return rc;
   }
   if (r->result.interrupted) {
