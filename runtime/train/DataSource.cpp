@@ -64,6 +64,15 @@ Status checkValues(const data::NpyArray &a, const Buffer &b, const Package &pkg)
   return Status::ok();
 }
 
+/// ", replica 1 of 4: rows 8..15 of each global batch of 32" (nothing for
+/// one replica).
+std::string shardNote(const DataShard &s, int64_t rows) {
+  if (s.count <= 1)
+    return "";
+  return fmt::format("; replica {} of {}: rows {}..{} of each global batch of {}", s.index,
+                     s.count, s.index * rows, (s.index + 1) * rows - 1, rows * s.count);
+}
+
 /// Random (x, y) windows of a token file: x is the first data input, y the
 /// second (y[i] = x[i + 1]); windows depend only on (seed, index).
 class TokenSource : public DataSource {
@@ -71,7 +80,7 @@ public:
   static Expected<std::unique_ptr<DataSource>> open(const std::string &path,
                                                     const Model &m,
                                                     const std::vector<int> &inputs,
-                                                    uint64_t seed) {
+                                                    uint64_t seed, DataShard shard) {
     const auto &bufs = m.prog().buffers;
     if (inputs.size() != 2)
       return Status::error(fmt::format(
@@ -88,6 +97,7 @@ public:
     src->batch_ = bufs[inputs[0]].shape[0];
     src->context_ = bufs[inputs[0]].shape[1];
     src->seed_ = seed;
+    src->shard_ = shard;
     src->wide_[0] = bufs[inputs[0]].dtype == DType::I64;
     src->wide_[1] = bufs[inputs[1]].dtype == DType::I64;
     // Tokens index the model (embedding rows, cross-entropy classes): the
@@ -105,7 +115,10 @@ public:
   }
   Batch batch(uint64_t index) const override {
     std::vector<int32_t> x, y;
-    file_->sampleWindows(seed_, index, batch_, context_, x, y);
+    // Global window (index * count + shard) * batch_ + b: the windows of
+    // one device reading count * batch_ rows per step.
+    file_->sampleWindows(seed_, index * uint64_t(shard_.count) + uint64_t(shard_.index),
+                         batch_, context_, x, y);
     Batch b;
     for (int k = 0; k < 2; ++k) {
       const std::vector<int32_t> &v = k == 0 ? x : y;
@@ -119,8 +132,8 @@ public:
     return b;
   }
   std::string describe() const override {
-    return fmt::format("{} ({} tokens; random windows of {})", file_->path(),
-                       file_->size(), context_);
+    return fmt::format("{} ({} tokens; random windows of {}{})", file_->path(),
+                       file_->size(), context_, shardNote(shard_, batch_));
   }
   bool countsTokens() const override { return true; }
 
@@ -128,6 +141,7 @@ private:
   std::unique_ptr<data::TokenFile> file_;
   int64_t batch_ = 0, context_ = 0;
   uint64_t seed_ = 0;
+  DataShard shard_;
   bool wide_[2] = {false, false};
 };
 
@@ -140,9 +154,11 @@ public:
   static Expected<std::unique_ptr<DataSource>> open(const std::string &dir,
                                                     const Model &m,
                                                     const std::vector<int> &inputs,
-                                                    uint64_t seed, bool shuffle) {
+                                                    uint64_t seed, bool shuffle,
+                                                    DataShard shard) {
     auto src = std::make_unique<NpySource>();
     src->seed_ = seed;
+    src->shard_ = shard;
     src->shuffle_ = shuffle;
     for (int id : inputs) {
       const Buffer &b = m.prog().buffers[id];
@@ -178,16 +194,24 @@ public:
       src->paths_.push_back(path);
       src->arrays_.push_back(std::move(*a));
     }
-    if (src->rows_ < src->batch_)
-      return Status::error(fmt::format("{}: {} rows, fewer than one batch of {}", dir,
-                                       src->rows_, src->batch_));
+    int64_t global = src->batch_ * shard.count;
+    if (src->rows_ < global)
+      return Status::error(fmt::format("{}: {} rows, fewer than one batch of {}{}", dir,
+                                       src->rows_, global,
+                                       shard.count > 1 ? fmt::format(" ({} devices x {})",
+                                                                     shard.count, src->batch_)
+                                                       : ""));
     return std::unique_ptr<DataSource>(std::move(src));
   }
   Batch batch(uint64_t index) const override {
     Batch out;
     out.bytes.resize(arrays_.size());
     for (int64_t r = 0; r < batch_; ++r) {
-      int64_t row = rowAt(index * uint64_t(batch_) + uint64_t(r));
+      // Position (index * count + shard) * batch_ + r of the row stream:
+      // this replica's block of the global batch.
+      int64_t row = rowAt((index * uint64_t(shard_.count) + uint64_t(shard_.index)) *
+                              uint64_t(batch_) +
+                          uint64_t(r));
       for (size_t k = 0; k < arrays_.size(); ++k) {
         const data::NpyArray &a = arrays_[k];
         int64_t n = rowElems_[k];
@@ -205,10 +229,10 @@ public:
     return out;
   }
   std::string describe() const override {
-    return fmt::format("{} ({} rows{})", fmt::join(paths_, ", "), rows_,
-                       shuffle_ ? ", shuffled per epoch" : "");
+    return fmt::format("{} ({} rows{}{})", fmt::join(paths_, ", "), rows_,
+                       shuffle_ ? ", shuffled per epoch" : "", shardNote(shard_, batch_));
   }
-  int64_t epochBatches() const override { return rows_ / batch_; }
+  int64_t epochBatches() const override { return rows_ / (batch_ * shard_.count); }
 
 private:
   int64_t rowAt(uint64_t position) const {
@@ -233,6 +257,7 @@ private:
   std::vector<std::string> paths_;
   int64_t rows_ = 0, batch_ = 0;
   uint64_t seed_ = 0;
+  DataShard shard_;
   bool shuffle_ = true;
   mutable std::mutex mu_;
   mutable std::vector<int64_t> perm_;
@@ -243,7 +268,10 @@ private:
 
 Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Model &m,
                                                const std::string &fn, uint64_t seed,
-                                               bool shuffle, const char *what) {
+                                               bool shuffle, const char *what,
+                                               DataShard shard) {
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+    return Status::internal(fmt::format("openData: replica {} of {}", shard.index, shard.count));
   if (path.empty())
     return Status::error(fmt::format(
         "no {} data: name it in the model's train section ({} = \"...\") or pass "
@@ -259,8 +287,8 @@ Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Mo
             : ""));
   std::vector<int> inputs = m.dataInputs(fn);
   if (isDirectory(path))
-    return NpySource::open(path, m, inputs, seed, shuffle);
-  return TokenSource::open(path, m, inputs, seed);
+    return NpySource::open(path, m, inputs, seed, shuffle, shard);
+  return TokenSource::open(path, m, inputs, seed, shard);
 }
 
 Status copyBatch(Backend &e, const std::vector<int> &inputs, const Batch &b) {

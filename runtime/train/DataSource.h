@@ -40,12 +40,24 @@ public:
   virtual bool countsTokens() const { return false; }
 };
 
+/// This replica's part of each global batch (DistributedSampler
+/// semantics, docs/parallel.md "The multi-rank trainer"): the global batch
+/// of a step is `count` times the rows of the model's data inputs (R rows:
+/// grad_accum x batch); replica `index` reads rows [index R, (index+1) R)
+/// of it. So batch i of N replicas together is batch i of one device
+/// compiled for N times the batch, and every replica's part depends only on
+/// (seed, i, index, count): a resumed run continues where it stopped.
+struct DataShard {
+  int index = 0, count = 1;
+};
+
 /// Opens the data at `path` for the data inputs of entry point `fn`: a token
 /// file (uint16) or a directory of .npy arrays named after the inputs.
 /// `what` ("training", "validation") names it in messages.
 Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Model &m,
                                                const std::string &fn, uint64_t seed,
-                                               bool shuffle, const char *what);
+                                               bool shuffle, const char *what,
+                                               DataShard shard = {});
 
 /// Copies a batch into the buffers `inputs` (in the order of Batch::bytes).
 Status copyBatch(Backend &e, const std::vector<int> &inputs, const Batch &b);

@@ -5,11 +5,16 @@
 #include "runtime/cpu/Executor.h"
 #include "runtime/cpu/Jit.h"
 #endif
+#include "runtime/comm/InProcess.h"
+#ifdef KILN_HAVE_MPI
+#include "runtime/comm/Mpi.h"
+#endif
 #include "runtime/cuda/Device.h"
 #include "runtime/cuda/Executor.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -56,7 +61,16 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
                      stats.cacheHit ? "cached"
                                     : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
                      (*blas)->name, stats.cachePath.empty() ? "" : ", cache " + stats.cachePath));
-  auto e = cpu::Executor::create(pkg.program, std::move(*lib), o.threads);
+  if (pkg.program.numDevices() > 1 && !o.comm)
+    return Status::error(fmt::format(
+        "{} was compiled for {} devices; run it with --device cpu:{} or under mpirun -np {}",
+        o.artifact, pkg.program.numDevices(), pkg.program.numDevices(),
+        pkg.program.numDevices()));
+  cpu::ExecutorOptions eo;
+  eo.threads = o.threads;
+  eo.communicator = o.comm;
+  eo.device = o.comm ? o.deviceIndex : -1;
+  auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);
   if (!e)
     return e.status();
   return std::unique_ptr<Backend>(std::move(*e));
@@ -101,10 +115,89 @@ Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const DeviceOp
 
 } // namespace
 
+Expected<DeviceSpec> parseDeviceSpec(const std::string &device) {
+  DeviceSpec spec;
+  size_t colon = device.find(':');
+  spec.kind = device.substr(0, colon);
+  std::string rest = colon == std::string::npos ? "" : device.substr(colon + 1);
+  auto number = [](const std::string &v, int &out) {
+    char *end = nullptr;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || x < 0 || x > 1 << 20)
+      return false;
+    out = int(x);
+    return true;
+  };
+  if (spec.kind == "cpu") {
+    if (colon != std::string::npos && (!number(rest, spec.count) || spec.count < 1))
+      return Status::error("--device " + device +
+                           ": expected cpu or cpu:N with N >= 1 devices in this process");
+    return spec;
+  }
+  if (spec.kind == "cuda-emu" && colon == std::string::npos)
+    return spec;
+  if (spec.kind == "cuda") {
+    size_t at = 0;
+    while (colon != std::string::npos && at <= rest.size()) {
+      size_t comma = rest.find(',', at);
+      int ordinal = 0;
+      if (!number(rest.substr(at, comma - at), ordinal))
+        return Status::error("--device " + device +
+                             ": expected cuda:N with N a GPU number, or cuda:0,1,... for "
+                             "several GPUs");
+      spec.ordinals.push_back(ordinal);
+      if (comma == std::string::npos)
+        break;
+      at = comma + 1;
+    }
+    spec.count = std::max<int>(1, int(spec.ordinals.size()));
+    return spec;
+  }
+  return Status::error("unknown --device '" + device + "' (this kiln-run has: " +
+                       availableDevices() + ")");
+}
+
+Status checkDeviceCount(const program::Program &p, int devices, const std::string &how,
+                        const std::string &artifact) {
+  int want = p.numDevices();
+  if (want == devices)
+    return Status::ok();
+  if (want == 1)
+    return Status::error(fmt::format(
+        "{} was compiled for 1 device, but {} asks for {}; recompile with kilnc --devices {} "
+        "(or run it on one device)", artifact, how, devices, devices));
+  return Status::error(fmt::format(
+      "{} was compiled for {} devices, but {} gives {}; run it with --device cpu:{} or "
+      "mpirun -np {} kiln-run ..., or recompile with kilnc --devices {}", artifact, want, how,
+      devices, want, want, devices));
+}
+
+Expected<std::vector<std::unique_ptr<comm::Communicator>>>
+makeInProcessCommunicators(int n, double timeoutSeconds) {
+  auto comms = comm::makeInProcessCommunicators(n);
+  for (auto &c : comms)
+    c->setTimeout(timeoutSeconds);
+  return comms;
+}
+
+Expected<std::unique_ptr<comm::Communicator>> makeMpiCommunicator(double timeoutSeconds) {
+#ifdef KILN_HAVE_MPI
+  auto c = comm::MpiCommunicator::create();
+  if (!c)
+    return c.status();
+  (*c)->setTimeout(timeoutSeconds);
+  return std::unique_ptr<comm::Communicator>(std::move(*c));
+#else
+  (void)timeoutSeconds;
+  return Status::error("this kiln-run was built without MPI (install libopenmpi-dev and "
+                       "rebuild); it cannot run as one of several processes");
+#endif
+}
+
 Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const DeviceOptions &o,
                                                const Sink &out) {
   const std::string &d = o.device;
-  if (d == "cpu")
+  if (d == "cpu" || d.rfind("cpu:", 0) == 0)
     return cpuBackend(pkg, o, out);
   if (d == "cuda-emu") {
 #ifdef KILN_HAVE_CUDA_EMU

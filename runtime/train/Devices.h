@@ -1,14 +1,17 @@
 //===- Devices.h - Device names to backends ----------------------*- C++ -*-===//
 //
 // The one place that knows every backend: parses a device name (cpu, cuda,
-// cuda:N, cuda-emu) and creates the backend for it, with the backends this
-// build has (the CPU JIT needs LLVM and a BLAS, cuda the CUDA toolkit, the
-// emulator a BLAS). The rest of runtime/train sees only Backend.
+// cuda:N, cuda-emu; cpu:N for N devices in this process) and creates the
+// backend for it, with the backends this build has (the CPU JIT needs LLVM
+// and a BLAS, cuda the CUDA toolkit, the emulator a BLAS), and the
+// communicators of multi-device runs (runtime/comm: in-process, MPI). The
+// rest of runtime/train sees only Backend and Communicator.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_TRAIN_DEVICES_H
 #define KILN_RUNTIME_TRAIN_DEVICES_H
 
+#include "runtime/comm/Communicator.h"
 #include "runtime/core/Backend.h"
 #include "runtime/core/Package.h"
 #include "runtime/train/Output.h"
@@ -32,7 +35,35 @@ struct DeviceOptions {
   /// debugging); unset: the default. kiln-run takes it from
   /// KILN_CUDA_EPILOGUES.
   std::optional<std::string> cudaEpilogues;
+  /// A multi-device program: this backend's device (its index in the mesh)
+  /// and the communicator its collective steps use.
+  comm::Communicator *comm = nullptr;
+  int deviceIndex = 0;
 };
+
+/// A --device value taken apart: the backend kind ("cpu", "cuda",
+/// "cuda-emu") and how many devices of it this process drives: cpu:N is N
+/// CPU devices in this process (each a replica with its own arena and
+/// threads); cuda:N is GPU N, cuda:0,1,2,3 four GPUs.
+struct DeviceSpec {
+  std::string kind;
+  int count = 1;
+  std::vector<int> ordinals; ///< cuda: the GPUs (empty: GPU 0)
+};
+Expected<DeviceSpec> parseDeviceSpec(const std::string &device);
+
+/// Checks that a program compiled for `p.numDevices()` devices runs on
+/// `devices` (`how` says how they were asked for: "--device cpu:4",
+/// "mpirun -np 2"); the error says how to recompile or relaunch.
+Status checkDeviceCount(const program::Program &p, int devices, const std::string &how,
+                        const std::string &artifact);
+
+/// The communicators of a run: `n` in-process ranks sharing memory (one
+/// per replica thread; docs/parallel.md), each with `timeoutSeconds`.
+Expected<std::vector<std::unique_ptr<comm::Communicator>>>
+makeInProcessCommunicators(int n, double timeoutSeconds);
+/// This process's rank of an MPI world (MPI started here).
+Expected<std::unique_ptr<comm::Communicator>> makeMpiCommunicator(double timeoutSeconds);
 
 /// Creates the backend `o.device` names for `pkg`: compiles or loads its
 /// kernels and allocates its arena. Errors say what this build or machine

@@ -35,13 +35,49 @@ Status Model::attach(std::unique_ptr<Backend> backend, bool profile) {
   return setPersistent(pkg.initial);
 }
 
+namespace {
+const ShardSpec &specOf(std::vector<ShardSpec> &shards, const program::Program &p, size_t id) {
+  if (shards.size() != p.buffers.size())
+    shards = shardSpecs(p);
+  return shards[id];
+}
+} // namespace
+
+bool Model::hasShardedState() const {
+  for (size_t id = 0; id < prog().buffers.size(); ++id) {
+    const Buffer &b = prog().buffers[id];
+    bool sharded = id < shards.size() ? shards[id].sharded() : shardOf(b).sharded();
+    if ((b.role == Role::Param || b.role == Role::State) && sharded)
+      return true;
+  }
+  return false;
+}
+
 Status Model::setPersistent(const ckpt::Checkpoint &c) {
   for (size_t id = 0; id < prog().buffers.size(); ++id) {
     const Buffer &b = prog().buffers[id];
     if (b.role != Role::Param && b.role != Role::State)
       continue;
     const ckpt::Tensor *t = c.find(b.name);
-    if (Status s = exec->write(int(id), t->bytes.data(), t->bytes.size()); !s)
+    if (!t)
+      return Status::internal(fmt::format("{}: no tensor '{}' to load", pkg.path, b.name));
+    const ShardSpec &spec = specOf(shards, prog(), id);
+    if (!spec.sharded()) {
+      if (Status s = exec->write(int(id), t->bytes.data(), t->bytes.size()); !s)
+        return s;
+      continue;
+    }
+    // This device's block of the logical tensor.
+    int coord = 0;
+    std::vector<int> group = axisGroup(prog().mesh, device, spec.axis, &coord);
+    std::string block = cutBlock(t->bytes, spec.logicalElements(),
+                                 int(program::dtypeBytes(b.dtype)), int(group.size()), coord);
+    if (int64_t(block.size()) != b.bytes)
+      return Status::error(fmt::format(
+          "{}: '{}' is sharded over '{}' ({} devices) in blocks of {} bytes, but its buffer "
+          "holds {}; recompile the model with kilnc", pkg.path, b.name, spec.axis,
+          group.size(), block.size(), b.bytes));
+    if (Status s = exec->write(int(id), block.data(), block.size()); !s)
       return s;
   }
   return Status::ok();
@@ -53,13 +89,33 @@ Expected<ckpt::Checkpoint> Model::getPersistent() {
     const Buffer &b = prog().buffers[id];
     if (b.role != Role::Param && b.role != Role::State)
       continue;
+    const ShardSpec &spec = specOf(shards, prog(), id);
     ckpt::Tensor t;
     t.name = b.name;
     t.dtype = safetensorsDType(b.dtype);
-    t.shape = b.shape;
+    t.shape = spec.logicalShape;
     t.bytes.resize(size_t(b.bytes));
     if (Status s = exec->read(int(id), t.bytes.data(), size_t(b.bytes)); !s)
       return s;
+    if (spec.sharded()) {
+      std::vector<int> group = axisGroup(prog().mesh, device, spec.axis);
+      if (!comm && group.size() > 1)
+        return Status::internal(fmt::format(
+            "{}: '{}' is sharded over {} devices but this replica has no communicator",
+            pkg.path, b.name, group.size()));
+      int elem = int(program::dtypeBytes(b.dtype));
+      std::string all(size_t(b.bytes) * group.size(), '\0');
+      if (group.size() > 1) {
+        if (Status s = comm->allGather(t.bytes.data(), all.data(), b.bytes / elem, b.dtype,
+                                       group);
+            !s)
+          return Status::error("gathering '" + b.name + "' for the checkpoint: " + s.message(),
+                               s.kind());
+      } else {
+        all = t.bytes;
+      }
+      t.bytes = joinBlocks(all, spec.logicalElements(), elem);
+    }
     c.tensors.push_back(std::move(t));
   }
   return c;
@@ -71,7 +127,8 @@ std::vector<int> Model::dataInputs(const std::string &fn) const {
   if (!f)
     return out;
   for (int id : f->args)
-    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name != "step")
+    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name != "step" &&
+        prog().buffers[id].name != "replica")
       out.push_back(id);
   return out;
 }
@@ -84,6 +141,22 @@ int Model::stepInput(const std::string &fn) const {
     if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "step")
       return id;
   return -1;
+}
+
+int Model::replicaInput(const std::string &fn) const {
+  const program::Function *f = prog().function(fn);
+  if (!f)
+    return -1;
+  for (int id : f->args)
+    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "replica")
+      return id;
+  return -1;
+}
+
+int Model::replica() const {
+  int coord = 0;
+  axisGroup(prog().mesh, device, "dp", &coord);
+  return coord;
 }
 
 int Model::result(const std::string &fn, const std::string &name) const {
@@ -145,7 +218,10 @@ std::string defaultCheckpoint(const std::string &artifact) {
   return base + ".ckpt.safetensors";
 }
 
-Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint64_t seed) {
+Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint64_t seed,
+                      bool write) {
+  if (!write && !m.hasShardedState())
+    return Status::ok();
   auto got = m.getPersistent();
   if (!got)
     return got.status();
@@ -155,6 +231,9 @@ Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint6
   c.metadata["data_seed"] = std::to_string(seed);
   c.metadata["model"] = m.pkg.model;
   c.metadata["source_sha256"] = m.pkg.sourceHash;
+  // No device count: the layout is logical, any device count resumes.
+  if (!write)
+    return Status::ok();
   return ckpt::write(path, c);
 }
 
@@ -163,8 +242,25 @@ Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &pat
   auto c = ckpt::read(path);
   if (!c)
     return c.status();
-  if (Status s = checkPersistent(m.prog(), *c, path); !s)
-    return s;
+  // As checkPersistent(), against the logical shapes (sharded buffers hold
+  // a block, the checkpoint the whole tensor).
+  for (size_t id = 0; id < m.prog().buffers.size(); ++id) {
+    const Buffer &b = m.prog().buffers[id];
+    if (b.role != Role::Param && b.role != Role::State)
+      continue;
+    std::vector<int64_t> shape =
+        id < m.shards.size() ? m.shards[id].logicalShape : shardOf(b).logicalShape;
+    const ckpt::Tensor *t = c->find(b.name);
+    if (!t)
+      return Status::error(fmt::format(
+          "{}: has no tensor '{}', which the model needs; was it written for "
+          "another model?", path, b.name));
+    if (t->dtype != safetensorsDType(b.dtype) || t->shape != shape)
+      return Status::error(fmt::format(
+          "{}: tensor '{}' is {} {}, the model needs {} {}; was it written for "
+          "another model or configuration?", path, b.name, t->dtype, fmt::join(t->shape, "x"),
+          safetensorsDType(b.dtype), fmt::join(shape, "x")));
+  }
   auto hash = c->metadata.find("source_sha256");
   if (!quiet && hash != c->metadata.end() && hash->second != m.pkg.sourceHash)
     emit(out, Channel::Warning,

@@ -9,10 +9,12 @@
 #ifndef KILN_RUNTIME_TRAIN_MODEL_H
 #define KILN_RUNTIME_TRAIN_MODEL_H
 
+#include "runtime/comm/Communicator.h"
 #include "runtime/core/Backend.h"
 #include "runtime/core/Checkpoint.h"
 #include "runtime/core/Package.h"
 #include "runtime/train/Output.h"
+#include "runtime/train/Shards.h"
 
 #include <functional>
 #include <memory>
@@ -28,6 +30,14 @@ using BackendFactory = std::function<Expected<std::unique_ptr<Backend>>(const Pa
 struct Model {
   Package pkg;
   std::unique_ptr<Backend> exec;
+  /// Multi-device programs: this replica's device (its index in the mesh,
+  /// and its rank in `comm`) and the communicator its collectives and the
+  /// checkpoint's gathers go through; null for one device.
+  comm::Communicator *comm = nullptr;
+  int device = 0;
+  /// Each buffer's ZeRO sharding (conventions 6), by id; filled from the
+  /// plan by attach() when empty (a test may set it first).
+  std::vector<ShardSpec> shards;
 
   /// Reads and verifies the artifact; no code is generated yet, so data
   /// files can be checked before the (possibly long) kernel compile.
@@ -41,16 +51,26 @@ struct Model {
 
   const program::Program &prog() const { return pkg.program; }
 
-  /// Writes every parameter and state tensor of `c` into the arena.
+  /// Writes every parameter and state tensor of `c` (the logical layout)
+  /// into the arena; a sharded buffer gets this device's block.
   Status setPersistent(const ckpt::Checkpoint &c);
-  /// Reads every parameter and state tensor back.
+  /// Reads every parameter and state tensor back in the logical layout.
+  /// Sharded buffers are all-gathered over their axis through `comm`: every
+  /// device of the group must call it (a collective).
   Expected<ckpt::Checkpoint> getPersistent();
+  /// Whether getPersistent() communicates (some buffer is sharded).
+  bool hasShardedState() const;
 
-  /// Data inputs of `fn` (its Input buffers other than "step"; none when
-  /// the program has no `fn`).
+  /// Data inputs of `fn` (its Input buffers other than "step" and
+  /// "replica"; none when the program has no `fn`).
   std::vector<int> dataInputs(const std::string &fn) const;
   /// The "step" input of `fn`, or -1.
   int stepInput(const std::string &fn) const;
+  /// The "replica" input of `fn` (a data-parallel step: the device's
+  /// coordinate on the dp axis, mixed into dropout seeds), or -1.
+  int replicaInput(const std::string &fn) const;
+  /// This device's coordinate on the data-parallel axis ("dp"; 0 without).
+  int replica() const;
   /// The result of `fn` called `name`, or -1.
   int result(const std::string &fn, const std::string &name) const;
   /// Vocabulary size, from @predict's logits (last dimension), or 0.
@@ -71,10 +91,15 @@ std::string resolvePath(const std::string &p, const Package &pkg);
 
 /// MODEL.kpack -> MODEL.ckpt.safetensors.
 std::string defaultCheckpoint(const std::string &artifact);
-/// Writes every persistent tensor and where training continues (atomic).
-Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint64_t seed);
-/// Reads a checkpoint and checks it against the model (before any code is
-/// generated); Model::setPersistent applies it once the arena exists. A
+/// Writes every persistent tensor and where training continues (atomic),
+/// in the logical layout. With sharded state every device of the mesh must
+/// call it (the blocks are gathered); only those with `write` set write
+/// the file (rank 0). Without sharded state a device with `write` unset
+/// does nothing.
+Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint64_t seed,
+                      bool write = true);
+/// Reads a checkpoint and checks it against the model's logical shapes
+/// (before any code is generated; any device count); Model::setPersistent applies it once the arena exists. A
 /// checkpoint of a different model-file version is a warning (unless quiet).
 Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &path, bool quiet,
                                           const Sink &out);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 
 namespace kiln::train {
 
@@ -48,7 +50,36 @@ std::string duration(double s) {
   return fmt::format("{}h{:02}m", int(s) / 3600, (int(s) % 3600) / 60);
 }
 
+/// This replica's part of the global batch: its coordinate on the "dp"
+/// mesh axis among the axis's devices (one part without a dp axis).
+DataShard dataShard(const Model &m) {
+  int a = m.prog().mesh.axis("dp");
+  if (a < 0)
+    return {};
+  return DataShard{m.replica(), int(m.prog().mesh.axes[size_t(a)].size)};
+}
+
 } // namespace
+
+RankFault RankFault::parse(const char *spec) {
+  RankFault f;
+  if (!spec)
+    return f;
+  std::string s(spec);
+  size_t at = s.find('@'), colon = s.find(':', at == std::string::npos ? 0 : at);
+  if (at == std::string::npos || colon == std::string::npos)
+    return f;
+  std::string what = s.substr(0, at);
+  if (what == "rank-exit")
+    f.kind = Exit;
+  else if (what == "rank-stall")
+    f.kind = Stall;
+  else
+    return f;
+  f.step = std::strtoll(s.c_str() + at + 1, nullptr, 10);
+  f.rank = int(std::strtol(s.c_str() + colon + 1, nullptr, 10));
+  return f;
+}
 
 Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o,
                                                  const BackendFactory &make, Sink out) {
@@ -57,7 +88,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
   Resolved r = resolve(m, o);
   const TrainConfig &tc = m.pkg.train;
   std::string trainPath = resolvePath(o.data.empty() ? tc.data : o.data, m.pkg);
-  auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training");
+  auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training",
+                        dataShard(m));
   if (!train)
     return train.status();
   std::shared_ptr<const DataSource> val;
@@ -113,6 +145,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
 
   t->inputs_ = m.dataInputs("train_step");
   t->stepIn_ = m.stepInput("train_step");
+  t->replicaIn_ = m.replicaInput("train_step");
+  t->fault_ = RankFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->lossId_ = m.result("train_step", "loss");
   t->normId_ = m.result("train_step", "grad_norm");
   t->lrId_ = m.result("train_step", "lr");
@@ -128,6 +162,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
       t->items_ *= d;
   else
     t->items_ = first.shape.empty() ? 1 : first.shape[0];
+  t->items_ *= dataShard(m).count; // progress counts the global batch
 
   if (!o.quiet) {
     t->say(Channel::Note, fmt::format("training {} from {} for steps {}..{} on {}", m.pkg.model,
@@ -158,6 +193,35 @@ void Trainer::say(Channel c, const std::string &text) const {
     emit(out_, c, text);
 }
 
+Expected<bool> Trainer::agreeStop(int64_t step) {
+  bool mine = o_.stop && o_.stop->load();
+  comm::Communicator *c = m_.comm;
+  if (!c || c->size() == 1)
+    return mine;
+  int32_t flag = mine ? 1 : 0, any = 0;
+  c->setContext(fmt::format("training step {}, agreeing on stopping", step));
+  if (Status s = c->allReduce(&flag, &any, 1, ElementType::I32, comm::Reduction::Max); !s)
+    return Status::error(fmt::format("rank {}: {}", o_.rank, s.message()), s.kind());
+  return any != 0;
+}
+
+bool Trainer::injectFault(int64_t step) {
+  if (fault_.kind == RankFault::None || fault_.step != step || fault_.rank != o_.rank)
+    return false;
+  bool process = !m_.comm || std::string(m_.comm->kind()) != "in-process";
+  if (fault_.kind == RankFault::Exit) {
+    if (process)
+      std::_Exit(3); // as if the process died: no checkpoint, no goodbye
+    return true;
+  }
+  // Stall: stop responding (mpirun ends the process when another rank
+  // aborts the job; in-process, the launcher cancels it).
+  auto until = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  while (std::chrono::steady_clock::now() < until && !(o_.cancel && o_.cancel->load()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return true;
+}
+
 Expected<TrainResult> Trainer::run() {
   Model &m = m_;
   const DataSource &train = *train_;
@@ -165,7 +229,7 @@ Expected<TrainResult> Trainer::run() {
                                    uint64_t(start_), 3);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now(), tLog = t0;
-  auto stopped = [&] { return o_.stop && o_.stop->load(); };
+  bool interrupted = false;
   int64_t sinceLog = 0;
   double lossSum = 0, lastVal = NAN;
   float loss = 0, norm = 0, lr = 0;
@@ -184,9 +248,32 @@ Expected<TrainResult> Trainer::run() {
       if (Status s = writeNext(); !s)
         return s;
     batchReady = false;
+    if (injectFault(step)) {
+      TrainResult left;
+      left.start = start_;
+      left.next = step;
+      left.left = true;
+      return left;
+    }
+    if (o_.cancel && o_.cancel->load())
+      return Status::error(fmt::format("rank {}: stopped at step {}: another rank failed",
+                                       o_.rank, step));
     int64_t s64 = step;
     if (Status s = storeInts(*m.exec, stepIn_, &s64, 1); !s)
       return s;
+    if (replicaIn_ >= 0) {
+      int64_t r64 = m.replica();
+      if (Status s = storeInts(*m.exec, replicaIn_, &r64, 1); !s)
+        return s;
+    }
+    // The executor adds which collective it is in ("training step 12,
+    // @train_step step 40 (all_reduce of 4096 bytes on queue 1 at ...)").
+    if (m.comm) {
+      m.exec->setContext(fmt::format("training step {}", step));
+      m.comm->setContext(fmt::format("training step {}", step));
+    }
+    // (A collective's error names the rank, the collective and the
+    // training step: the context above.)
     if (Status s = m.exec->run("train_step"); !s)
       return s;
     bool evalAfter = val_ && evalInterval_ > 0 &&
@@ -238,28 +325,31 @@ Expected<TrainResult> Trainer::run() {
                                         : "",
                         e.batches));
     }
-    if (stopped()) {
+    auto stop = agreeStop(step);
+    if (!stop)
+      return stop.status();
+    if (*stop) {
+      interrupted = true;
       ++step;
       break;
     }
-    if (ckptEvery_ > 0 && (step + 1) % ckptEvery_ == 0 && !last && leader())
-      if (Status s = saveCheckpoint(m, ckptPath_, step + 1, seed_); !s)
+    if (ckptEvery_ > 0 && (step + 1) % ckptEvery_ == 0 && !last)
+      if (Status s = saveCheckpoint(m, ckptPath_, step + 1, seed_, leader()); !s)
         return s;
   }
   if (lossLog_) {
     std::fclose(lossLog_);
     lossLog_ = nullptr;
   }
-  if (leader())
-    if (Status s = saveCheckpoint(m, ckptPath_, step, seed_); !s)
-      return s;
+  if (Status s = saveCheckpoint(m, ckptPath_, step, seed_, leader()); !s)
+    return s;
   TrainResult r;
   r.start = start_;
   r.next = step;
   r.loss = loss;
   r.valLoss = lastVal;
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  r.interrupted = stopped();
+  r.interrupted = interrupted;
   r.checkpoint = ckptPath_;
   if (!o_.quiet && !r.interrupted) {
     int64_t ran = step - start_;

@@ -10,8 +10,12 @@
 // data sources, output sink and stop flag all come from the caller, so N
 // trainers can run as threads of one process or as N processes. Options
 // carry rank and world size; rank 0 prints, writes the loss log and saves
-// checkpoints, the others only train. (Nothing exchanges gradients yet:
-// that comes with collectives in the plan.)
+// checkpoints, the others only train. A multi-device program (a mesh of N
+// devices, docs/parallel.md) exchanges gradients inside @train_step through
+// the model's communicator; the trainer gives each replica its part of
+// every global batch (DataShard), its "replica" input, the step as the
+// communicator's context for messages, agrees with the others on stopping,
+// and gathers ZeRO-sharded state for checkpoints (Replicas.h runs them).
 //
 //   Trainer::open()    what `kiln-run train` does: data and resume
 //                      checkpoint from the options, then the backend
@@ -64,6 +68,9 @@ struct TrainOptions {
   const std::atomic<bool> *stop = nullptr;
   /// Called after every step (on every rank).
   std::function<void(const StepMetrics &)> onStep;
+  /// Set by whoever runs several replicas when one of them failed: the
+  /// others stop waiting (a stalled replica of a fault test wakes).
+  const std::atomic<bool> *cancel = nullptr;
 };
 
 struct TrainResult {
@@ -73,7 +80,22 @@ struct TrainResult {
   double valLoss = 0; ///< the last evaluation's loss (NaN: none)
   double seconds = 0;
   bool interrupted = false; ///< stopped by TrainOptions::stop
+  /// Left the run on purpose (KILN_FAULT_INJECT=rank-exit in-process): the
+  /// other replicas find it missing at their next collective.
+  bool left = false;
   std::string checkpoint;   ///< where it was saved
+};
+
+/// A fault for tests (KILN_FAULT_INJECT, docs/testing.md): `rank-exit@S:R`
+/// makes rank R leave the run when step S starts (a process ends with exit
+/// code 3; an in-process replica stops without a word), `rank-stall@S:R`
+/// makes it stop responding there (it sleeps until cancelled or killed).
+/// Parsed from `spec`; none for other specs (the checkpoint faults).
+struct RankFault {
+  enum Kind { None, Exit, Stall } kind = None;
+  int64_t step = 0;
+  int rank = 0;
+  static RankFault parse(const char *spec);
 };
 
 class Trainer {
@@ -101,6 +123,11 @@ private:
   Trainer(Model &m) : m_(m) {}
   bool leader() const { return o_.rank == 0; }
   void say(Channel c, const std::string &text) const;
+  /// Whether to stop after this step: the stop flag, agreed between the
+  /// replicas of a multi-device run (a MAX all-reduce) so all stop together.
+  Expected<bool> agreeStop(int64_t step);
+  /// Applies fault_ at the start of `step`; true: leave the run.
+  bool injectFault(int64_t step);
 
   Model &m_;
   TrainOptions o_;
@@ -110,6 +137,8 @@ private:
   int64_t start_ = 0, steps_ = 0, evalInterval_ = 0, evalSteps_ = 0, ckptEvery_ = 0;
   std::string ckptPath_;
   std::vector<int> inputs_;
+  int replicaIn_ = -1;
+  RankFault fault_;
   int stepIn_ = -1, lossId_ = -1, normId_ = -1, lrId_ = -1;
   int64_t items_ = 0; ///< tokens or samples per step
   bool tokens_ = false;

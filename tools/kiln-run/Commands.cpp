@@ -7,9 +7,12 @@
 //===----------------------------------------------------------------------===//
 #include "tools/kiln-run/Commands.h"
 
+#include "runtime/core/Handshake.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
 #include "runtime/train/Evaluate.h"
+#include "runtime/train/Launch.h"
+#include "runtime/train/Replicas.h"
 #include "runtime/train/Sampler.h"
 #include "runtime/train/Trainer.h"
 
@@ -20,6 +23,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -71,6 +76,8 @@ struct Flags {
   std::string prompt = "\n";
   double temperature = 0.8;
   double tolerance = 1e-4;   ///< kiln-run check
+  double collectiveTimeout = 300; ///< seconds a collective may wait for the others
+  bool threadsSet = false;
   std::string against = "cpu"; ///< kiln-run check: the reference device
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
@@ -105,7 +112,15 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--checkpoint-every") { if ((s = value(v))) s = intArg(a, v, 0, f.checkpointEvery); }
     else if (a == "--tokens") { if ((s = value(v))) s = intArg(a, v, 1, f.tokens); }
     else if (a == "--top-k") { if ((s = value(v))) s = intArg(a, v, 0, f.topK); }
-    else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.threads = int(n); } }
+    else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.threads = int(n); f.threadsSet = true; } }
+    else if (a == "--collective-timeout") {
+      if ((s = value(v))) {
+        char *end = nullptr;
+        f.collectiveTimeout = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end || !(f.collectiveTimeout > 0) || !std::isfinite(f.collectiveTimeout))
+          s = Status::error("--collective-timeout needs a number of seconds > 0");
+      }
+    }
     else if (a == "--seed") { if ((s = value(v))) { s = intArg(a, v, 0, n); f.seed = uint64_t(n); f.seedSet = true; } }
     else if (a == "--tolerance" || a == "--against") {
       if ((s = value(v))) {
@@ -217,11 +232,109 @@ void printProfile(Backend &b) {
 
 } // namespace
 
+/// Training on several devices (docs/parallel.md "The multi-rank trainer"):
+/// --device cpu:N in this process, or this process's rank under mpirun.
+static int trainReplicas(const Flags &f, const train::TrainOptions &o, const train::DeviceSpec &spec,
+                         const train::Launch &launch, const train::Model &model) {
+  std::string how = launch.multiProcess()
+                        ? fmt::format("{} with {} processes", launch.launcher, launch.size)
+                        : "--device " + f.device;
+  int devices = launch.multiProcess() ? launch.size : spec.count;
+  if (launch.multiProcess() && spec.count > 1)
+    return usage(fmt::format("--device {} runs {} devices in one process; under {} each "
+                             "process is one device: use --device {}", f.device, spec.count,
+                             launch.launcher, spec.kind));
+  if (Status s = train::checkDeviceCount(model.prog(), devices, how, f.artifact); !s)
+    return fail(s);
+  std::vector<std::unique_ptr<comm::Communicator>> owned;
+  if (launch.multiProcess()) {
+    auto c = train::makeMpiCommunicator(f.collectiveTimeout);
+    if (!c)
+      return fail(c.status());
+    if ((*c)->size() != launch.size || (*c)->rank() != launch.rank)
+      return fail(Status::error(fmt::format(
+          "{} says this is rank {} of {}, but MPI says rank {} of {}; start kiln-run with "
+          "the mpirun of the MPI it was built with", launch.launcher, launch.rank, launch.size,
+          (*c)->rank(), (*c)->size())));
+    owned.push_back(std::move(*c));
+  } else {
+    auto cs = train::makeInProcessCommunicators(spec.count, f.collectiveTimeout);
+    if (!cs)
+      return fail(cs.status());
+    owned = std::move(*cs);
+  }
+  train::ReplicaOptions ro;
+  ro.train = o;
+  ro.how = how;
+  for (auto &c : owned)
+    ro.comms.push_back(c.get());
+  // Threads: the machine's cores shared by this node's replicas, unless
+  // --threads says how many each gets.
+  int perReplica = f.threads;
+  if (!f.threadsSet) {
+    int sharing = launch.multiProcess() ? launch.localSize : spec.count;
+    perReplica = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, sharing));
+  }
+  Flags bf = f;
+  bf.threads = perReplica;
+  ro.backend = [bf](int device, comm::Communicator *c) -> train::BackendFactory {
+    train::DeviceOptions d;
+    d.device = bf.device;
+    d.artifact = bf.artifact;
+    d.threads = bf.threads;
+    d.cacheDir = bf.cacheDir;
+    d.noCache = bf.noCache;
+    d.quiet = bf.quiet || device != 0;
+    d.comm = c;
+    d.deviceIndex = device;
+    if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
+      d.cudaEpilogues = v;
+    return [d](const Package &pkg) { return train::makeBackend(pkg, d, print); };
+  };
+  // Start-up handshake: every rank runs the same artifact and collective
+  // sequence, or none starts.
+  std::string hash;
+  {
+    std::ifstream in(f.artifact, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    hash = contentHash(bytes.data(), bytes.size());
+  }
+  ro.handshake = [hash](comm::Communicator &c, const train::Model &m) {
+    return checkSameProgram(c, m.prog(), hash);
+  };
+  auto r = train::trainReplicas(model.pkg, ro, print);
+  if (!r) {
+    int rc = fail(r.status());
+    // The other processes stop at once rather than at their deadline.
+    if (launch.multiProcess())
+      owned[0]->abort("stopping the other ranks after the error above");
+    return rc;
+  }
+  if (r->result.interrupted) {
+    if (ro.comms[0]->rank() == 0)
+      fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: kiln-run "
+                 "train {} --resume {}\n", r->result.next, r->result.checkpoint, f.artifact,
+                 r->result.checkpoint);
+    return 130;
+  }
+  if (f.profile && ro.comms[0]->rank() == 0)
+    printProfile(*r->models[0]->exec);
+  return 0;
+}
+
 int trainCommand(const std::vector<std::string> &args) {
   Flags f;
   std::unique_ptr<train::Model> model;
   if (int rc = begin(args, f, model))
     return rc;
+  auto spec = train::parseDeviceSpec(f.device);
+  if (!spec)
+    return usage(spec.status().message());
+  auto detected = train::detectLaunch();
+  if (!detected)
+    return fail(detected.status());
+  train::Launch launch = *detected;
+  bool multi = spec->count > 1 || launch.multiProcess();
   train::TrainOptions o;
   o.artifact = f.artifact;
   o.steps = f.steps;
@@ -239,6 +352,13 @@ int trainCommand(const std::vector<std::string> &args) {
   o.quiet = f.quiet;
   o.profile = f.profile;
   o.stop = &gInterrupted;
+  if (multi) {
+    gInterrupted = false;
+    std::signal(SIGINT, onSigint);
+    int rc = trainReplicas(f, o, *spec, launch, *model);
+    std::signal(SIGINT, SIG_DFL);
+    return rc;
+  }
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
     return fail(trainer.status());

@@ -1,0 +1,61 @@
+//===- Shards.h - ZeRO-sharded persistent buffers and the logical layout -*- C++ -*-===//
+//
+// With ZeRO (docs/parallel.md), optimizer state (and for ZeRO-2 gradients)
+// is sharded over a mesh axis: such a buffer holds block d (d = the
+// device's coordinate on the axis) of the row-major flattening of the
+// logical tensor, zero-padded to a multiple of the axis size N; a block is
+// ceil(numel / N) elements (conventions 6: program::Buffer::shardAxis and
+// logicalShape). Checkpoints always hold the logical tensor, so a run
+// resumes on any device count: on save the blocks are all-gathered and the
+// padding dropped; on load each device takes its block.
+//
+// These helpers know nothing about communicators or backends: they cut a
+// logical tensor into a block and join gathered blocks back, and say which
+// devices share a buffer's blocks.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_TRAIN_SHARDS_H
+#define KILN_RUNTIME_TRAIN_SHARDS_H
+
+#include "runtime/core/Program.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::train {
+
+/// How a persistent buffer is sharded; `axis` empty: it is not (the buffer
+/// holds the whole tensor, its shape the logical one).
+struct ShardSpec {
+  std::string axis;
+  std::vector<int64_t> logicalShape;
+  bool sharded() const { return !axis.empty(); }
+  int64_t logicalElements() const;
+};
+
+/// The buffer's sharding, from Buffer::shardAxis and Buffer::logicalShape
+/// where this build's Program has them (unsharded otherwise).
+ShardSpec shardOf(const program::Buffer &b);
+/// shardOf() for every buffer of `p`, by id.
+std::vector<ShardSpec> shardSpecs(const program::Program &p);
+
+/// Elements per block: ceil(numel / parts).
+int64_t blockElements(int64_t numel, int parts);
+/// Block `index` of `parts` of a logical tensor's bytes (`numel` elements
+/// of `elemBytes`), zero-padded to blockElements() elements.
+std::string cutBlock(const std::string &logical, int64_t numel, int elemBytes, int parts,
+                     int index);
+/// The logical tensor's bytes from its blocks in order, concatenated
+/// (`parts` blocks of blockElements() elements): the padding dropped.
+std::string joinBlocks(const std::string &gathered, int64_t numel, int elemBytes);
+
+/// The devices that differ from `device` only along mesh axis `axis`, in
+/// order of their coordinate on it (a communicator group), and `device`'s
+/// coordinate on the axis. An unknown axis gives {device} and 0.
+std::vector<int> axisGroup(const program::Mesh &mesh, int device, const std::string &axis,
+                           int *coordinate = nullptr);
+
+} // namespace kiln::train
+
+#endif // KILN_RUNTIME_TRAIN_SHARDS_H
