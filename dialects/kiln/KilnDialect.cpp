@@ -139,6 +139,16 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kMeshAttr)
     return verifyMesh(op, attr.getValue());
+  if (name == kOverlapAttr) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a unit attribute";
+    llvm::StringRef opName = op->getName().getStringRef();
+    if (opName != "kiln.all_reduce" && opName != "kiln.reduce_scatter" &&
+        opName != "kiln.all_gather")
+      return op->emitError() << "'" << name << "' belongs on a collective (kiln.all_reduce, "
+                                "kiln.reduce_scatter, kiln.all_gather)";
+    return success();
+  }
   return op->emitError() << "unknown kiln attribute '" << name << "'";
 }
 
