@@ -187,9 +187,10 @@ Result elementwise(Operation *op, ArrayRef<Opt> in) {
   // axes; -a; a*r, r*a, a/r with r replicated; a cast.
   const TensorSharding &p = *in[partialAt[0]];
   bool linear = false;
-  if (isa<AddOp, SubOp>(op))
-    linear = partialAt.size() == 2 && in[0]->partial == in[1]->partial;
-  else if (isa<NegOp, CastOp, ReshapeOp>(op))
+  if (isa<AddOp, SubOp, ConcatOp>(op))
+    linear = partialAt.size() == in.size() &&
+             llvm::all_of(in, [&](const Opt &o) { return o->partial == p.partial; });
+  else if (isa<NegOp, CastOp>(op))
     linear = true;
   else if (isa<MulOp>(op))
     linear = partialAt.size() == 1;
