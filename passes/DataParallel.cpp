@@ -146,6 +146,11 @@ private:
   int64_t collectives_ = 0;
 
   Location loc(Operation *op) { return op->getLoc(); }
+  /// Provenance: the new ops say what they are (locString still finds the
+  /// model file's line inside).
+  Location named(const std::string &what, Location l) {
+    return NameLoc::get(b_.getStringAttr(what), l);
+  }
   RankedTensorType vec(int64_t n, Type e) { return RankedTensorType::get({n}, e); }
 
   Value reshape(Location l, Value v, RankedTensorType t) {
@@ -265,7 +270,7 @@ void Rewriter::reduceBucket(size_t k) {
     if (last->isBeforeInBlock(grads_[i].tag))
       last = grads_[i].tag;
   b_.setInsertionPointAfter(last);
-  Location l = loc(last);
+  Location l = named("dp.bucket" + std::to_string(k), loc(last));
   Type elem = grads_[members.front()].type.getElementType();
   auto mark = [&](Operation *op) {
     op->setAttr(kOverlapAttr, b_.getUnitAttr());
@@ -334,7 +339,8 @@ LogicalResult Rewriter::reduceLossAndNorm() {
     return f_.emitError() << "kiln-data-parallel: @train_step has no kiln.dp.loss";
   b_.setInsertionPointAfter(lossOp);
   Value loss = lossOp->getResult(0);
-  auto ar = b_.create<AllReduceOp>(loss.getLoc(), loss, kAxis, CollectiveReduction::mean);
+  auto ar = b_.create<AllReduceOp>(named("dp.loss", loss.getLoc()), loss, kAxis,
+                                   CollectiveReduction::mean);
   ++collectives_;
   loss.replaceAllUsesExcept(ar, ar);
   lossOp->removeAttr(kDpLossAttr);
@@ -343,7 +349,7 @@ LogicalResult Rewriter::reduceLossAndNorm() {
   // Every reduced gradient and shard is defined in backward, before the
   // old norm at the tail: the new one goes where the old one was.
   b_.setInsertionPoint(normOp);
-  Location l = normOp->getLoc();
+  Location l = named("dp.grad_norm", normOp->getLoc());
   auto f32 = RankedTensorType::get({}, b_.getF32Type());
   std::vector<size_t> order(grads_.size());
   for (size_t i = 0; i < order.size(); ++i)
@@ -388,7 +394,7 @@ LogicalResult Rewriter::shardOptimizer() {
   b_.setInsertionPoint(ret);
   std::vector<Value> updated(grads_.size());
   for (auto [gi, g] : llvm::enumerate(grads_)) {
-    Location l = g.tag->getLoc();
+    Location l = named("dp.zero", g.tag->getLoc());
     Type elem = g.type.getElementType();
     RankedTensorType st = vec(g.block, elem);
     auto shardAttr = DictionaryAttr::get(
@@ -484,7 +490,7 @@ LogicalResult Rewriter::shardOptimizer() {
   }
   // All-gather the updated blocks, bucket by bucket.
   for (auto [k, members] : llvm::enumerate(buckets_)) {
-    Location l = grads_[members.front()].tag->getLoc();
+    Location l = named("dp.zero.bucket" + std::to_string(k), grads_[members.front()].tag->getLoc());
     Type elem = grads_[members.front()].type.getElementType();
     SmallVector<Value> parts;
     int64_t width = 0;

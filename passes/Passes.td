@@ -115,14 +115,19 @@ def KilnDataParallelPass : Pass<"kiln-data-parallel", "mlir::ModuleOp"> {
       all-reduces the buckets and keeps its block; ZeRO-2 reduce-scatters
       them.
 
-    Before (dp = 2, one parameter):
+    Before (dp = 2; from kiln-train-step):
     ```mlir
-    %g = kiln.mul %sum, %one {kiln.dp.grad = "w"} : tensor<4xf32>
+    %gb = kiln.mul %sb, %one {kiln.dp.grad = "b"} : tensor<3xf32>
+    ...
+    %gw = kiln.mul %sw, %one4 {kiln.dp.grad = "w"} : tensor<3x4xf32>
     ```
-    After:
+    After (one bucket, right after w's gradient):
     ```mlir
-    %f = kiln.reshape %g : tensor<4xf32> -> tensor<4xf32>
-    %r = kiln.all_reduce %f axis = "dp" reduction = mean {kiln.overlap, kiln.bucket = 0 : i64} : tensor<4xf32>
+    %f = kiln.reshape %gw : tensor<3x4xf32> -> tensor<12xf32>
+    %c = kiln.concat %gb, %f dim = 0 : tensor<3xf32>, tensor<12xf32> -> tensor<15xf32>
+    %r = kiln.all_reduce %c axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<15xf32>
+    %rb = kiln.slice %r start = [0] limit = [3] stride = [1] : tensor<15xf32> -> tensor<3xf32>
+    ...
     ```
   }];
   let options = [
