@@ -273,7 +273,7 @@ void Rewriter::reduceBucket(size_t k) {
   Location l = named("dp.bucket" + std::to_string(k), loc(last));
   Type elem = grads_[members.front()].type.getElementType();
   auto mark = [&](Operation *op) {
-    op->setAttr(kOverlapAttr, b_.getUnitAttr());
+    op->setAttr(KilnDialect::kOverlapAttr, b_.getUnitAttr());
     op->setAttr("kiln.bucket", b_.getI64IntegerAttr(int64_t(k)));
     ++collectives_;
   };

@@ -115,6 +115,7 @@ enum class Role {
   Single,      ///< has no fused form: a kernel of its own
   Alias,       ///< produces no code (optimization_barrier): shares its operand
   Folded,      ///< folded into a GEMM (head transposes)
+  Collective,  ///< a collective (all_reduce, ...): a plan step between kernels
 };
 
 /// How an op's rows relate to its operands: the op is row-local over the
@@ -397,6 +398,8 @@ Role Grouper::roleOf(Operation *op) {
     return Role::Folded;
   if (isa<OptimizationBarrierOp>(op))
     return Role::Alias;
+  if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp>(op))
+    return Role::Collective; // communication, never code: fused with nothing
   if (op->getNumResults() == 1 && duplicable(op->getResult(0)))
     return Role::Skip;
   if (auto mm = dyn_cast<MatmulOp>(op)) { // f32, f16, bf16: a library GEMM
@@ -748,8 +751,15 @@ LogicalResult Grouper::run() {
         deps.set(it->second);
       }
     }
-    if (role == Role::Skip || role == Role::Folded || role == Role::Alias) {
-      // A barrier or folded transpose reading a kernel's value runs after it.
+    if (role == Role::Skip || role == Role::Folded || role == Role::Alias ||
+        role == Role::Collective) {
+      // A barrier, folded transpose or collective reading a kernel's value
+      // runs after it.
+      if (role == Role::Collective && options_.enabled)
+        for (Value operand : op.getOperands())
+          if (Operation *def = operand.getDefiningOp(); def && groupOf(def) >= 0)
+            refuse(def, &op, "collective: communication between devices is a plan step of "
+                             "its own, never part of a kernel");
       if (role != Role::Skip)
         for (Value operand : op.getOperands())
           if (Operation *def = operand.getDefiningOp(); def && groupOf(def) >= 0 &&
@@ -775,6 +785,9 @@ LogicalResult Grouper::run() {
                            "place (strided layout), so it is no kernel of its own");
         else if (roles_[def] == Role::Alias && options_.enabled)
           refuse(def, &op, "alias: an optimization barrier shares its operand's buffer");
+        else if (roles_[def] == Role::Collective && options_.enabled)
+          refuse(def, &op, "collective: communication between devices is a plan step of "
+                           "its own, never part of a kernel");
         continue;
       }
       edges.push_back({def, g});
@@ -1006,7 +1019,7 @@ LogicalResult Grouper::materialize() {
   auto needsBuffer = [&](Operation *user) {
     Role r = roles_.lookup(user);
     return isa<func::ReturnOp>(user) || r == Role::Alias || r == Role::Folded ||
-           (r == Role::Gemm) || (isa<ReshapeOp>(user) && groupOf(user) < 0);
+           r == Role::Collective || (r == Role::Gemm) || (isa<ReshapeOp>(user) && groupOf(user) < 0);
   };
   llvm::SetVector<Value> toMaterialize;
   for (Operation &op : block_)

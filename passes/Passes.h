@@ -24,9 +24,6 @@ namespace kiln {
 inline constexpr llvm::StringLiteral kDpGradAttr = "kiln.dp.grad";
 inline constexpr llvm::StringLiteral kDpLossAttr = "kiln.dp.loss";
 inline constexpr llvm::StringLiteral kDpGradNormAttr = "kiln.dp.grad_norm";
-/// The unit attribute on a gradient-bucket collective: it may run on the
-/// communication queue, overlapping the rest of backward.
-inline constexpr llvm::StringLiteral kOverlapAttr = "kiln.overlap";
 
 /// The reverse sweep shared by kiln-autodiff and kiln-train-step. The ops
 /// that compute `loss` must already be in the builder's block; gradients are

@@ -4,6 +4,7 @@
 #include "dialects/kiln/Elementwise.h"
 
 #include "dialects/kiln/ElementTypes.h"
+#include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "runtime/core/Random.h"
 
@@ -114,7 +115,7 @@ void forEachIndex(const std::vector<int64_t> &shape, Fn fn) {
 
 class Interpreter {
 public:
-  explicit Interpreter(const Options &o) : opts_(o) {}
+  Interpreter(const Options &o, GroupExchange *group) : opts_(o), group_(group) {}
 
   bool run(func::FuncOp fn, const std::vector<Tensor> &args,
            std::vector<Tensor> &results, std::string &error) {
@@ -144,8 +145,10 @@ public:
         std::string loc;
         llvm::raw_string_ostream os(loc);
         os << op.getLoc();
-        error = "interpreter: unsupported op '" +
-                op.getName().getStringRef().str() + "' at " + loc;
+        error = err_.empty() ? "interpreter: unsupported op '" +
+                                   op.getName().getStringRef().str() + "' at " + loc
+                             : "interpreter: '" + op.getName().getStringRef().str() +
+                                   "' at " + loc + ": " + err_;
         return false;
       }
     }
@@ -155,6 +158,8 @@ public:
 
 private:
   Options opts_;
+  GroupExchange *group_ = nullptr;
+  std::string err_; ///< why eval() failed, when it knows
   llvm::DenseMap<Value, Tensor> vals_;
 
   const Tensor &in(Value v) { return vals_[v]; }
@@ -234,6 +239,7 @@ private:
   bool softmax(Operation *op, int64_t axis, bool log);
   bool layerNorm(LayerNormOp op);
   bool crossEntropy(CrossEntropyOp op);
+  bool collective(Operation *op, StringRef axis, int kind, int64_t dim);
 };
 
 struct AddF { double floats(double a, double b) const { return a + b; } int64_t ints(int64_t a, int64_t b) const { return int64_t(uint64_t(a) + uint64_t(b)); } };
@@ -351,6 +357,13 @@ bool Interpreter::eval(Operation *op) {
       .Case([&](LogSoftmaxOp o) { return softmax(o, o.getAxis(), true); })
       .Case([&](LayerNormOp o) { return layerNorm(o); })
       .Case([&](CrossEntropyOp o) { return crossEntropy(o); })
+      .Case([&](AllReduceOp o) {
+        return collective(o, o.getAxis(), int(o.getReduction()), -1);
+      })
+      .Case([&](ReduceScatterOp o) {
+        return collective(o, o.getAxis(), int(o.getReduction()), o.getDim());
+      })
+      .Case([&](AllGatherOp o) { return collective(o, o.getAxis(), -1, o.getDim()); })
       .Case([&](DropoutOp o) {
         const Tensor &x = in(o.getOperand());
         uint64_t seed = uint64_t(in(o.getSeed()).i[0]);
@@ -681,12 +694,104 @@ bool Interpreter::crossEntropy(CrossEntropyOp op) {
   return true;
 }
 
+/// kiln.all_reduce (dim < 0), reduce_scatter (kind >= 0, dim) and
+/// all_gather (kind < 0): `kind` is a CollectiveReduction. The group's
+/// contributions combine in member order, ((x0 + x1) + x2) + ..., each
+/// partial result rounded to the element type as a device computing in that
+/// type would; mean is that sum divided by the group size (docs/parallel.md).
+bool Interpreter::collective(Operation *op, StringRef axis, int kind, int64_t dim) {
+  const Tensor &x = in(op->getOperand(0));
+  Tensor y = like(op->getResult(0));
+  std::vector<Tensor> all;
+  int64_t member = 0;
+  if (!group_) {
+    int64_t n = meshAxisSize(op, axis);
+    if (n != 1) {
+      err_ = "a collective over mesh axis '" + axis.str() + "' of size " + std::to_string(n) +
+             " needs a process grid (interp::ProcessGrid::run), not a single-process run";
+      return false;
+    }
+    all.push_back(x);
+  } else if (!group_->exchange(axis.str(), x, all, member, err_)) {
+    return false;
+  }
+  for (const Tensor &t : all)
+    if (t.shape != x.shape || t.elem != x.elem) {
+      err_ = "the members of the group over '" + axis.str() +
+             "' contributed tensors of different shapes or types (do all processes run the "
+             "same program?)";
+      return false;
+    }
+  int64_t n = int64_t(all.size());
+  bool isF = isFloat(x.elem);
+  if (kind < 0) { // all_gather: concatenate along dim in member order
+    std::vector<int64_t> ys = stridesOf(y.shape);
+    for (int64_t m = 0; m < n; ++m)
+      forEachIndex(x.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+        int64_t dst = 0;
+        for (size_t d = 0; d < idx.size(); ++d)
+          dst += (idx[d] + (int64_t(d) == dim ? m * x.shape[d] : 0)) * ys[d];
+        if (isF) y.f[dst] = all[m].f[k]; else y.i[dst] = all[m].i[k];
+      });
+    set(op->getResult(0), std::move(y));
+    return true;
+  }
+  // The reduction over the whole operand, then (reduce_scatter) this
+  // member's block of `dim`.
+  auto red = CollectiveReduction(kind);
+  Tensor r = Tensor::zeros(x.elem, x.shape);
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    if (isF) {
+      double acc = all[0].f[k];
+      for (int64_t m = 1; m < n; ++m) {
+        double v = all[m].f[k];
+        switch (red) {
+        case CollectiveReduction::sum:
+        case CollectiveReduction::mean: acc = rnd(x.elem, acc + v); break;
+        case CollectiveReduction::max: acc = MaxF().floats(acc, v); break;
+        case CollectiveReduction::min: acc = MinF().floats(acc, v); break;
+        }
+      }
+      if (red == CollectiveReduction::mean)
+        acc = rnd(x.elem, acc / double(n));
+      r.f[k] = acc;
+    } else {
+      int64_t acc = all[0].i[k];
+      for (int64_t m = 1; m < n; ++m) {
+        int64_t v = all[m].i[k];
+        switch (red) {
+        case CollectiveReduction::sum:
+        case CollectiveReduction::mean: acc = AddF().ints(acc, v); break;
+        case CollectiveReduction::max: acc = std::max(acc, v); break;
+        case CollectiveReduction::min: acc = std::min(acc, v); break;
+        }
+      }
+      if (red == CollectiveReduction::mean)
+        acc = DivF().ints(acc, n);
+      r.i[k] = x.elem == Elem::I32 ? int64_t(int32_t(acc)) : x.elem == Elem::I1 ? acc != 0 : acc;
+    }
+  }
+  if (dim < 0) {
+    set(op->getResult(0), std::move(r));
+    return true;
+  }
+  std::vector<int64_t> rs = stridesOf(r.shape);
+  forEachIndex(y.shape, [&](const std::vector<int64_t> &idx, int64_t k) {
+    int64_t src = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      src += (idx[d] + (int64_t(d) == dim ? member * y.shape[d] : 0)) * rs[d];
+    if (isF) y.f[k] = r.f[src]; else y.i[k] = r.i[src];
+  });
+  set(op->getResult(0), std::move(y));
+  return true;
+}
+
 } // namespace
 
 bool run(func::FuncOp fn, const std::vector<Tensor> &args,
          std::vector<Tensor> &results, std::string &error,
-         const Options &options) {
-  Interpreter interp(options);
+         const Options &options, GroupExchange *group) {
+  Interpreter interp(options, group);
   return interp.run(fn, args, results, error);
 }
 

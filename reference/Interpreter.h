@@ -47,13 +47,33 @@ Tensor fromType(mlir::Type t);
 
 struct Options {
   bool exactF64 = false;
+  /// How long a collective waits for the other members of its group in a
+  /// ProcessGrid run before it fails, naming those that did not arrive.
+  double collectiveTimeoutSeconds = 60.0;
+};
+
+/// How one process of a grid meets its groups (ProcessGrid.h implements
+/// it; a plain run has none). The interpreter computes a collective's
+/// result from what `exchange` returns.
+class GroupExchange {
+public:
+  virtual ~GroupExchange() = default;
+  /// Hands `value` to this process's group along mesh axis `axis` and
+  /// returns every member's contribution in member order in `all`, and this
+  /// process's position in the group in `member`. False with `error` set on
+  /// a timeout, an abort or an unknown axis.
+  virtual bool exchange(const std::string &axis, Tensor value, std::vector<Tensor> &all,
+                        int64_t &member, std::string &error) = 0;
 };
 
 /// Runs `fn` (kiln and func ops) on `args`. Returns false and sets `error`
-/// on an unsupported op or mismatched arguments.
+/// on an unsupported op or mismatched arguments. Collectives
+/// (kiln.all_reduce, reduce_scatter, all_gather) meet their group through
+/// `group`; without one (a single process), a collective over a mesh axis
+/// of size 1 is the identity and any other is an error naming the op.
 bool run(mlir::func::FuncOp fn, const std::vector<Tensor> &args,
          std::vector<Tensor> &results, std::string &error,
-         const Options &options = {});
+         const Options &options = {}, GroupExchange *group = nullptr);
 
 } // namespace kiln::interp
 

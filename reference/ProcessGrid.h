@@ -7,9 +7,11 @@
 // `Rendezvous` and leaves with every member's contribution, in group order,
 // from which it computes its result (sum, gather, ...).
 //
-// Today no kiln op is a collective, so a grid run is N independent runs of
-// the interpreter; the issues that add collectives add their evaluation here
-// (docs/reference.md).
+// kiln.all_reduce, kiln.reduce_scatter and kiln.all_gather are evaluated
+// this way (Interpreter.cpp); every other op is local, so a program without
+// collectives runs as N independent runs of the interpreter. Nothing hangs:
+// every rendezvous has a deadline (Options::collectiveTimeoutSeconds), and a
+// process that fails aborts the others (docs/reference.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_REFERENCE_PROCESSGRID_H
@@ -56,9 +58,13 @@ public:
   std::vector<std::vector<int64_t>> groups(const std::string &axis) const;
 
   /// Runs `fn` on every process, process r on `args[r]`, one thread each,
-  /// and fills `results[r]`. Fails if `args` does not hold one argument list
-  /// per process or if any process fails; `error` then names the first
-  /// failing rank and its error.
+  /// and fills `results[r]`. Collectives over an axis meet the processes
+  /// that differ from this one only along it (groups()). Fails if `args`
+  /// does not hold one argument list per process, if the module has a
+  /// kiln.mesh whose axes (names and sizes, in order) are not the grid's,
+  /// or if any process fails; a failing process aborts the others' pending
+  /// collectives, and `error` names the process that failed first ("process
+  /// 3: ...") rather than those it aborted.
   bool run(mlir::func::FuncOp fn, const std::vector<std::vector<Tensor>> &args,
            std::vector<std::vector<Tensor>> &results, std::string &error,
            const Options &options = {}) const;
@@ -72,23 +78,43 @@ private:
 /// and gives each the n contributions in member order. It is reusable: the
 /// k-th call of each member meets the k-th calls of the others. `abort()`
 /// (a member failed) wakes every waiting member and fails every later
-/// exchange, so one failure cannot hang the others.
+/// exchange, so one failure cannot hang the others. A member that waits
+/// longer than the timeout aborts the rendezvous with a message naming the
+/// members that did not arrive.
 class Rendezvous {
 public:
-  explicit Rendezvous(int64_t n) : slots_(n) {}
+  /// `names[i]` is how messages name member i (its rank in a grid: "process
+  /// 3"); without names, "member i".
+  explicit Rendezvous(int64_t n, double timeoutSeconds = 60.0,
+                      std::vector<int64_t> names = {})
+      : slots_(n), arrived_(n, 0), names_(std::move(names)), timeout_(timeoutSeconds) {}
 
-  /// False if the rendezvous was aborted (then `all` is left empty).
+  /// False if the rendezvous was aborted or timed out (then `all` is left
+  /// empty).
   bool exchange(int64_t member, Tensor value, std::vector<Tensor> &all);
-  void abort();
+  /// The same; on failure `error` says why: "timed out after 1 s waiting
+  /// for process 3 (the members that did not arrive)" for the member that
+  /// timed out, or the reason given to abort() ("aborted: ...").
+  bool exchange(int64_t member, Tensor value, std::vector<Tensor> &all, std::string &error);
+  /// Fails every pending and later exchange with `why`.
+  void abort(const std::string &why = "aborted");
+  /// Whether the rendezvous was aborted (by abort() or a timeout).
+  bool aborted();
 
 private:
+  std::string nameOf(int64_t member) const;
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Tensor> slots_;
+  std::vector<char> arrived_;
   std::vector<Tensor> done_;
+  std::vector<int64_t> names_;
+  double timeout_;
   int64_t count_ = 0;
   uint64_t generation_ = 0;
   bool aborted_ = false;
+  std::string why_;
 };
 
 } // namespace kiln::interp

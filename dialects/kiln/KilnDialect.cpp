@@ -153,10 +153,20 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kMeshAttr)
     return verifyMesh(op, attr.getValue());
+  if (name == kOverlapAttr) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be a unit attribute";
+    llvm::StringRef opName = op->getName().getStringRef();
+    if (opName != "kiln.all_reduce" && opName != "kiln.reduce_scatter" &&
+        opName != "kiln.all_gather")
+      return op->emitError() << "'" << name << "' belongs on a collective (kiln.all_reduce, "
+                                "kiln.reduce_scatter, kiln.all_gather)";
+    return success();
+  }
   // Data parallelism (passes/DataParallel.cpp, docs/parallel.md).
   if (name == "kiln.dp.grad")
     return verifyNonEmptyString(op, attr);
-  if (name == "kiln.dp.loss" || name == "kiln.dp.grad_norm" || name == "kiln.overlap") {
+  if (name == "kiln.dp.loss" || name == "kiln.dp.grad_norm") {
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitError() << "'" << name << "' is a unit attribute";
     return success();

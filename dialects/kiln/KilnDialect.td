@@ -43,6 +43,10 @@ def Kiln_Dialect : Dialect {
     /// array<i64: 4, ...>}, outermost axis first (docs/parallel.md). No
     /// attribute means one device.
     static constexpr ::llvm::StringLiteral kMeshAttr = "kiln.mesh";
+    /// On a collective: a unit attribute; the collective is a gradient
+    /// bucket's and runs on the communication queue (queue 1), overlapping
+    /// the rest of backward (docs/parallel.md).
+    static constexpr ::llvm::StringLiteral kOverlapAttr = "kiln.overlap";
   }];
 }
 
