@@ -148,6 +148,10 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   mod->setAttr(KilnDialect::kDimsAttr, dimBindings_.getDictionary(&ctx_));
   if (ast_.hasTrain)
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
+  // devices = N > 1: a data-parallel mesh (docs/parallel.md).
+  if (auto n = trainAttrs_.get("devices"))
+    if (cast<IntegerAttr>(n).getInt() > 1)
+      setMesh(mod, MeshShape{{MeshAxis{"dp", cast<IntegerAttr>(n).getInt()}}});
   warnUnusedLayers();
   return std::move(module_);
 }

@@ -17,6 +17,14 @@ namespace kiln {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
+/// Tags kiln-train-step puts on @train_step when the module's mesh has a
+/// `dp` axis of size > 1, for kiln-data-parallel (docs/parallel.md): the op
+/// whose result is a parameter's accumulated local gradient (its name), the
+/// local loss, and the global gradient norm. The pass removes them.
+inline constexpr llvm::StringLiteral kDpGradAttr = "kiln.dp.grad";
+inline constexpr llvm::StringLiteral kDpLossAttr = "kiln.dp.loss";
+inline constexpr llvm::StringLiteral kDpGradNormAttr = "kiln.dp.grad_norm";
+
 /// The reverse sweep shared by kiln-autodiff and kiln-train-step. The ops
 /// that compute `loss` must already be in the builder's block; gradients are
 /// appended at the builder's insertion point. Returns one gradient per `wrt`

@@ -86,6 +86,67 @@ def KilnTrainStepPass : Pass<"kiln-train-step", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnDataParallelPass : Pass<"kiln-data-parallel", "mlir::ModuleOp"> {
+  let summary = "The per-device @train_step of data parallelism: bucketed gradient all-reduces, ZeRO-1/2";
+  let description = [{
+    Runs after kiln-train-step on a module whose `kiln.mesh` has a `dp` axis
+    of size N > 1 (a module without one is left unchanged). kiln-train-step
+    has already built the per-device step: the model's batch B per device
+    (the global batch is N * B), a `kiln.input = "replica"` argument (the
+    device's coordinate on dp) mixed into dropout seeds, and tags on each
+    accumulated local gradient (`kiln.dp.grad`), the local loss
+    (`kiln.dp.loss`) and the gradient norm (`kiln.dp.grad_norm`). This pass
+
+    - packs the gradients into flat buckets in the order backward produces
+      them (the first bucket `first-bucket-mb` MiB, the others `bucket-mb`
+      MiB, as PyTorch DDP; a bucket closes when the next gradient would pass
+      its size) and all-reduces each (`mean`: the communicator sums in
+      member order and divides by N) right after its last gradient, marked
+      `kiln.overlap` (the communication queue);
+    - all-reduces the loss (`mean`: the mean of per-device means is the
+      global mean, all devices having equal batches);
+    - computes the global gradient norm from each device's block of every
+      reduced gradient and an all_reduce(sum) of the partial sums of squares,
+      the same way with and without ZeRO, so clipping is bitwise equal;
+    - with `zero` = 1 or 2: shards the optimizer state over dp (arguments
+      with `kiln.shard = {axis = "dp", shape = array<i64: logical shape>}`,
+      each holding block d of the zero-padded flattened tensor), updates the
+      local block of every parameter and all-gathers the blocks. ZeRO-1
+      all-reduces the buckets and keeps its block; ZeRO-2 reduce-scatters
+      them.
+
+    Before (dp = 2; from kiln-train-step):
+    ```mlir
+    %gb = kiln.mul %sb, %one {kiln.dp.grad = "b"} : tensor<3xf32>
+    ...
+    %gw = kiln.mul %sw, %one4 {kiln.dp.grad = "w"} : tensor<3x4xf32>
+    ```
+    After (one bucket, right after w's gradient):
+    ```mlir
+    %f = kiln.reshape %gw : tensor<3x4xf32> -> tensor<12xf32>
+    %c = kiln.concat %gb, %f dim = 0 : tensor<3xf32>, tensor<12xf32> -> tensor<15xf32>
+    %r = kiln.all_reduce %c axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<15xf32>
+    %rb = kiln.slice %r start = [0] limit = [3] stride = [1] : tensor<15xf32> -> tensor<3xf32>
+    ...
+    ```
+  }];
+  let options = [
+    Option<"zero", "zero", "int", /*default=*/"-1",
+           "ZeRO stage 0, 1 or 2 (default: kiln.train's zero, else 0)">,
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"-1",
+           "Bucket size in MiB after the first (default: kiln.train's bucket_mb, else 25)">,
+    Option<"firstBucketMb", "first-bucket-mb", "double", /*default=*/"-1",
+           "First bucket's size in MiB (default: kiln.train's first_bucket_mb, else 1)">,
+    Option<"annotateSharding", "annotate-sharding", "bool", /*default=*/"false",
+           "Attach the propagated kiln.sharding to every op of @train_step (for tests)">,
+  ];
+  let statistics = [
+    Statistic<"numBuckets", "buckets", "Gradient buckets">,
+    Statistic<"numCollectives", "collectives", "Collectives per step">,
+    Statistic<"bytesReduced", "gradient-bytes", "Gradient bytes reduced per step">,
+  ];
+}
+
 def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
   let summary = "Lower kiln ops to linalg, tensor, arith and math on tensors";
   let description = [{

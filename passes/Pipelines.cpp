@@ -40,6 +40,10 @@ void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
   KilnTrainStepPassOptions options;
   options.gradOnly = gradOnly;
   pm.addPass(createKilnTrainStepPass(options));
+  // Data parallelism when kiln.mesh has dp > 1 (a no-op without a mesh, so
+  // single-device programs are unchanged); before canonicalization, which
+  // would fold the tagged ops.
+  pm.addPass(createKilnDataParallelPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
@@ -107,7 +111,7 @@ struct TrainPipelineOptions : PassPipelineOptions<TrainPipelineOptions> {
 void registerKilnPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "kiln-train-pipeline",
-      "kiln-train-step, canonicalize, cse: @forward to the training program (kilnc)",
+      "kiln-train-step, kiln-data-parallel, canonicalize, cse: @forward to the training program (kilnc)",
       [](OpPassManager &pm, const TrainPipelineOptions &o) {
         buildTrainProgramPipeline(pm, o.gradOnly);
       });

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -371,6 +372,16 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   }
   auto i64 = RankedTensorType::get({}, b_.getI64Type());
   Value step = addArg(f, i64, loc(), KilnDialect::kInputAttr, "step");
+  // Data parallelism (a mesh with dp > 1; docs/parallel.md): the device's
+  // coordinate on dp is one more input, dropout seeds mix it in, and the
+  // values kiln-data-parallel rewrites are tagged. Without a mesh nothing
+  // here changes, so single-device programs stay byte-identical.
+  int64_t dp = getMesh(m_).axisSize("dp");
+  bool mesh = dp > 1;
+  Value replica;
+  if (mesh)
+    replica = addArg(f, i64, loc(), KilnDialect::kInputAttr, "replica");
+  Block *body = &f.getBody().front();
 
   // Forward and backward per micro-batch.
   Value lossSum;
@@ -395,7 +406,10 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     if (dropoutSeedArg_ >= 0) {
       // seed = train.seed * 1000003 + step * grad_accum + k (wrapping u64)
       uint64_t base = uint64_t(cfg_.seed) * 1000003ull + uint64_t(k);
-      Value seed = s.add(s.mul(step, s.icst(uint64_t(K), i64)), s.icst(base, i64));
+      // With dp = N: ... + (step * N + replica) * grad_accum + k.
+      Value round = mesh ? s.add(s.mul(step, s.icst(uint64_t(dp), i64)), replica)
+                         : step;
+      Value seed = s.add(s.mul(round, s.icst(uint64_t(K), i64)), s.icst(base, i64));
       map.map(fwd_.getArgument(dropoutSeedArg_), seed);
     }
     SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
@@ -404,12 +418,27 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     if (failed(grads))
       return failure();
     lossSum = lossSum ? s.add(lossSum, outs[0]) : outs[0];
-    for (size_t i = 0; i < params_.size(); ++i)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      // With a mesh, each accumulated gradient is built as soon as backward
+      // has produced its last contribution, so its all-reduce can start
+      // while the rest of backward runs; kiln.dp.grad marks it.
+      if (mesh)
+        b_.setInsertionPointAfterValue((*grads)[i]);
       gradSum[i] = gradSum[i] ? s.add(gradSum[i], (*grads)[i]) : (*grads)[i];
+      if (mesh && k == K - 1) {
+        gradSum[i] = s.mul(gradSum[i], s.splat(s.cst(1.0 / double(K)), params_[i].type));
+        gradSum[i].getDefiningOp()->setAttr(kDpGradAttr, b_.getStringAttr(params_[i].name));
+      }
+      if (mesh)
+        b_.setInsertionPointToEnd(body);
+    }
   }
   Value loss = lossSum;
   SmallVector<Value> grads = gradSum;
-  if (K > 1) {
+  if (mesh) {
+    loss = s.mul(loss, s.cst(1.0 / double(K), cast<RankedTensorType>(loss.getType())));
+    loss.getDefiningOp()->setAttr(kDpLossAttr, b_.getUnitAttr());
+  } else if (K > 1) {
     loss = s.mul(loss, s.cst(1.0 / double(K), cast<RankedTensorType>(loss.getType())));
     for (auto [g, p] : llvm::zip(grads, params_))
       g = s.mul(g, s.splat(s.cst(1.0 / double(K)), p.type));
@@ -422,6 +451,8 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     sq = sq ? s.add(sq, t) : t;
   }
   Value norm = s.sqrt(sq ? sq : s.cst(0.0));
+  if (mesh)
+    norm.getDefiningOp()->setAttr(kDpGradNormAttr, b_.getUnitAttr());
   if (cfg_.gradClip > 0) {
     Value factor = s.min(s.cst(1.0), s.div(s.cst(cfg_.gradClip),
                                            s.add(norm, s.cst(1e-6))));

@@ -1,6 +1,7 @@
 //===- KilnDialect.cpp - The kiln graph dialect ---------------------------===//
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -99,6 +100,15 @@ LogicalResult verifyMesh(Operation *op, Attribute value) {
   }
   return success();
 }
+
+/// kiln.shard = {axis = "dp", shape = array<i64: ...>} (docs/parallel.md).
+LogicalResult verifyShard(Operation *op, Attribute value) {
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  if (!dict || dict.size() != 2 || !dict.getAs<StringAttr>("axis") ||
+      !dict.getAs<DenseI64ArrayAttr>("shape"))
+    return op->emitError() << "'kiln.shard' must be {axis = \"dp\", shape = array<i64: ...>}";
+  return success();
+}
 } // namespace
 
 LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
@@ -111,9 +121,11 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
     return verifyNonEmptyString(op, attr);
   if (name == kInitAttr)
     return verifyInit(op, attr.getValue());
+  if (name == kShardAttr)
+    return verifyShard(op, attr.getValue());
   return op->emitError() << "unknown kiln argument attribute '" << name
                          << "' (expected kiln.param, kiln.layer, kiln.init, "
-                            "kiln.input or kiln.state)";
+                            "kiln.input, kiln.state or kiln.shard)";
 }
 
 LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
@@ -122,9 +134,11 @@ LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
                                                        NamedAttribute attr) {
   if (attr.getName().getValue() == kOutputAttr)
     return verifyNonEmptyString(op, attr);
+  if (attr.getName().getValue() == kShardAttr)
+    return verifyShard(op, attr.getValue());
   return op->emitError() << "unknown kiln result attribute '"
                          << attr.getName().getValue()
-                         << "' (expected kiln.output)";
+                         << "' (expected kiln.output or kiln.shard)";
 }
 
 LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
@@ -147,6 +161,36 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
         opName != "kiln.all_gather")
       return op->emitError() << "'" << name << "' belongs on a collective (kiln.all_reduce, "
                                 "kiln.reduce_scatter, kiln.all_gather)";
+    return success();
+  }
+  // Data parallelism (passes/DataParallel.cpp, docs/parallel.md).
+  if (name == "kiln.dp.grad")
+    return verifyNonEmptyString(op, attr);
+  if (name == "kiln.dp.loss" || name == "kiln.dp.grad_norm") {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' is a unit attribute";
+    return success();
+  }
+  if (name == "kiln.bucket") {
+    if (!isa<IntegerAttr>(attr.getValue()))
+      return op->emitError() << "'kiln.bucket' must be an integer";
+    return success();
+  }
+  if (name == kShardingAttr) {
+    auto list = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!list || list.size() != op->getNumResults())
+      return op->emitError() << "'kiln.sharding' must be an array with one sharding per result";
+    for (auto [a, r] : llvm::zip(list, op->getResults())) {
+      auto s = shardingFromAttr(a, [&] { return op->emitError(); });
+      if (!s)
+        return failure();
+      auto t = dyn_cast<RankedTensorType>(r.getType());
+      auto module = op->getParentOfType<ModuleOp>();
+      if (t && module &&
+          failed(verifySharding(*s, t, getMesh(module),
+                                     /*logical=*/false, [&] { return op->emitError(); })))
+        return failure();
+    }
     return success();
   }
   return op->emitError() << "unknown kiln attribute '" << name << "'";

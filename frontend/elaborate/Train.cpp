@@ -8,6 +8,7 @@
 #include "frontend/elaborate/Elaborator.h"
 
 #include <cmath>
+#include <optional>
 
 namespace kiln::frontend::elab {
 
@@ -130,10 +131,32 @@ void Elaborator::evalTrain() {
   static const char *known =
       "batch, steps, optimizer, schedule, precision, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
-      "checkpoint_interval, data, val_data";
+      "checkpoint_interval, data, val_data, devices, zero, bucket_mb, "
+      "first_bucket_mb";
+  int64_t devices = 1;
+  std::optional<std::pair<int64_t, SourceLoc>> zero;
   for (const TrainEntry &t : ast_.train) {
     const std::string &k = t.key;
-    if (k == "optimizer") {
+    if (k == "devices" || k == "zero") {
+      // Data parallelism (docs/parallel.md): devices = the dp size.
+      Val v = eval(*t.value, paramEnv_);
+      int64_t n = posInt(v, k, k == "zero" ? 0 : 1);
+      if (k == "zero" && n > 2)
+        fail(v.loc, "zero must be 0, 1 or 2 (ZeRO stage), got " + std::to_string(n));
+      if (k == "devices" && n > 65536)
+        fail(v.loc, "devices must be at most 65536");
+      if (k == "devices")
+        devices = n;
+      else
+        zero = {n, v.loc};
+      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+    } else if (k == "bucket_mb" || k == "first_bucket_mb") {
+      Val v = eval(*t.value, paramEnv_);
+      double d = num(v, k);
+      if (!(d > 0) || !std::isfinite(d))
+        fail(v.loc, k + " must be a number of MiB > 0");
+      trainAttrs_.set(k, b_.getF64FloatAttr(d));
+    } else if (k == "optimizer") {
       Call c = asCall(*t.value, k);
       NamedAttrList o;
       o.set("name", b_.getStringAttr(c.name));
@@ -217,6 +240,10 @@ void Elaborator::evalTrain() {
                   " (known: " + known + ")");
     }
   }
+  if (zero && zero->first > 0 && devices <= 1)
+    fail(zero->second, "zero = " + std::to_string(zero->first) +
+                           " shards optimizer state over data-parallel devices; "
+                           "it needs devices = N with N > 1");
 }
 
 } // namespace kiln::frontend::elab

@@ -743,7 +743,7 @@ func.func @init_missing_high(%w: tensor<4xf32> {kiln.init = {kind = "uniform", l
 
 // -----
 
-// expected-error @+1 {{unknown kiln argument attribute 'kiln.bogus' (expected kiln.param, kiln.layer, kiln.init, kiln.input or kiln.state)}}
+// expected-error @+1 {{unknown kiln argument attribute 'kiln.bogus' (expected kiln.param, kiln.layer, kiln.init, kiln.input, kiln.state or kiln.shard)}}
 func.func @unknown_arg_attr(%w: tensor<4xf32> {kiln.bogus = "w"}) {
   return
 }
@@ -751,7 +751,7 @@ func.func @unknown_arg_attr(%w: tensor<4xf32> {kiln.bogus = "w"}) {
 // -----
 
 // kiln.output belongs on results, not arguments.
-// expected-error @+1 {{unknown kiln argument attribute 'kiln.output' (expected kiln.param, kiln.layer, kiln.init, kiln.input or kiln.state)}}
+// expected-error @+1 {{unknown kiln argument attribute 'kiln.output' (expected kiln.param, kiln.layer, kiln.init, kiln.input, kiln.state or kiln.shard)}}
 func.func @output_on_arg(%w: tensor<4xf32> {kiln.output = "loss"}) {
   return
 }
@@ -776,7 +776,7 @@ func.func @output_empty(%x: tensor<f32>) -> (tensor<f32> {kiln.output = ""}) {
 
 // -----
 
-// expected-error @+1 {{unknown kiln result attribute 'kiln.param' (expected kiln.output)}}
+// expected-error @+1 {{unknown kiln result attribute 'kiln.param' (expected kiln.output or kiln.shard)}}
 func.func @unknown_result_attr(%x: tensor<f32>) -> (tensor<f32> {kiln.param = "x"}) {
   return %x : tensor<f32>
 }

@@ -144,6 +144,24 @@ cl::opt<int64_t> batch("batch",
                        cl::desc("Batch size (overrides the train section)"),
                        cl::init(0), cl::cat(kilncCategory));
 
+cl::opt<int64_t> devicesOpt(
+    "devices",
+    cl::desc("Data-parallel devices (the dp mesh axis; overrides the train "
+             "section's devices; the per-device batch stays the model's)"),
+    cl::init(0), cl::cat(kilncCategory));
+cl::opt<int> zeroOpt("zero",
+                     cl::desc("ZeRO stage 0, 1 or 2 with --devices > 1 (overrides "
+                              "the train section's zero)"),
+                     cl::init(0), cl::cat(kilncCategory));
+cl::opt<double> bucketMb("bucket-mb",
+                         cl::desc("Gradient bucket size in MiB after the first "
+                                  "(overrides bucket_mb; default 25)"),
+                         cl::init(0), cl::cat(kilncCategory));
+cl::opt<double> firstBucketMb("first-bucket-mb",
+                              cl::desc("First gradient bucket's size in MiB "
+                                       "(overrides first_bucket_mb; default 1)"),
+                              cl::init(0), cl::cat(kilncCategory));
+
 cl::list<std::string> params(
     "param", cl::desc("Override a model parameter, e.g. --param layers=2"),
     cl::value_desc("NAME=VALUE"), cl::cat(kilncCategory));
@@ -270,6 +288,47 @@ int main(int argc, char **argv) {
       return 2;
     }
     return 1;
+  }
+  // Data-parallel settings from the command line (docs/parallel.md).
+  if (devicesOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
+      bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences()) {
+    mlir::Builder b(&context);
+    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
+    mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
+    if (devicesOpt.getNumOccurrences()) {
+      if (devicesOpt < 1 || devicesOpt > 65536)
+        return userError("--devices must be an integer from 1 to 65536");
+      t.set("devices", b.getI64IntegerAttr(devicesOpt));
+    }
+    if (zeroOpt.getNumOccurrences()) {
+      if (zeroOpt < 0 || zeroOpt > 2)
+        return userError("--zero must be 0, 1 or 2");
+      t.set("zero", b.getI64IntegerAttr(zeroOpt));
+    }
+    if (bucketMb.getNumOccurrences()) {
+      if (!(bucketMb > 0))
+        return userError("--bucket-mb must be > 0");
+      t.set("bucket_mb", b.getF64FloatAttr(bucketMb));
+    }
+    if (firstBucketMb.getNumOccurrences()) {
+      if (!(firstBucketMb > 0))
+        return userError("--first-bucket-mb must be > 0");
+      t.set("first_bucket_mb", b.getF64FloatAttr(firstBucketMb));
+    }
+    auto get = [&](llvm::StringRef k) {
+      auto a = t.get(k);
+      return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(0);
+    };
+    int64_t n = std::max<int64_t>(1, get("devices"));
+    if (get("zero") > 0 && n <= 1)
+      return userError("--zero " + std::to_string(get("zero")) +
+                       " shards optimizer state over data-parallel devices; it needs "
+                       "--devices N (or devices = N in the train section) with N > 1");
+    (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
+    kiln::MeshShape mesh;
+    if (n > 1)
+      mesh.axes.push_back({"dp", n});
+    kiln::setMesh(*module, mesh);
   }
   if (mlir::failed(mlir::verify(*module))) {
     std::fprintf(stderr,

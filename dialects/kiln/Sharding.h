@@ -1,0 +1,96 @@
+//===- Sharding.h - Per-tensor sharding over a device mesh -------*- C++ -*-===//
+//
+// How a tensor of the per-device program relates to the logical (global)
+// tensor, after GSPMD and Shardy: for each dimension, the mesh axes it is
+// split over (major to minor: block-split, device coordinate on the first
+// axis outermost), plus the axes over which the per-device values are
+// partial sums (the logical tensor is their sum; a mean-normalised loss's
+// partials are reduced by a mean). An axis named nowhere is replicated.
+//
+// Attribute form (on ops, as `kiln.sharding`, one per result):
+//   {split = [["dp"], []], partial = []}        rows split over dp
+//   {split = [[], []], partial = ["dp"]}        a partial sum over dp
+//
+// The rule table (Sharding.cpp, one entry per op, beside the gradient rules)
+// gives an op's result shardings from its operands'; docs/parallel.md says
+// what it covers and what tensor parallelism will add.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_DIALECTS_KILN_SHARDING_H
+#define KILN_DIALECTS_KILN_SHARDING_H
+
+#include "dialects/kiln/KilnDialect.h"
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/Block.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+#include <string>
+
+namespace kiln {
+
+/// The op attribute holding each result's sharding (an array, one
+/// dictionary per result).
+inline constexpr llvm::StringLiteral kShardingAttr = "kiln.sharding";
+/// The argument/result attribute of a ZeRO-sharded buffer:
+/// {axis = "dp", shape = array<i64: logical shape>}; the buffer holds block
+/// d (the device's coordinate on axis) of the row-major flattening of the
+/// logical tensor, zero-padded to a multiple of the axis size.
+inline constexpr llvm::StringLiteral kShardAttr = "kiln.shard";
+
+struct TensorSharding {
+  /// Per dimension, the mesh axes it is split over, major to minor.
+  llvm::SmallVector<llvm::SmallVector<std::string, 1>, 4> split;
+  /// The axes over which the value is a partial sum, sorted.
+  llvm::SmallVector<std::string, 1> partial;
+
+  static TensorSharding replicated(int64_t rank);
+  /// Split dimension `dim` over `axis`; replicated elsewhere.
+  static TensorSharding splitOn(int64_t rank, int64_t dim, llvm::StringRef axis);
+  bool isReplicated() const;
+  bool isPartial(llvm::StringRef axis) const;
+  /// Whether any dimension is split over `axis`.
+  bool isSplitOver(llvm::StringRef axis) const;
+  bool operator==(const TensorSharding &o) const {
+    return split == o.split && partial == o.partial;
+  }
+  bool operator!=(const TensorSharding &o) const { return !(*this == o); }
+};
+
+/// {split = [[...], ...], partial = [...]}
+mlir::DictionaryAttr shardingToAttr(mlir::MLIRContext *ctx, const TensorSharding &s);
+/// Parses the attribute form; on failure reports through `emitError`.
+std::optional<TensorSharding>
+shardingFromAttr(mlir::Attribute attr,
+                 llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
+/// Checks `s` against a tensor type and mesh: one entry per dimension, every
+/// axis a mesh axis used at most once, split dimensions divisible by the
+/// product of their axes' sizes (for logical shapes; pass `logical = false`
+/// for per-device shapes, which need no divisibility).
+mlir::LogicalResult verifySharding(const TensorSharding &s, mlir::RankedTensorType type,
+                                   const MeshShape &mesh, bool logical,
+                                   llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
+/// "[[dp], []] partial [dp]" for messages.
+std::string shardingToString(const TensorSharding &s);
+
+/// The rule table: the shardings of `op`'s results given its operands'
+/// (std::nullopt: unknown, e.g. a value that differs per device without
+/// being a split, such as the "replica" input). Returns std::nullopt when
+/// the table has no rule for the op or the operands' shardings are not ones
+/// the op can take without resharding (e.g. a nonlinear op of a partial sum).
+std::optional<llvm::SmallVector<TensorSharding, 1>>
+inferResultShardings(mlir::Operation *op,
+                     llvm::ArrayRef<std::optional<TensorSharding>> operands);
+
+/// Propagates shardings through `block` in order, from `known` (argument
+/// shardings on entry; every value the table can infer on return).
+void propagateShardings(mlir::Block &block,
+                        llvm::DenseMap<mlir::Value, TensorSharding> &known);
+
+} // namespace kiln
+
+#endif // KILN_DIALECTS_KILN_SHARDING_H

@@ -1,0 +1,589 @@
+//===- DataParallel.cpp - The per-device train step of data parallelism ---===//
+//
+// From the tagged @train_step kiln-train-step builds under a mesh with dp > 1
+// (docs/parallel.md, "The data-parallel pass"):
+//   gradients   -> flat buckets, one all_reduce (mean) or reduce_scatter
+//                  each, right after the bucket's last gradient (kiln.overlap)
+//   loss        -> all_reduce (mean)
+//   grad norm   -> sqrt(all_reduce_sum(sum over this device's blocks of g^2))
+//   ZeRO-1/2    -> optimizer state sharded (kiln.shard), the update on the
+//                  local block, all_gather of the parameter blocks
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNDATAPARALLELPASS
+#include "passes/Passes.h.inc"
+
+namespace {
+
+constexpr StringLiteral kAxis = "dp";
+
+double trainF(ModuleOp m, StringRef key, double def) {
+  auto t = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+  if (!t)
+    return def;
+  if (auto f = t.getAs<FloatAttr>(key))
+    return f.getValueAsDouble();
+  if (auto i = t.getAs<IntegerAttr>(key))
+    return double(i.getInt());
+  return def;
+}
+
+/// The shardings of @train_step's arguments: batch inputs split on dim 0
+/// over dp, parameters, step and (unsharded) state replicated, ZeRO state
+/// split; "replica" differs per device without being a split (unknown).
+llvm::DenseMap<Value, TensorSharding> argumentShardings(func::FuncOp f, StringRef axis) {
+  llvm::DenseMap<Value, TensorSharding> known;
+  for (BlockArgument a : f.getArguments()) {
+    int64_t rank = cast<RankedTensorType>(a.getType()).getRank();
+    unsigned i = a.getArgNumber();
+    if (auto in = f.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr)) {
+      if (in.getValue() == "replica")
+        continue;
+      known[a] = in.getValue() == "step" || rank == 0
+                     ? TensorSharding::replicated(rank)
+                     : TensorSharding::splitOn(rank, 0, axis);
+    } else if (f.getArgAttr(i, kShardAttr)) {
+      known[a] = TensorSharding::splitOn(rank, 0, axis);
+    } else {
+      known[a] = TensorSharding::replicated(rank);
+    }
+  }
+  return known;
+}
+
+/// Before the rewrite: the batch split propagates through the step and no
+/// gradient or loss comes out split over dp (which would mean a batch
+/// dimension reached a parameter's gradient unreduced). Values the rule
+/// table cannot follow are not judged.
+LogicalResult checkDataParallelSharding(func::FuncOp f, StringRef axis) {
+  llvm::DenseMap<Value, TensorSharding> known = argumentShardings(f, axis);
+  propagateShardings(f.getBody().front(), known);
+  for (Operation &op : f.getBody().front()) {
+    bool grad = op.hasAttr(kDpGradAttr), loss = op.hasAttr(kDpLossAttr);
+    if (!grad && !loss)
+      continue;
+    auto it = known.find(op.getResult(0));
+    if (it == known.end())
+      continue;
+    if (it->second.isSplitOver(axis))
+      return op.emitError() << "kiln-data-parallel: the "
+                            << (grad ? "gradient of '" +
+                                           op.getAttrOfType<StringAttr>(kDpGradAttr).getValue().str() +
+                                           "'"
+                                     : std::string("loss"))
+                            << " is split over " << axis << " ("
+                            << shardingToString(it->second)
+                            << "), not a partial sum: the model must reduce over its batch";
+  }
+  return success();
+}
+
+/// Attaches kiln.sharding to every op of f whose results the table follows.
+void annotateShardings(func::FuncOp f, StringRef axis) {
+  llvm::DenseMap<Value, TensorSharding> known = argumentShardings(f, axis);
+  propagateShardings(f.getBody().front(), known);
+  MLIRContext *ctx = f.getContext();
+  for (Operation &op : f.getBody().front()) {
+    if (op.getNumResults() == 0)
+      continue;
+    SmallVector<Attribute> attrs;
+    for (Value r : op.getResults()) {
+      auto it = known.find(r);
+      if (it == known.end())
+        break;
+      attrs.push_back(shardingToAttr(ctx, it->second));
+    }
+    if (attrs.size() == op.getNumResults())
+      op.setAttr(kShardingAttr, ArrayAttr::get(ctx, attrs));
+  }
+}
+
+/// One parameter's gradient, as kiln-train-step tagged it.
+struct Grad {
+  unsigned param = 0;     ///< the parameter's argument number
+  std::string name;       ///< the parameter's name
+  Operation *tag = nullptr;
+  RankedTensorType type;  ///< the parameter's (logical) type
+  int64_t numel = 0;
+  int64_t block = 0;      ///< ceil(numel / N): the ZeRO block size
+  int64_t bucket = -1;
+  Value reduced;          ///< the reduced full gradient (DP, ZeRO-1)
+  Value shard;            ///< this device's block of the reduced gradient
+};
+
+class Rewriter {
+public:
+  Rewriter(func::FuncOp f, int64_t n, int zero) : f_(f), n_(n), zero_(zero), b_(f.getContext()) {}
+
+  LogicalResult run(double firstMb, double restMb, int64_t &buckets,
+                    int64_t &collectives, int64_t &bytes);
+
+private:
+  func::FuncOp f_;
+  int64_t n_;
+  int zero_;
+  OpBuilder b_;
+  Value replica_;
+  std::vector<Grad> grads_; ///< in backward order
+  std::vector<std::vector<size_t>> buckets_;
+  int64_t collectives_ = 0;
+
+  Location loc(Operation *op) { return op->getLoc(); }
+  /// Provenance: the new ops say what they are (locString still finds the
+  /// model file's line inside).
+  Location named(const std::string &what, Location l) {
+    return NameLoc::get(b_.getStringAttr(what), l);
+  }
+  RankedTensorType vec(int64_t n, Type e) { return RankedTensorType::get({n}, e); }
+
+  Value reshape(Location l, Value v, RankedTensorType t) {
+    if (v.getType() == t)
+      return v;
+    return b_.create<ReshapeOp>(l, t, v);
+  }
+  Value flatten(Location l, Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return reshape(l, v, vec(t.getNumElements(), t.getElementType()));
+  }
+  Value slice1(Location l, Value v, int64_t start, int64_t limit) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (start == 0 && limit == t.getDimSize(0) && t.getRank() == 1)
+      return v;
+    return b_.create<SliceOp>(l, v, ArrayRef<int64_t>{start}, ArrayRef<int64_t>{limit},
+                              ArrayRef<int64_t>{1});
+  }
+  /// v (any shape, numel elements) as [N, block], zero-padded: row d is
+  /// block d of the row-major flattening.
+  Value blocks(Location l, Value v, const Grad &g) {
+    Value flat = flatten(l, v);
+    int64_t pad = g.block * n_ - g.numel;
+    if (pad > 0)
+      flat = b_.create<PadOp>(l, vec(g.block * n_, g.type.getElementType()), flat,
+                              b_.getDenseI64ArrayAttr({0}), b_.getDenseI64ArrayAttr({pad}),
+                              b_.getDenseI64ArrayAttr({0}), b_.getF64FloatAttr(0.0));
+    return reshape(l, flat, RankedTensorType::get({n_, g.block}, g.type.getElementType()));
+  }
+  /// This device's block of v: row `replica` of blocks(v).
+  Value localBlock(Location l, Value v, const Grad &g) {
+    Value rows = blocks(l, v, g);
+    Value idx = reshape(l, replica_, vec(1, replica_.getType().cast<ShapedType>().getElementType()));
+    Value row = b_.create<GatherOp>(l, RankedTensorType::get({1, g.block}, g.type.getElementType()),
+                                    rows, idx, b_.getI64IntegerAttr(0));
+    return reshape(l, row, vec(g.block, g.type.getElementType()));
+  }
+
+  LogicalResult collect();
+  void makeBuckets(double firstMb, double restMb);
+  void reduceBucket(size_t k);
+  LogicalResult reduceLossAndNorm();
+  LogicalResult shardOptimizer();
+};
+
+LogicalResult Rewriter::collect() {
+  Block &body = f_.getBody().front();
+  for (unsigned i = 0; i < f_.getNumArguments(); ++i)
+    if (auto in = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr))
+      if (in.getValue() == "replica")
+        replica_ = body.getArgument(i);
+  if (!replica_)
+    return f_.emitError() << "kiln-data-parallel: @train_step has no "
+                             "kiln.input = \"replica\" argument (run kiln-train-step "
+                             "on a module with a kiln.mesh dp axis first)";
+  llvm::StringMap<unsigned> paramArg;
+  for (unsigned i = 0; i < f_.getNumArguments(); ++i) {
+    if (auto p = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr))
+      paramArg[p.getValue()] = i;
+    // Batch inputs are split on dp: each needs a leading (batch) dimension.
+    if (auto in = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr)) {
+      StringRef n = in.getValue();
+      if (n != "step" && n != "replica" &&
+          cast<RankedTensorType>(body.getArgument(i).getType()).getRank() == 0)
+        return f_.emitError() << "kiln-data-parallel: input '" << n
+                              << "' has no batch dimension to split over dp";
+    }
+  }
+  for (Operation &op : body) {
+    auto tag = op.getAttrOfType<StringAttr>(kDpGradAttr);
+    if (!tag)
+      continue;
+    auto it = paramArg.find(tag.getValue());
+    if (it == paramArg.end())
+      return op.emitError() << "kiln-data-parallel: gradient of unknown parameter '"
+                            << tag.getValue() << "'";
+    Grad g;
+    g.param = it->second;
+    g.name = tag.getValue().str();
+    g.tag = &op;
+    g.type = cast<RankedTensorType>(op.getResult(0).getType());
+    g.numel = g.type.getNumElements();
+    g.block = (g.numel + n_ - 1) / n_;
+    grads_.push_back(g);
+  }
+  return success();
+}
+
+/// Buckets in backward order (the order of the tagged gradients in the
+/// block); a bucket closes when the next gradient would pass its size, and
+/// a gradient larger than the size has a bucket of its own (as DDP).
+void Rewriter::makeBuckets(double firstMb, double restMb) {
+  int64_t used = 0;
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    Grad &g = grads_[i];
+    int64_t bytes = g.numel * int64_t(g.type.getElementTypeBitWidth() / 8);
+    double cap = (buckets_.size() <= 1 ? firstMb : restMb) * 1048576.0;
+    if (buckets_.empty() || (used > 0 && double(used + bytes) > cap)) {
+      buckets_.emplace_back();
+      used = 0;
+      cap = (buckets_.size() == 1 ? firstMb : restMb) * 1048576.0;
+    }
+    buckets_.back().push_back(i);
+    used += bytes;
+    g.bucket = int64_t(buckets_.size()) - 1;
+  }
+}
+
+/// One bucket's collective, inserted right after its last gradient.
+///   DP, ZeRO-1: concat(flat g_i) -> all_reduce mean -> slices -> reshapes
+///   ZeRO-2:     concat_dim1(blocks(g_i)) -> flatten -> reduce_scatter mean
+///               -> this device's [sum block_i] -> slices
+void Rewriter::reduceBucket(size_t k) {
+  std::vector<size_t> &members = buckets_[k];
+  Operation *last = grads_[members.front()].tag;
+  for (size_t i : members)
+    if (last->isBeforeInBlock(grads_[i].tag))
+      last = grads_[i].tag;
+  b_.setInsertionPointAfter(last);
+  Location l = named("dp.bucket" + std::to_string(k), loc(last));
+  Type elem = grads_[members.front()].type.getElementType();
+  auto mark = [&](Operation *op) {
+    op->setAttr(KilnDialect::kOverlapAttr, b_.getUnitAttr());
+    op->setAttr("kiln.bucket", b_.getI64IntegerAttr(int64_t(k)));
+    ++collectives_;
+  };
+  if (zero_ == 2) {
+    SmallVector<Value> parts;
+    int64_t width = 0;
+    for (size_t i : members) {
+      parts.push_back(blocks(l, grads_[i].tag->getResult(0), grads_[i]));
+      width += grads_[i].block;
+    }
+    Value rows = parts.size() == 1
+                     ? parts[0]
+                     : b_.create<ConcatOp>(l, RankedTensorType::get({n_, width}, elem),
+                                           parts, b_.getI64IntegerAttr(1));
+    Value flat = reshape(l, rows, vec(n_ * width, elem));
+    auto rs = b_.create<ReduceScatterOp>(l, vec(width, elem), flat, kAxis,
+                                         CollectiveReduction::mean, int64_t(0));
+    mark(rs);
+    int64_t off = 0;
+    for (size_t i : members) {
+      grads_[i].shard = slice1(l, rs, off, off + grads_[i].block);
+      off += grads_[i].block;
+    }
+    return;
+  }
+  SmallVector<Value> parts;
+  int64_t total = 0;
+  for (size_t i : members) {
+    parts.push_back(flatten(l, grads_[i].tag->getResult(0)));
+    total += grads_[i].numel;
+  }
+  Value flat = parts.size() == 1 ? parts[0]
+                                 : b_.create<ConcatOp>(l, vec(total, elem), parts,
+                                                       b_.getI64IntegerAttr(0));
+  auto ar = b_.create<AllReduceOp>(l, flat, kAxis, CollectiveReduction::mean);
+  mark(ar);
+  int64_t off = 0;
+  for (size_t i : members) {
+    Grad &g = grads_[i];
+    g.reduced = reshape(l, slice1(l, ar, off, off + g.numel), g.type);
+    off += g.numel;
+    Value local = g.tag->getResult(0);
+    local.replaceUsesWithIf(g.reduced, [&](OpOperand &use) {
+      Operation *user = use.getOwner();
+      return user->getBlock() == ar->getBlock() && ar->isBeforeInBlock(user);
+    });
+  }
+}
+
+/// The loss: all_reduce mean. The norm: every device sums the squares of
+/// its block of each reduced gradient (parameter order), then one
+/// all_reduce(sum) of that scalar; the same with or without ZeRO.
+LogicalResult Rewriter::reduceLossAndNorm() {
+  Block &body = f_.getBody().front();
+  Operation *lossOp = nullptr, *normOp = nullptr;
+  for (Operation &op : body) {
+    if (op.hasAttr(kDpLossAttr))
+      lossOp = &op;
+    if (op.hasAttr(kDpGradNormAttr))
+      normOp = &op;
+  }
+  if (!lossOp)
+    return f_.emitError() << "kiln-data-parallel: @train_step has no kiln.dp.loss";
+  b_.setInsertionPointAfter(lossOp);
+  Value loss = lossOp->getResult(0);
+  auto ar = b_.create<AllReduceOp>(named("dp.loss", loss.getLoc()), loss, kAxis,
+                                   CollectiveReduction::mean);
+  ++collectives_;
+  loss.replaceAllUsesExcept(ar, ar);
+  lossOp->removeAttr(kDpLossAttr);
+  if (!normOp) // no parameters
+    return success();
+  // Every reduced gradient and shard is defined in backward, before the
+  // old norm at the tail: the new one goes where the old one was.
+  b_.setInsertionPoint(normOp);
+  Location l = named("dp.grad_norm", normOp->getLoc());
+  auto f32 = RankedTensorType::get({}, b_.getF32Type());
+  std::vector<size_t> order(grads_.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t c) { return grads_[a].param < grads_[c].param; });
+  Value sq;
+  for (size_t i : order) {
+    Grad &g = grads_[i];
+    if (!g.shard)
+      g.shard = localBlock(l, g.reduced, g);
+    Value x = g.shard;
+    if (!x.getType().cast<ShapedType>().getElementType().isF32())
+      x = b_.create<CastOp>(l, vec(g.block, b_.getF32Type()), x);
+    Value s = b_.create<ReduceSumOp>(l, f32, b_.create<MulOp>(l, x, x),
+                                     b_.getDenseI64ArrayAttr({0}), UnitAttr());
+    sq = sq ? b_.create<AddOp>(l, sq, s) : s;
+  }
+  Value total = b_.create<AllReduceOp>(l, sq, kAxis, CollectiveReduction::sum);
+  ++collectives_;
+  Value norm = b_.create<SqrtOp>(l, total);
+  normOp->getResult(0).replaceAllUsesWith(norm);
+  normOp->removeAttr(kDpGradNormAttr);
+  return success();
+}
+
+/// ZeRO: the optimizer update of each parameter (an elementwise computation
+/// from the parameter, its gradient, its state and scalars) cloned onto this
+/// device's block; state arguments and results become blocks; the updated
+/// blocks are all-gathered per bucket into the full parameters.
+LogicalResult Rewriter::shardOptimizer() {
+  Block &body = f_.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  MLIRContext *ctx = f_.getContext();
+  llvm::StringMap<unsigned> resultIdx, stateArgs;
+  for (unsigned i = 0; i < f_.getNumResults(); ++i)
+    if (auto o = f_.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr))
+      resultIdx[o.getValue()] = i;
+  for (unsigned i = 0; i < f_.getNumArguments(); ++i)
+    if (auto st = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kStateAttr))
+      stateArgs[st.getValue()] = i;
+  b_.setInsertionPoint(ret);
+  std::vector<Value> updated(grads_.size());
+  for (auto [gi, g] : llvm::enumerate(grads_)) {
+    Location l = named("dp.zero", g.tag->getLoc());
+    Type elem = g.type.getElementType();
+    RankedTensorType st = vec(g.block, elem);
+    auto shardAttr = DictionaryAttr::get(
+        ctx, {NamedAttribute(StringAttr::get(ctx, "axis"), StringAttr::get(ctx, kAxis)),
+              NamedAttribute(StringAttr::get(ctx, "shape"),
+                             DenseI64ArrayAttr::get(ctx, g.type.getShape()))});
+    IRMapping map;
+    BlockArgument w = body.getArgument(g.param);
+    map.map(g.tag->getResult(0), g.shard);
+    if (g.reduced)
+      map.map(g.reduced, g.shard);
+    // Outputs: the new parameter and each state slot of this parameter.
+    SmallVector<std::pair<unsigned, Value>> outs; // result index, value
+    llvm::DenseSet<Value> ownState;
+    for (auto &e : stateArgs) {
+      StringRef key = e.getKey();
+      if (!key.ends_with(":" + g.name) || key.size() != key.find(':') + 1 + g.name.size())
+        continue;
+      BlockArgument a = body.getArgument(e.getValue());
+      a.setType(st);
+      f_.setArgAttr(e.getValue(), kShardAttr, shardAttr);
+      ownState.insert(a);
+      auto r = resultIdx.find(key);
+      if (r == resultIdx.end())
+        return f_.emitError() << "kiln-data-parallel: no result for state '" << key << "'";
+      outs.push_back({r->second, ret.getOperand(r->second)});
+      f_.setResultAttr(r->second, kShardAttr, shardAttr);
+    }
+    auto pr = resultIdx.find(g.name);
+    if (pr == resultIdx.end())
+      return f_.emitError() << "kiln-data-parallel: no result for parameter '" << g.name << "'";
+    Value newParam = ret.getOperand(pr->second);
+    // The cone: ops between those outputs and the mapped values, scalars
+    // and this parameter's state.
+    llvm::SetVector<Operation *> cone;
+    SmallVector<Value> work{newParam};
+    for (auto &o : outs)
+      work.push_back(o.second);
+    bool needW = false;
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (map.contains(v) || cast<RankedTensorType>(v.getType()).getRank() == 0 ||
+          ownState.contains(v))
+        continue;
+      if (v == w) {
+        needW = true;
+        continue;
+      }
+      Operation *d = v.getDefiningOp();
+      if (!d || d->getBlock() != &body || v.getType().cast<ShapedType>().getShape() != g.type.getShape())
+        return f_.emitError() << "kiln-data-parallel: cannot shard the optimizer update of '"
+                              << g.name << "' (it reads a value of type " << v.getType()
+                              << "); use zero = 0";
+      if (cone.contains(d))
+        continue;
+      bool ok = d->hasTrait<OpTrait::Elementwise>() || isa<CompareOp, SelectOp, CastOp>(d) ||
+                (isa<ConstantOp>(d) &&
+                 isa<SplatElementsAttr>(cast<ConstantOp>(d).getValue())) ||
+                (isa<BroadcastInDimOp>(d) &&
+                 cast<RankedTensorType>(d->getOperand(0).getType()).getRank() == 0);
+      if (!ok)
+        return d->emitError() << "kiln-data-parallel: ZeRO cannot shard the optimizer "
+                                 "update of '" << g.name << "' through this op; use zero = 0";
+      cone.insert(d);
+      for (Value o : d->getOperands())
+        work.push_back(o);
+    }
+    if (needW)
+      map.map(w, localBlock(l, w, g));
+    SmallVector<Operation *> ordered(cone.begin(), cone.end());
+    std::sort(ordered.begin(), ordered.end(),
+              [](Operation *a, Operation *c) { return a->isBeforeInBlock(c); });
+    for (Operation *op : ordered) {
+      if (auto c = dyn_cast<ConstantOp>(op)) {
+        auto splat = cast<SplatElementsAttr>(c.getValue());
+        auto t = RankedTensorType::get({g.block}, splat.getElementType());
+        Value nc = b_.create<ConstantOp>(
+            c.getLoc(), DenseElementsAttr::get(t, splat.getSplatValue<Attribute>()));
+        map.map(c.getResult(), nc);
+        continue;
+      }
+      Operation *cl = b_.clone(*op, map);
+      for (Value r : cl->getResults())
+        r.setType(RankedTensorType::get({g.block},
+                                        cast<RankedTensorType>(r.getType()).getElementType()));
+    }
+    updated[gi] = map.lookupOrDefault(newParam);
+    for (auto &o : outs)
+      ret.setOperand(o.first, map.lookupOrDefault(o.second));
+    if (map.lookupOrDefault(newParam) == newParam)
+      return f_.emitError() << "kiln-data-parallel: the update of '" << g.name
+                            << "' does not depend on its gradient";
+  }
+  // All-gather the updated blocks, bucket by bucket.
+  for (auto [k, members] : llvm::enumerate(buckets_)) {
+    Location l = named("dp.zero.bucket" + std::to_string(k), grads_[members.front()].tag->getLoc());
+    Type elem = grads_[members.front()].type.getElementType();
+    SmallVector<Value> parts;
+    int64_t width = 0;
+    for (size_t i : members) {
+      parts.push_back(updated[i]);
+      width += grads_[i].block;
+    }
+    Value flat = parts.size() == 1 ? parts[0]
+                                   : b_.create<ConcatOp>(l, vec(width, elem), parts,
+                                                         b_.getI64IntegerAttr(0));
+    auto ag = b_.create<AllGatherOp>(l, vec(n_ * width, elem), flat, kAxis, int64_t(0));
+    ag->setAttr("kiln.bucket", b_.getI64IntegerAttr(int64_t(k)));
+    ++collectives_;
+    Value rows = reshape(l, ag, RankedTensorType::get({n_, width}, elem));
+    int64_t off = 0;
+    for (size_t i : members) {
+      Grad &g = grads_[i];
+      Value cols = rows;
+      if (members.size() > 1)
+        cols = b_.create<SliceOp>(l, rows, ArrayRef<int64_t>{0, off},
+                                  ArrayRef<int64_t>{n_, off + g.block}, ArrayRef<int64_t>{1, 1});
+      off += g.block;
+      Value full = slice1(l, reshape(l, cols, vec(n_ * g.block, elem)), 0, g.numel);
+      ret.setOperand(resultIdx[g.name], reshape(l, full, g.type));
+    }
+  }
+  f_.setType(FunctionType::get(ctx, body.getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}
+
+LogicalResult Rewriter::run(double firstMb, double restMb, int64_t &buckets,
+                            int64_t &collectives, int64_t &bytes) {
+  if (failed(collect()))
+    return failure();
+  makeBuckets(firstMb, restMb);
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    reduceBucket(k);
+  if (failed(reduceLossAndNorm()))
+    return failure();
+  if (zero_ > 0 && failed(shardOptimizer()))
+    return failure();
+  bytes = 0;
+  for (Grad &g : grads_) {
+    g.tag->removeAttr(kDpGradAttr);
+    bytes += g.numel * int64_t(g.type.getElementTypeBitWidth() / 8);
+  }
+  eraseDeadOps(f_.getBody().front());
+  buckets = int64_t(buckets_.size());
+  collectives = collectives_;
+  return success();
+}
+
+struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPass> {
+  using KilnDataParallelPassBase::KilnDataParallelPassBase;
+  void runOnOperation() override {
+    ModuleOp m = getOperation();
+    int64_t n = getMesh(m).axisSize(kAxis);
+    int z = zero >= 0 ? int(zero) : int(trainF(m, "zero", 0));
+    if (n <= 1) {
+      if (z > 0) {
+        m.emitError() << "kiln-data-parallel: zero = " << z
+                      << " needs a kiln.mesh with a dp axis of size > 1 (train setting "
+                         "devices = N or kilnc --devices N)";
+        return signalPassFailure();
+      }
+      return; // one device: nothing to do
+    }
+    if (z < 0 || z > 2) {
+      m.emitError() << "kiln-data-parallel: zero must be 0, 1 or 2, got " << z;
+      return signalPassFailure();
+    }
+    double rest = bucketMb > 0 ? double(bucketMb) : trainF(m, "bucket_mb", 25.0);
+    double first = firstBucketMb > 0 ? double(firstBucketMb) : trainF(m, "first_bucket_mb", 1.0);
+    if (!(rest > 0) || !(first > 0)) {
+      m.emitError() << "kiln-data-parallel: bucket sizes must be > 0 MiB";
+      return signalPassFailure();
+    }
+    auto f = m.lookupSymbol<func::FuncOp>("train_step");
+    if (!f)
+      return; // @grad only (gradient checks)
+    if (failed(checkDataParallelSharding(f, kAxis)))
+      return signalPassFailure();
+    Rewriter r(f, n, z);
+    int64_t buckets = 0, collectives = 0, bytes = 0;
+    if (failed(r.run(first, rest, buckets, collectives, bytes)))
+      return signalPassFailure();
+    numBuckets = buckets;
+    numCollectives = collectives;
+    bytesReduced = bytes;
+    if (annotateSharding)
+      annotateShardings(f, kAxis);
+  }
+};
+
+} // namespace
+} // namespace kiln

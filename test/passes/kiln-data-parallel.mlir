@@ -1,0 +1,87 @@
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel | FileCheck %s --check-prefix=DP
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel="first-bucket-mb=0.00001 bucket-mb=0.00001" | FileCheck %s --check-prefix=BUCKETS
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=zero=1 | FileCheck %s --check-prefix=ZERO1
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=zero=2 | FileCheck %s --check-prefix=ZERO2
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=annotate-sharding=true | FileCheck %s --check-prefix=SHARDING
+// The annotated module re-parses (kiln.sharding and kiln.shard verify).
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel="zero=2 annotate-sharding=true" | kiln-opt | FileCheck %s --check-prefix=ZERO2
+
+// kiln-data-parallel (passes/DataParallel.cpp) on a linear classifier,
+// dp = 2, Adam: w [3x4] (48 bytes of gradient), b [3] (12 bytes).
+// Backward produces b's gradient first, then w's.
+
+// DP-LABEL: func.func @train_step(
+// DP-SAME: %[[W:[a-z0-9]+]]: tensor<3x4xf32> {kiln.param = "w"}
+// DP-SAME: %[[X:[a-z0-9]+]]: tensor<2x4xf32> {kiln.input = "x"}
+// DP-SAME: %[[STEP:[a-z0-9]+]]: tensor<i64> {kiln.input = "step"}, %[[R:[a-z0-9]+]]: tensor<i64> {kiln.input = "replica"}
+// One bucket (60 bytes < 1 MiB), right after the last gradient, in
+// backward order (b, then w flattened), on the communication queue.
+// DP: %[[WF:[0-9]+]] = kiln.reshape %{{[0-9]+}} : tensor<3x4xf32> -> tensor<12xf32>
+// DP-NEXT: %[[FLAT:[0-9]+]] = kiln.concat %[[GB:[0-9]+]], %[[WF]] dim = 0 : tensor<3xf32>, tensor<12xf32> -> tensor<15xf32>
+// DP-NEXT: %[[RED:[0-9]+]] = kiln.all_reduce %[[FLAT]] axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<15xf32>
+// DP-NEXT: %[[RB:[0-9]+]] = kiln.slice %[[RED]] start = [0] limit = [3]
+// DP-NEXT: %[[RWF:[0-9]+]] = kiln.slice %[[RED]] start = [3] limit = [15]
+// DP-NEXT: %[[RW:[0-9]+]] = kiln.reshape %[[RWF]] : tensor<12xf32> -> tensor<3x4xf32>
+// The loss: a mean over devices.
+// DP: %[[LOSS:[0-9]+]] = kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = mean : tensor<f32>
+// The norm: this device's block of each reduced gradient (parameter order:
+// w's 6 elements, then b padded to 4), one scalar all_reduce(sum).
+// DP: kiln.gather %{{[0-9]+}}[%{{[0-9]+}}] axis = 0 : tensor<2x6xf32>, tensor<1xi64> -> tensor<1x6xf32>
+// DP: kiln.pad %[[RB]] low = [0] high = [1]
+// DP: kiln.gather %{{[0-9]+}}[%{{[0-9]+}}] axis = 0 : tensor<2x2xf32>, tensor<1xi64> -> tensor<1x2xf32>
+// DP: %[[SQ:[0-9]+]] = kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = sum : tensor<f32>
+// DP-NEXT: %[[NORM:[0-9]+]] = kiln.sqrt %[[SQ]] : tensor<f32>
+// The optimizer reads the reduced gradients; 4 collectives in all.
+// DP-NOT: kiln.all_reduce
+// DP: kiln.mul %{{[0-9]+}}, %[[RW]] : tensor<3x4xf32>
+// DP-NOT: kiln.all_reduce
+// DP: return {{.*}}%[[LOSS]], %[[NORM]],
+// DP-NOT: kiln.dp.
+
+// A tiny bucket size: one bucket per gradient.
+// BUCKETS-LABEL: func.func @train_step(
+// BUCKETS: kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<3xf32>
+// BUCKETS: kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = mean {kiln.bucket = 1 : i64, kiln.overlap} : tensor<12xf32>
+// BUCKETS-NOT: kiln.bucket = 2
+
+// ZeRO-1: the same all-reduce, then Adam on this device's block (state
+// arguments and results are blocks: ceil(12/2) = 6, ceil(3/2) = 2), one
+// all-gather of the updated blocks per bucket.
+// ZERO1-LABEL: func.func @train_step(
+// ZERO1-SAME: tensor<6xf32> {kiln.shard = {axis = "dp", shape = array<i64: 3, 4>}, kiln.state = "m:w"}
+// ZERO1-SAME: tensor<2xf32> {kiln.shard = {axis = "dp", shape = array<i64: 3>}, kiln.state = "m:b"}
+// ZERO1-SAME: tensor<6xf32> {kiln.shard = {axis = "dp", shape = array<i64: 3, 4>}, kiln.state = "v:w"}
+// ZERO1-SAME: -> (tensor<3x4xf32> {kiln.output = "w"}, tensor<3xf32> {kiln.output = "b"}, tensor<6xf32> {kiln.output = "m:w", kiln.shard
+// ZERO1: kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<15xf32>
+// ZERO1-NOT: reduce_scatter
+// ZERO1: kiln.all_gather %{{[0-9]+}} axis = "dp" dim = 0 {kiln.bucket = 0 : i64} : tensor<8xf32> -> tensor<16xf32>
+
+// ZeRO-2: the bucket is laid out as [N, blocks] and reduce-scattered.
+// ZERO2-LABEL: func.func @train_step(
+// ZERO2-SAME: tensor<6xf32> {kiln.shard = {axis = "dp", shape = array<i64: 3, 4>}, kiln.state = "m:w"}
+// ZERO2: kiln.concat %{{[0-9]+}}, %{{[0-9]+}} dim = 1 {{.*}}: tensor<2x2xf32>, tensor<2x6xf32> -> tensor<2x8xf32>
+// ZERO2: kiln.reduce_scatter %{{[0-9]+}} axis = "dp" reduction = mean dim = 0 {kiln.bucket = 0 : i64, kiln.overlap{{.*}}} : tensor<16xf32> -> tensor<8xf32>
+// ZERO2-NOT: kiln.all_reduce {{.*}} tensor<15xf32>
+// ZERO2: kiln.all_gather %{{[0-9]+}} axis = "dp" dim = 0 {kiln.bucket = 0 : i64{{.*}}} : tensor<8xf32> -> tensor<16xf32>
+
+// The sharding rule table: the batch split propagates, the loss and the
+// weight gradient come out partial over dp, the all-reduce makes them
+// replicated.
+// SHARDING-LABEL: func.func @train_step(
+// SHARDING: kiln.matmul %{{[a-z0-9]+}}, %{{[a-z0-9]+}} transpose_rhs {kiln.sharding = [{partial = [], split = {{\[\["dp"\], \[\]\]}}}]}
+// SHARDING: kiln.cross_entropy {{.*}} {kiln.sharding = [{partial = ["dp"], split = []}]}
+// SHARDING: kiln.matmul {{.*}} transpose_lhs {kiln.sharding = [{partial = ["dp"], split = {{\[\[\], \[\]\]}}}]}
+// SHARDING: kiln.all_reduce {{.*}}kiln.sharding = [{partial = [], split = {{\[\[\]\]}}}]
+
+module attributes {kiln.mesh = {axes = ["dp"], shape = array<i64: 2>}, kiln.train = {optimizer = {name = "adam", lr = 1.000000e-02 : f64}, schedule = {name = "constant"}}} {
+  func.func @forward(%w: tensor<3x4xf32> {kiln.param = "w", kiln.layer = "linear", kiln.init = {kind = "zeros"}},
+                     %b: tensor<3xf32> {kiln.param = "b", kiln.layer = "linear", kiln.init = {kind = "zeros"}},
+                     %x: tensor<2x4xf32> {kiln.input = "x"},
+                     %y: tensor<2xi32> {kiln.input = "y"}) -> (tensor<f32> {kiln.output = "loss"}) {
+    %0 = kiln.matmul %x, %w transpose_rhs : tensor<2x4xf32>, tensor<3x4xf32> -> tensor<2x3xf32>
+    %1 = kiln.broadcast_in_dim %b, dims = [1] : tensor<3xf32> -> tensor<2x3xf32>
+    %2 = kiln.add %0, %1 : tensor<2x3xf32>
+    %3 = kiln.cross_entropy %2, %y reduction = mean : tensor<2x3xf32>, tensor<2xi32> -> tensor<f32>
+    return %3 : tensor<f32>
+  }
+}
