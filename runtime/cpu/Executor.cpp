@@ -3,6 +3,7 @@
 
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
+#include "runtime/cpu/Split.h"
 
 #include <fmt/format.h>
 #include <malloc.h>
@@ -145,16 +146,28 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
     // Half precision: widened to float32 and back (one thread; the
     // CPU has no half-precision BLAS to split).
     matmulTyped(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]));
-  } else if (parts == 1 || pool_->threads() == 1) {
+  } else if (int t = gemmThreads(s.gemm, parts); t == 1) {
     for (int64_t p = 0; p < parts; ++p)
       matmulPart(s.gemm, lhs, rhs, out, p, parts);
   } else {
-    pool_->parallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+    // The parts are fixed by the shape; t only says how many threads share them.
+    pool_->parallelFor(parts, (parts + t - 1) / t, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p)
         matmulPart(s.gemm, lhs, rhs, out, p, parts);
     });
   }
   return Status::ok();
+}
+
+int Executor::gemmThreads(const MatmulShape &g, int64_t parts) const {
+  if (parts == 1 || pool_->threads() == 1)
+    return 1;
+  int64_t lhs, rhs, out;
+  gemmExtents(g, lhs, rhs, out);
+  double flops = 2.0 * double(g.batch) * double(g.m) * double(g.n) * double(g.k);
+  const SplitModel &model = splitModel();
+  return splitThreads(model, estimateNanos(model, flops, 4.0 * double(lhs + rhs + out), true),
+                      parts, pool_->threads());
 }
 
 Status Executor::runCopy(const program::Step &s) {
@@ -173,16 +186,25 @@ Expected<double> Executor::endTimed() {
 
 Status Executor::runKernel(int kernel, const std::vector<int> &args) {
   void **ptrs = ptrs_;
-  for (size_t i = 0; i < args.size(); ++i)
+  double bytes = 0; // every argument read or written once
+  for (size_t i = 0; i < args.size(); ++i) {
     ptrs[i] = data(args[i]);
+    bytes += double(program_.buffers[size_t(args[i])].bytes);
+  }
   KernelFn fn = fns_[kernel];
-  int64_t chunks = program_.kernels[kernel].chunks;
-  if (chunks == 1 || pool_->threads() == 1) {
+  const program::Kernel &k = program_.kernels[kernel];
+  int64_t chunks = k.chunks;
+  const SplitModel &model = splitModel();
+  int t = chunks == 1 || pool_->threads() == 1
+              ? 1
+              : splitThreads(model, estimateNanos(model, double(k.flops), bytes, false), chunks,
+                             pool_->threads());
+  if (t == 1) {
     for (int64_t c = 0; c < chunks; ++c)
       fn(ptrs, c);
     return Status::ok();
   }
-  pool_->parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+  pool_->parallelFor(chunks, (chunks + t - 1) / t, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c)
       fn(ptrs, c);
   });

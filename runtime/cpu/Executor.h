@@ -102,6 +102,8 @@ private:
   Status runKernel(int kernel, const std::vector<int> &args) override;
   Status runGemm(const program::Step &s, bool libraryEpilogue) override;
   Status runCopy(const program::Step &s) override;
+  /// Threads to share a float32 GEMM's `parts` (runtime/cpu/Split.h).
+  int gemmThreads(const program::GemmParams &g, int64_t parts) const;
   const char *gemmName() const override { return "gemm (BLAS)"; }
   Status beginTimed() override;
   Expected<double> endTimed() override;

@@ -4,18 +4,54 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <sched.h>
 
 namespace kiln::cpu {
 
+namespace {
+constexpr int kIndexBits = 16; ///< next chunk (low bits), chunk count (next 16)
+constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
+constexpr int64_t kMaxChunks = int64_t(kIndexMask); ///< threads() is capped by it
+
+uint32_t generationOf(uint64_t s) { return uint32_t(s >> 32); }
+
+int spinMicros() {
+  static int us = std::getenv("KILN_SPIN_US") ? std::atoi(std::getenv("KILN_SPIN_US")) : 200;
+  return us;
+}
+/// Spins up to ~200 us for `ready` before the caller blocks: kernels are
+/// often tens of microseconds long, far shorter than a futex sleep/wake.
+/// The spin yields the core every 16 pauses (about a microsecond), so a
+/// thread it waits for that was put on the same core still runs.
+template <typename Ready> bool spinUntil(Ready ready) {
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (ready())
+      return true;
+    // Yield now and then: where the other thread shares this core (other
+    // processes hold the rest), a spin that never yields keeps it from
+    // running for a whole time slice, and the step takes milliseconds.
+    if ((i & 15) == 15)
+      sched_yield();
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 &&
+        std::chrono::steady_clock::now() - start > std::chrono::microseconds(spinMicros()))
+      return false;
+  }
+}
+} // namespace
+
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(1, threads); ++i)
-    workers_.emplace_back([this, i] { workerLoop(i); });
+  int n = int(std::min<int64_t>(std::max(1, threads), kMaxChunks));
+  for (int i = 1; i < n; ++i)
+    workers_.emplace_back([this] { workerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
     stopping_ = true;
   }
   wake_.notify_all();
@@ -40,87 +76,85 @@ ThreadPool::chunks(int64_t n, int64_t grain, int threads) {
   return out;
 }
 
-namespace {
-int spinMicros() {
-  static int us = std::getenv("KILN_SPIN_US") ? std::atoi(std::getenv("KILN_SPIN_US")) : 200;
-  return us;
-}
-/// Spins up to ~200 us for `ready` before the caller blocks: kernels are
-/// often tens of microseconds long, far shorter than a futex sleep/wake.
-template <typename Ready> bool spinUntil(Ready ready) {
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0;; ++i) {
-    if (ready())
-      return true;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63 &&
-        std::chrono::steady_clock::now() - start > std::chrono::microseconds(spinMicros()))
-      return false;
+int64_t ThreadPool::drain(uint32_t generation, bool caller) {
+  int64_t ran = 0;
+  uint64_t s = state_.load(std::memory_order_acquire);
+  while (generationOf(s) == generation) {
+    uint64_t next = s & kIndexMask, count = (s >> kIndexBits) & kIndexMask;
+    if (next >= count)
+      break;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    // Claimed: work_ and body_ stay as they are until pending_ reaches 0.
+    auto [b, e] = work_[size_t(next)];
+    (*body_)(b, e);
+    ++ran;
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !caller) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.notify_all();
+    }
+    s = state_.load(std::memory_order_acquire);
   }
+  return ran;
 }
-} // namespace
 
 void ThreadPool::parallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)> &body) {
   std::vector<std::pair<int64_t, int64_t>> parts = chunks(n, grain, threads());
   if (parts.empty())
     return;
-  std::unique_lock<std::mutex> lock(mu_);
-  if (parts.size() == 1 || busy_) { // one chunk, or nested: run inline
-    lock.unlock();
+  // One chunk, no workers, nested, or another thread's loop running: inline.
+  if (parts.size() == 1 || workers_.empty() || busy_.exchange(true, std::memory_order_acquire)) {
     for (auto [b, e] : parts)
       body(b, e);
+    lastCallerChunks_.store(int64_t(parts.size()), std::memory_order_relaxed);
     return;
   }
-  busy_ = true;
+  // Every claim of the previous loop has finished (pending_ was 0), so no
+  // worker reads these now.
+  work_ = std::move(parts);
   body_ = &body;
-  work_ = parts;
-  pending_.store(int(parts.size()) - 1); // chunk 0 is the caller's
-  generation_.fetch_add(1, std::memory_order_release);
-  bool wake = sleepers_ > 0;
-  lock.unlock();
+  pending_.store(int(work_.size()), std::memory_order_relaxed);
+  uint32_t generation;
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation = generationOf(state_.load(std::memory_order_relaxed)) + 1;
+    state_.store(uint64_t(generation) << 32 | uint64_t(work_.size()) << kIndexBits,
+                 std::memory_order_release);
+    wake = sleepers_ > 0;
+  }
   if (wake)
     wake_.notify_all();
-  body(parts[0].first, parts[0].second);
+  int64_t mine = drain(generation, /*caller=*/true);
+  // Only chunks a worker claimed (and is running) are left.
   if (!spinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
-    lock.lock();
-    done_.wait(lock, [&] { return pending_.load() == 0; });
-    lock.unlock();
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   }
-  lock.lock();
-  busy_ = false;
   body_ = nullptr;
+  lastCallerChunks_.store(mine, std::memory_order_relaxed);
+  busy_.store(false, std::memory_order_release);
 }
 
-void ThreadPool::workerLoop(int index) {
-  uint64_t seen = 0;
+void ThreadPool::workerLoop() {
+  uint32_t seen = 0;
+  auto ready = [&] {
+    return stopping_.load(std::memory_order_relaxed) ||
+           generationOf(state_.load(std::memory_order_acquire)) != seen;
+  };
   while (true) {
-    std::pair<int64_t, int64_t> chunk;
-    const std::function<void(int64_t, int64_t)> *body;
-    spinUntil([&] {
-      return stopping_.load(std::memory_order_relaxed) ||
-             generation_.load(std::memory_order_acquire) != seen;
-    });
-    {
+    if (!spinUntil(ready)) {
       std::unique_lock<std::mutex> lock(mu_);
       ++sleepers_;
-      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      wake_.wait(lock, ready);
       --sleepers_;
-      if (stop_)
-        return;
-      seen = generation_.load();
-      if (size_t(index) >= work_.size())
-        continue; // fewer chunks than threads this time
-      chunk = work_[size_t(index)];
-      body = body_;
     }
-    (*body)(chunk.first, chunk.second);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_.notify_all();
-    }
+    if (stopping_.load(std::memory_order_relaxed))
+      return;
+    seen = generationOf(state_.load(std::memory_order_acquire));
+    drain(seen, /*caller=*/false);
   }
 }
 

@@ -4,7 +4,14 @@
 // [0, n) into contiguous chunks by a rule that depends only on n, the grain
 // and the thread count (never on timing), so a kernel that reduces within a
 // chunk gives the same bits on every run with the same thread count.
-// The calling thread works too; nested calls run inline.
+//
+// Which thread runs a chunk does depend on timing: the caller and the
+// workers claim chunks one at a time from a shared counter, and the caller
+// runs every chunk no worker has claimed yet. A worker that is asleep, or
+// not scheduled because other processes hold the cores, therefore never
+// delays the caller; it costs at most the chunk it claimed. The calling
+// thread works too; nested calls (and calls while another thread's loop is
+// running) run inline.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CPU_THREADPOOL_H
@@ -32,7 +39,8 @@ public:
 
   /// Calls body(begin, end) over disjoint chunks covering [0, n), each at
   /// least `grain` long (except a shorter last one), at most threads() of
-  /// them. Returns when every chunk is done.
+  /// them: exactly the chunks chunks(n, grain, threads()) lists. Returns
+  /// when every chunk is done.
   void parallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t)> &body);
 
@@ -41,20 +49,33 @@ public:
   static std::vector<std::pair<int64_t, int64_t>> chunks(int64_t n, int64_t grain,
                                                          int threads);
 
+  /// Chunks of the last parallelFor that the calling thread ran itself
+  /// (tests: a loop whose workers are all busy elsewhere runs entirely on
+  /// the caller).
+  int64_t lastCallerChunks() const { return lastCallerChunks_.load(std::memory_order_relaxed); }
+
 private:
-  void workerLoop(int index);
+  void workerLoop();
+  /// Claims and runs chunks of the loop `generation` until none is left;
+  /// returns how many this thread ran. A worker (not the caller) that
+  /// finishes the loop's last chunk wakes the caller.
+  int64_t drain(uint32_t generation, bool caller);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)> *body_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> work_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  /// The current loop: generation (high 32 bits) and the next unclaimed
+  /// chunk (low 32 bits). A claim is a compare-and-swap that keeps the
+  /// generation, so a late worker can never claim a chunk of a newer loop
+  /// or read work_ while the caller rewrites it.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> pending_{0}; ///< chunks not finished
+  std::atomic<bool> busy_{false};
   std::atomic<bool> stopping_{false};
   int sleepers_ = 0; ///< workers blocked on wake_ (guarded by mu_)
-  bool stop_ = false;
-  bool busy_ = false;
+  std::atomic<int64_t> lastCallerChunks_{0};
 };
 
 } // namespace kiln::cpu
