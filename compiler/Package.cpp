@@ -132,15 +132,24 @@ std::map<std::string, IndexRange> inputIndexRanges(ModuleOp module) {
 }
 
 json tensorSig(const program::Buffer &b) {
-  return {{"name", b.name}, {"dtype", program::dtypeName(b.dtype)}, {"shape", b.shape}};
+  json j = {{"name", b.name}, {"dtype", program::dtypeName(b.dtype)}, {"shape", b.shape}};
+  if (!b.shardAxis.empty()) { // ZeRO: this device's block of the logical tensor
+    j["shard_axis"] = b.shardAxis;
+    j["logical_shape"] = b.logicalShape;
+  }
+  return j;
 }
 
-/// An interpreter tensor as safetensors bytes of the buffer's dtype.
+/// An interpreter tensor as safetensors bytes of the buffer's dtype. A
+/// sharded buffer's initial value is its logical (unsharded) tensor, as in
+/// checkpoints: the trainer cuts each device's block.
 bool toBytes(const interp::Tensor &t, const program::Buffer &b, ckpt::Tensor &out) {
   out.name = b.name;
-  out.shape = b.shape;
-  int64_t n = t.numel();
-  if (n != b.numElements())
+  out.shape = b.shardAxis.empty() ? b.shape : b.logicalShape;
+  int64_t n = t.numel(), want = 1;
+  for (int64_t d : out.shape)
+    want *= d;
+  if (n != want)
     return false;
   switch (b.dtype) {
   case program::DType::F32: {

@@ -591,6 +591,19 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
       buffer[a] = persistentBuffer(p.str(), Role::Param, t);
     else if (auto st = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kStateAttr))
       buffer[a] = persistentBuffer(st.str(), Role::State, t);
+    // ZeRO: a sharded parameter or state tensor (kiln.shard = {axis,
+    // shape}): the buffer holds this device's block of the logical tensor.
+    if (auto shard = fn.getArgAttrOfType<DictionaryAttr>(a.getArgNumber(), "kiln.shard");
+        shard && buffer.count(a)) {
+      auto axis = shard.getAs<StringAttr>("axis");
+      auto shape = shard.getAs<DenseI64ArrayAttr>("shape");
+      if (!axis || !shape || getMesh(module_).axisSize(axis.getValue()) < 1)
+        return fail(fn, "argument " + std::to_string(a.getArgNumber()) +
+                            " has a kiln.shard without an axis of the module's mesh and a shape");
+      Buffer &b = prog_.buffers[size_t(buffer[a])];
+      b.shardAxis = axis.str();
+      b.logicalShape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+    }
     def[a] = -1;
     last[a] = -1;
   }
@@ -763,6 +776,9 @@ ZeroMemory zeroMemory(const program::Program &p) {
     if (b.role != Role::Param)
       continue;
     int64_t n = b.numElements();
+    if (!b.shardAxis.empty()) // a sharded parameter counts whole
+      n = std::accumulate(b.logicalShape.begin(), b.logicalShape.end(), int64_t(1),
+                          std::multiplies<int64_t>());
     m.psi += n;
     m.paramBytes += n * program::dtypeBytes(b.dtype);
     m.gradBytes += n * program::dtypeBytes(b.dtype);

@@ -33,11 +33,13 @@ Status checkPersistent(const program::Program &p, const ckpt::Checkpoint &c,
       return Status::error(fmt::format(
           "{}: has no tensor '{}', which the model needs; was it written for "
           "another model?", origin, b.name));
-    if (t->dtype != safetensorsDType(b.dtype) || t->shape != b.shape)
+    // A ZeRO-sharded buffer's tensor is its logical (unsharded) one.
+    const std::vector<int64_t> &shape = b.shardAxis.empty() ? b.shape : b.logicalShape;
+    if (t->dtype != safetensorsDType(b.dtype) || t->shape != shape)
       return Status::error(fmt::format(
           "{}: tensor '{}' is {} {}, the model needs {} {}; was it written for "
           "another model or configuration?", origin, b.name, t->dtype,
-          fmt::join(t->shape, "x"), safetensorsDType(b.dtype), fmt::join(b.shape, "x")));
+          fmt::join(t->shape, "x"), safetensorsDType(b.dtype), fmt::join(shape, "x")));
   }
   return Status::ok();
 }
@@ -144,8 +146,11 @@ Expected<Package> openPackage(const std::string &path) {
       ckpt::Tensor t;
       t.name = name;
       t.dtype = safetensorsDType(b.dtype);
-      t.shape = b.shape;
-      t.bytes.assign(size_t(b.numElements() * ckpt::dtypeWidth(t.dtype)), '\0');
+      t.shape = b.shardAxis.empty() ? b.shape : b.logicalShape; // logical, as stored
+      int64_t n = 1;
+      for (int64_t d : t.shape)
+        n *= d;
+      t.bytes.assign(size_t(n * ckpt::dtypeWidth(t.dtype)), '\0');
       pkg.initial.tensors.push_back(std::move(t));
     }
   }

@@ -95,10 +95,15 @@ std::string Program::toJson() const {
   for (int d = 0; d < numDevices(); ++d) {
     const BufferPlan &bp = plan(d);
     json bs = json::array();
-    for (const Buffer &b : bp.buffers)
+    for (const Buffer &b : bp.buffers) {
       bs.push_back({{"name", b.name}, {"role", roleName(b.role)},
                     {"dtype", dtypeName(b.dtype)}, {"shape", b.shape},
                     {"offset", b.offset}, {"bytes", b.bytes}});
+      if (!b.shardAxis.empty()) { // ZeRO-sharded (absent otherwise)
+        bs.back()["shard_axis"] = b.shardAxis;
+        bs.back()["logical_shape"] = b.logicalShape;
+      }
+    }
     devices.push_back({{"device", d}, {"persistent_bytes", bp.persistentBytes},
                        {"arena_bytes", bp.arenaBytes}, {"buffers", bs}});
   }
@@ -253,6 +258,18 @@ bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp) {
     if (b.offset % 64 != 0 || b.offset + b.bytes > bp.arenaBytes)
       return r.fail(fmt::format("buffer '{}' [{}, {}) lies outside the {}-byte arena",
                              b.name, b.offset, b.offset + b.bytes, bp.arenaBytes));
+    if (e.contains("shard_axis")) {
+      if (!r.str(e, "shard_axis", b.shardAxis) || b.shardAxis.empty())
+        return r.fail("buffer '" + b.name + "' has an empty shard_axis");
+      if (!e.contains("logical_shape") || !e["logical_shape"].is_array())
+        return r.fail("sharded buffer '" + b.name + "' has no logical_shape");
+      for (const json &d : e["logical_shape"]) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0 ||
+            d.get<int64_t>() > (int64_t(1) << 40))
+          return r.fail("sharded buffer '" + b.name + "' has a bad logical_shape");
+        b.logicalShape.push_back(d.get<int64_t>());
+      }
+    }
     bool persistent = b.role == Role::Param || b.role == Role::State;
     if (persistent && b.offset + b.bytes > bp.persistentBytes)
       return r.fail("parameter '" + b.name + "' lies outside the persistent region");
@@ -268,7 +285,9 @@ bool sameBuffers(const BufferPlan &a, const BufferPlan &b) {
     return false;
   for (size_t i = 0; i < a.buffers.size(); ++i)
     if (a.buffers[i].name != b.buffers[i].name || a.buffers[i].role != b.buffers[i].role ||
-        a.buffers[i].dtype != b.buffers[i].dtype || a.buffers[i].shape != b.buffers[i].shape)
+        a.buffers[i].dtype != b.buffers[i].dtype || a.buffers[i].shape != b.buffers[i].shape ||
+        a.buffers[i].shardAxis != b.buffers[i].shardAxis ||
+        a.buffers[i].logicalShape != b.buffers[i].logicalShape)
       return false;
   return true;
 }
@@ -423,6 +442,26 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
                                "the same functions)", d));
       p.otherDevices.push_back(std::move(bp));
     }
+  }
+  // A sharded buffer holds ceil(numel / N) elements of its logical tensor,
+  // N the size of its mesh axis.
+  for (const Buffer &b : p.buffers) {
+    if (b.shardAxis.empty())
+      continue;
+    int a = p.mesh.axis(b.shardAxis);
+    if (a < 0)
+      return bad(fmt::format("buffer '{}' is sharded over mesh axis '{}', which the mesh does "
+                             "not have", b.name, b.shardAxis));
+    int64_t n = 1, axis = p.mesh.axes[size_t(a)].size;
+    for (int64_t d : b.logicalShape) {
+      n *= d;
+      if (n > (int64_t(1) << 40))
+        return bad("sharded buffer '" + b.name + "' is impossibly large");
+    }
+    if (b.numElements() != (n + axis - 1) / axis)
+      return bad(fmt::format("sharded buffer '{}' holds {} elements, but a block of its "
+                             "{}-element logical tensor over {} devices has {}",
+                             b.name, b.numElements(), n, axis, (n + axis - 1) / axis));
   }
   int numBuffers = int(p.buffers.size());
   for (const json &e : j["kernels"]) {

@@ -50,6 +50,13 @@ struct Buffer {
   std::vector<int64_t> shape;
   int64_t offset = 0; ///< bytes from the arena start, 64-byte aligned
   int64_t bytes = 0;
+  /// ZeRO: the mesh axis the tensor is sharded over ("" = not sharded). The
+  /// buffer then holds block d (d = the device's coordinate on the axis) of
+  /// the row-major flattening of the logical tensor, zero-padded to a
+  /// multiple of N: ceil(numel / N) elements (docs/parallel.md).
+  std::string shardAxis;
+  /// The unsharded tensor's shape, when shardAxis is set.
+  std::vector<int64_t> logicalShape;
   int64_t numElements() const;
 };
 
