@@ -366,14 +366,15 @@ if ! [[ " ${FAILED[*]} " == *" configure "* ]]; then
 fi
 
 # --- (2) the GPU tests --------------------------------------------------------
-# Every unit of kiln-cuda-tests (driver, NVRTC, cuBLASLt, kernels on the GPU)
-# and the emulator's kernel files through NVRTC. On the GPU machine a test
+# Every unit of kiln-cuda-tests (driver, NVRTC, cuBLASLt, kernels on the GPU),
+# the emulator's kernel files through NVRTC, and the NCCL communicator with a
+# world of one (kiln-comm-nccl-tests, where the toolkit has NCCL). On the GPU machine a test
 # that skips for want of a GPU ("no CUDA device") is a failure; other skips
 # (no stub libcuda in the toolkit, say) are listed.
 TESTS="-"
 if [ $BUILT = 1 ] && [ $SKIP_TESTS = 0 ]; then
   stage tests 120 20 "$L/ctest.log" -- "${NICE[@]}" ctest --test-dir "$BUILD" --output-on-failure \
-    -j "$JOBS" --timeout 90 -R '^(Cuda|Nvrtc|Targets/|KernelFiles/CudaEmuNvrtc)' -E '^CudaEmu'
+    -j "$JOBS" --timeout 90 -R '^(Cuda|Nvrtc|Nccl|Targets/|KernelFiles/CudaEmuNvrtc)' -E '^CudaEmu'
   trc=$?
   total=$(grep -oE 'tests passed, [0-9]+ tests failed out of [0-9]+' "$L/ctest.log" | grep -oE '[0-9]+$')
   nfail=$(grep -oE '[0-9]+ tests failed out of' "$L/ctest.log" | grep -oE '^[0-9]+')
@@ -383,10 +384,12 @@ if [ $BUILT = 1 ] && [ $SKIP_TESTS = 0 ]; then
   nogpu=0
   if [ "$nskip" -gt 0 ]; then
     names=$(grep -oE ' - [^ ]+ \(Skipped\)' "$L/ctest.log" | awk '{print $2}')
-    cu=$(grep -v '^KernelFiles/' <<< "$names" | paste -sd: -)
+    cu=$(grep -v -e '^KernelFiles/' -e '^Nccl' <<< "$names" | paste -sd: -)
     emu=$(grep '^KernelFiles/' <<< "$names" | paste -sd: -)
+    nccl=$(grep '^Nccl' <<< "$names" | paste -sd: -)
     { [ -n "$cu" ] && timeout 60 "$BUILD/bin/kiln-cuda-tests" --gtest_filter="$cu"
-      [ -n "$emu" ] && timeout 60 "$BUILD/bin/kiln-cudaemu-tests" --gtest_filter="$emu"; } \
+      [ -n "$emu" ] && timeout 60 "$BUILD/bin/kiln-cudaemu-tests" --gtest_filter="$emu"
+      [ -n "$nccl" ] && timeout 60 "$BUILD/bin/kiln-comm-nccl-tests" --gtest_filter="$nccl"; } \
       > "$L/ctest-skipped.log" 2>&1
     nogpu=$(grep -c 'no CUDA device' "$L/ctest-skipped.log")
   fi

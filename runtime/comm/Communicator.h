@@ -42,6 +42,16 @@ namespace kiln::comm {
 enum class Reduction { Sum, Mean, Max, Min };
 const char *reductionName(Reduction r); ///< "sum", "mean", ...
 
+/// How the CPU communicators add the members' values (sum and mean):
+///   - Members (the default): ((x0 + x1) + x2) + ..., member 0 first;
+///   - Tree: a fixed pairwise tree, ((x0 + x1) + (x2 + x3)) + ..., level by
+///     level, an odd last member carried up. When each of N = 2^k devices
+///     holds the pairwise-tree sum of its own contiguous 2^j chunks of a
+///     fixed chunking, the result is the pairwise tree over all chunks: the
+///     same bits for any power-of-two device count (docs/parallel.md).
+/// Max and min do not depend on the order. Nccl refuses Tree.
+enum class SumOrder { Members, Tree };
+
 /// World ranks in group order; empty = all ranks.
 using Group = std::vector<int>;
 
@@ -83,10 +93,14 @@ public:
   /// Where the caller is, for error messages ("step 12, all_reduce 3 of 5").
   void setContext(std::string context) { context_ = std::move(context); }
   const std::string &context() const { return context_; }
+  /// The order of sums (every member sets the same).
+  void setSumOrder(SumOrder order) { sumOrder_ = order; }
+  SumOrder sumOrder() const { return sumOrder_; }
 
 protected:
   double timeout_ = 300;
   std::string context_;
+  SumOrder sumOrder_ = SumOrder::Members;
 };
 
 } // namespace kiln::comm

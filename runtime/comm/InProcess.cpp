@@ -105,7 +105,8 @@ public:
           for (int k = 0; k < n; ++k)
             in[k] = static_cast<const char *>(g.posts[k].send) + lo * es;
           char *mine = static_cast<char *>(g.posts[m].recv) + lo * es;
-          if (Status s = reduceBlocks(mine, in.data(), n, hi - lo, type, r, n);
+          if (Status s = reduceBlocks(mine, in.data(), n, hi - lo, type, r, n,
+                                      sumOrder_);
               !s)
             return s;
           for (int k = 0; k < n; ++k)
@@ -131,7 +132,7 @@ public:
                           in[k] = static_cast<const char *>(g.posts[k].send) +
                                   m * bytes;
                         return reduceBlocks(g.posts[m].recv, in.data(), n,
-                                            recvCount, type, r, n);
+                                            recvCount, type, r, n, sumOrder_);
                       });
   }
 
@@ -248,7 +249,10 @@ private:
       if (!found)
         return fail(what, found.status().message());
       g = *found;
-      g->posts[member] = Post{send, recv, what};
+      // The sum order is part of the call: members must agree on it.
+      g->posts[member] =
+          Post{send, recv,
+               sumOrder_ == SumOrder::Tree ? what + " [tree order]" : what};
     }
     if (Status s = barrier(*g, member, what); !s)
       return s;

@@ -27,6 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 /// The tag of point-to-point messages (collectives use none).
 constexpr int kTag = 0x4b4c; // "KL"
+/// Tags of the collectives built from point-to-point messages.
+constexpr int kCollTag = kTag + 16;
 
 std::mutex initMutex;
 bool initialisedHere = false;
@@ -212,31 +214,70 @@ public:
   /// ends the job with a message naming the rank, the op and the context.
   void wait(MPI_Request &req, const std::string &what, const Where *w,
             int peer = -1, MPI_Status *status = nullptr) {
+    std::vector<MPI_Request> reqs{req};
+    std::vector<int> peers{peer};
+    std::vector<MPI_Status> statuses(1);
+    waitAll(reqs, peers, what, w, &statuses);
+    req = reqs[0];
+    if (status)
+      *status = statuses[0];
+  }
+
+  /// Polls every request until all complete (see wait()); `peers[i]` is
+  /// the world rank request i exchanges with (-1: the whole group), so a
+  /// timeout names the ranks that did not take part.
+  void waitAll(std::vector<MPI_Request> &reqs, const std::vector<int> &peers,
+               const std::string &what, const Where *w,
+               std::vector<MPI_Status> *statuses = nullptr) {
     auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(c.timeout()));
-    MPI_Status local;
+    std::vector<MPI_Status> local(reqs.size());
+    std::vector<MPI_Status> &st = statuses ? *statuses : local;
+    st.resize(reqs.size());
     for (long polls = 0;; ++polls) {
       int done = 0;
-      int rc = MPI_Test(&req, &done, status ? status : &local);
+      int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done, st.data());
       if (rc != MPI_SUCCESS)
         c.abort(fmt::format("{}{} failed: {}", what, where(), mpiError(rc)));
       if (done)
         return;
       if (Clock::now() > deadline) {
-        std::vector<int> others;
-        if (w)
-          for (int r : w->ranks)
-            if (r != s.rank)
-              others.push_back(r);
-        std::string who =
-            peer >= 0 ? fmt::format("rank {}", peer)
-                      : fmt::format("one of ranks {}", fmt::join(others, ", "));
-        c.abort(fmt::format(
-            "{}{} timed out after {} s: {} did not take part (dead, stalled "
-            "or making other calls); raise --collective-timeout if it is only "
-            "slow",
-            what, where(), c.timeout(), who));
+        std::vector<int> missing;
+        bool group = false;
+        // MPI_Testall leaves completed requests alone while others are
+        // pending: test each to see which peers did not answer.
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          int one = 0;
+          if (reqs[i] != MPI_REQUEST_NULL)
+            MPI_Test(&reqs[i], &one, MPI_STATUS_IGNORE);
+        }
+        for (size_t i = 0; i < reqs.size(); ++i)
+          if (reqs[i] != MPI_REQUEST_NULL) {
+            if (peers[i] < 0)
+              group = true;
+            else if (std::find(missing.begin(), missing.end(), peers[i]) ==
+                     missing.end())
+              missing.push_back(peers[i]);
+          }
+        std::string who;
+        if (group) {
+          std::vector<int> others;
+          if (w)
+            for (int r : w->ranks)
+              if (r != s.rank)
+                others.push_back(r);
+          who = fmt::format("one of ranks {} did not take part",
+                            fmt::join(others, ", "));
+        } else {
+          std::sort(missing.begin(), missing.end());
+          who = fmt::format("rank(s) {} did not take part",
+                            fmt::join(missing, ", "));
+        }
+        c.abort(fmt::format("{}{} timed out after {} s: {} (dead, stalled or "
+                            "making other calls); "
+                            "raise --collective-timeout if it is only slow",
+                            what, where(), c.timeout(), who));
       }
       // Spin briefly (MPI progresses inside MPI_Test), then back off so a
       // waiting rank leaves the core to the others on a small machine.
@@ -245,6 +286,39 @@ public:
       else
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  /// Point-to-point exchange with the other members: `recvAt(k)`/`sendAt(k)`
+  /// give member k's buffer and byte count; waits for all.
+  template <typename RecvAt, typename SendAt>
+  void exchange(const Where &w, int tag, RecvAt recvAt, SendAt sendAt,
+                const std::string &what) {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    for (int k = 0; k < w.n; ++k) {
+      if (k == w.member)
+        continue;
+      auto [buf, bytes] = recvAt(k);
+      MPI_Request r;
+      int rc = MPI_Irecv(buf, int(bytes), MPI_BYTE, k, tag, w.comm, &r);
+      if (rc != MPI_SUCCESS)
+        c.abort(fmt::format("{}{}: MPI_Irecv failed: {}", what, where(),
+                            mpiError(rc)));
+      reqs.push_back(r);
+      peers.push_back(w.ranks[k]);
+    }
+    for (int j = 1; j < w.n; ++j) {
+      int k = (w.member + j) % w.n; // everyone starts with a different peer
+      auto [buf, bytes] = sendAt(k);
+      MPI_Request r;
+      int rc = MPI_Isend(buf, int(bytes), MPI_BYTE, k, tag, w.comm, &r);
+      if (rc != MPI_SUCCESS)
+        c.abort(fmt::format("{}{}: MPI_Isend failed: {}", what, where(),
+                            mpiError(rc)));
+      reqs.push_back(r);
+      peers.push_back(w.ranks[k]);
+    }
+    waitAll(reqs, peers, what, &w);
   }
 
   MpiCommunicator &c;
@@ -266,44 +340,43 @@ Status MpiCommunicator::allReduce(const void *send, void *recv, int64_t count,
   auto len = [&](int k) {
     return std::clamp<int64_t>(count - k * block, 0, block);
   };
-  if (Expected<int> ok = byteCount(block * es, what); !ok)
+  // Displacements are bytes from the buffer's start: MPI's int counts
+  // bound the whole buffer, not just a block.
+  if (Expected<int> ok = byteCount(count * es, what); !ok)
     return ok.status();
-  std::vector<int> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
   int64_t mine = len(m);
-  for (int k = 0; k < n; ++k) {
-    sendCounts[k] = int(len(k) * es);
-    sendDispls[k] = int(std::min<int64_t>(k * block * es, INT_MAX));
-    recvCounts[k] = int(mine * es);
-    recvDispls[k] = int(k * mine * es);
-  }
-  if (Expected<int> ok = byteCount(n * mine * es, what); !ok)
-    return ok.status();
   std::vector<char> &scratch = state_->scratch;
   scratch.resize(std::max<size_t>(scratch.size(), size_t(n * mine * es)));
-  MPI_Request req;
-  int rc = MPI_Ialltoallv(send, sendCounts.data(), sendDispls.data(), MPI_BYTE,
-                          scratch.data(), recvCounts.data(), recvDispls.data(),
-                          MPI_BYTE, w->comm, &req);
-  if (rc != MPI_SUCCESS)
-    return ops.fail(what, "MPI_Ialltoallv: " + mpiError(rc));
-  ops.wait(req, what, &*w);
+  char *out = static_cast<char *>(recv);
+  const char *in0 = static_cast<const char *>(send);
+  using Span = std::pair<void *, int64_t>;
+  // Member k's block m of `send` into scratch slot k; ours stays in place.
+  ops.exchange(
+      *w, kCollTag,
+      [&](int k) {
+        return Span{scratch.data() + k * mine * es, mine * es};
+      },
+      [&](int k) {
+        return Span{const_cast<char *>(in0) + k * block * es, len(k) * es};
+      },
+      what);
   std::vector<const void *> in(n);
   for (int k = 0; k < n; ++k)
-    in[k] = scratch.data() + k * mine * es;
-  if (Status st = reduceBlocks(static_cast<char *>(recv) + m * block * es,
-                               in.data(), n, mine, type, r, n);
+    in[k] = k == m ? in0 + m * block * es : scratch.data() + k * mine * es;
+  if (Status st = reduceBlocks(out + m * block * es, in.data(), n, mine, type,
+                               r, n, sumOrder_);
       !st)
     return ops.fail(what, st.message());
-  for (int k = 0; k < n; ++k) {
-    recvCounts[k] = sendCounts[k];
-    recvDispls[k] = sendDispls[k];
-  }
-  rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
-                       recvCounts.data(), recvDispls.data(), MPI_BYTE, w->comm,
-                       &req);
-  if (rc != MPI_SUCCESS)
-    return ops.fail(what, "MPI_Iallgatherv: " + mpiError(rc));
-  ops.wait(req, what, &*w);
+  // Our reduced block to everyone; theirs into place.
+  ops.exchange(
+      *w, kCollTag + 1,
+      [&](int k) {
+        return Span{out + k * block * es, len(k) * es};
+      },
+      [&](int k) {
+        return Span{out + m * block * es, mine * es};
+      },
+      what);
   return Status::ok();
 }
 
@@ -324,16 +397,24 @@ Status MpiCommunicator::reduceScatter(const void *send, void *recv,
     return count.status();
   std::vector<char> &scratch = state_->scratch;
   scratch.resize(std::max<size_t>(scratch.size(), size_t(n * bytes)));
-  MPI_Request req;
-  int rc = MPI_Ialltoall(send, int(bytes), MPI_BYTE, scratch.data(), int(bytes),
-                         MPI_BYTE, w->comm, &req);
-  if (rc != MPI_SUCCESS)
-    return ops.fail(what, "MPI_Ialltoall: " + mpiError(rc));
-  ops.wait(req, what, &*w);
+  int m = w->member;
+  const char *in0 = static_cast<const char *>(send);
+  using Span = std::pair<void *, int64_t>;
+  ops.exchange(
+      *w, kCollTag + 2,
+      [&](int k) {
+        return Span{scratch.data() + k * bytes, bytes};
+      },
+      [&](int k) {
+        return Span{const_cast<char *>(in0) + k * bytes, bytes};
+      },
+      what);
   std::vector<const void *> in(n);
   for (int k = 0; k < n; ++k)
-    in[k] = scratch.data() + k * bytes;
-  if (Status st = reduceBlocks(recv, in.data(), n, recvCount, type, r, n); !st)
+    in[k] = k == m ? in0 + m * bytes : scratch.data() + k * bytes;
+  if (Status st =
+          reduceBlocks(recv, in.data(), n, recvCount, type, r, n, sumOrder_);
+      !st)
     return ops.fail(what, st.message());
   return Status::ok();
 }
@@ -350,13 +431,20 @@ Status MpiCommunicator::allGather(const void *send, void *recv,
   Expected<int> count = byteCount(bytes * w->n, what);
   if (!count)
     return count.status();
-  bool inPlace = send == static_cast<char *>(recv) + w->member * bytes;
-  MPI_Request req;
-  int rc = MPI_Iallgather(inPlace ? MPI_IN_PLACE : send, int(bytes), MPI_BYTE,
-                          recv, int(bytes), MPI_BYTE, w->comm, &req);
-  if (rc != MPI_SUCCESS)
-    return ops.fail(what, "MPI_Iallgather: " + mpiError(rc));
-  ops.wait(req, what, &*w);
+  char *out = static_cast<char *>(recv);
+  int m = w->member;
+  using Span = std::pair<void *, int64_t>;
+  ops.exchange(
+      *w, kCollTag + 3,
+      [&](int k) {
+        return Span{out + k * bytes, bytes};
+      },
+      [&](int) {
+        return Span{const_cast<void *>(send), bytes};
+      },
+      what);
+  if (send != out + m * bytes) // not in place: our own block too
+    std::memcpy(out + m * bytes, send, bytes);
   return Status::ok();
 }
 

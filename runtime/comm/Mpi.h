@@ -7,11 +7,13 @@
 // (runtime/comm/Reduce.h), never by MPI's own reduction, so the two give the
 // same bits: an all_reduce is an all-to-all of blocks, each member sums its
 // block over the members in member order, then an all-gather; a
-// reduce_scatter is the first two steps.
+// reduce_scatter is the first two steps. Both phases are nonblocking
+// point-to-point exchanges (MPI_Irecv/MPI_Isend with every other member),
+// so a timeout can name the members that did not answer.
 //
-// Nothing hangs: every call is nonblocking (MPI_Ialltoallv, MPI_Iallgatherv,
-// MPI_Ibcast, MPI_Isend/MPI_Irecv), polled with MPI_Test against the
-// deadline. A missed deadline, or abort(), prints the message (rank, op,
+// Nothing hangs: every call is nonblocking (MPI_Isend/MPI_Irecv,
+// MPI_Ibcast), polled with MPI_Test against the deadline. A missed
+// deadline, an MPI error, or abort() prints the message (rank, op,
 // context) to stderr and calls MPI_Abort, which ends every rank of the job
 // (a pending MPI call cannot be cancelled, so there is no recovering).
 //

@@ -427,6 +427,10 @@ Status NcclCommunicator::allReduce(const void *send, void *recv, int64_t count,
   Expected<ncclDataType_t> t = ncclType(type);
   if (!t)
     return call.fail(t.status().message());
+  if (sumOrder_ == SumOrder::Tree &&
+      (r == Reduction::Sum || r == Reduction::Mean))
+    return call.fail(
+        "NCCL adds in its own order; SumOrder::Tree needs a CPU communicator");
   Expected<ncclComm_t> comm = call.begin(group);
   if (!comm)
     return comm.status();
@@ -443,6 +447,10 @@ Status NcclCommunicator::reduceScatter(const void *send, void *recv,
   Expected<ncclDataType_t> t = ncclType(type);
   if (!t)
     return call.fail(t.status().message());
+  if (sumOrder_ == SumOrder::Tree &&
+      (r == Reduction::Sum || r == Reduction::Mean))
+    return call.fail(
+        "NCCL adds in its own order; SumOrder::Tree needs a CPU communicator");
   Expected<ncclComm_t> comm = call.begin(group);
   if (!comm)
     return comm.status();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <type_traits>
+#include <vector>
 
 namespace kiln::comm {
 
@@ -67,22 +68,49 @@ template <typename Acc> Acc combine(Acc a, Acc b, Reduction r) {
 // T: the stored type; Acc: the accumulation type; load/store convert.
 template <typename T, typename Acc, typename Load, typename Store>
 void reduceTyped(void *out, const void *const *inputs, int n, int64_t count,
-                 Reduction r, int groupSize, Load load, Store store) {
+                 Reduction r, int groupSize, bool tree, Load load,
+                 Store store) {
+  bool sum = r == Reduction::Sum || r == Reduction::Mean;
+  tree = tree && sum && n > 2; // one or two members: both orders agree
   Acc acc[kChunk];
+  std::vector<Acc> levels(tree ? size_t(n) * kChunk : 0);
   T *o = static_cast<T *>(out);
   for (int64_t base = 0; base < count; base += kChunk) {
     int64_t len = std::min(kChunk, count - base);
-    const T *x0 = static_cast<const T *>(inputs[0]) + base;
-    for (int64_t j = 0; j < len; ++j)
-      acc[j] = load(x0[j]);
-    for (int i = 1; i < n; ++i) {
-      const T *xi = static_cast<const T *>(inputs[i]) + base;
-      if (r == Reduction::Sum || r == Reduction::Mean) {
+    if (tree) {
+      // Row i of `levels` holds node i of the current level.
+      for (int i = 0; i < n; ++i) {
+        const T *xi = static_cast<const T *>(inputs[i]) + base;
+        Acc *row = levels.data() + size_t(i) * kChunk;
         for (int64_t j = 0; j < len; ++j)
-          acc[j] = combine<Acc>(acc[j], load(xi[j]), Reduction::Sum);
-      } else {
-        for (int64_t j = 0; j < len; ++j)
-          acc[j] = combine<Acc>(acc[j], load(xi[j]), r);
+          row[j] = load(xi[j]);
+      }
+      for (int width = n; width > 1; width = (width + 1) / 2) {
+        for (int i = 0; i < width / 2; ++i) {
+          Acc *dst = levels.data() + size_t(i) * kChunk;
+          const Acc *a = levels.data() + size_t(2 * i) * kChunk;
+          const Acc *b = a + kChunk;
+          for (int64_t j = 0; j < len; ++j)
+            dst[j] = combine<Acc>(a[j], b[j], Reduction::Sum);
+        }
+        if (width % 2) // the odd last node goes up a level unchanged
+          std::copy_n(levels.data() + size_t(width - 1) * kChunk, len,
+                      levels.data() + size_t(width / 2) * kChunk);
+      }
+      std::copy_n(levels.data(), len, acc);
+    } else {
+      const T *x0 = static_cast<const T *>(inputs[0]) + base;
+      for (int64_t j = 0; j < len; ++j)
+        acc[j] = load(x0[j]);
+      for (int i = 1; i < n; ++i) {
+        const T *xi = static_cast<const T *>(inputs[i]) + base;
+        if (sum) {
+          for (int64_t j = 0; j < len; ++j)
+            acc[j] = combine<Acc>(acc[j], load(xi[j]), Reduction::Sum);
+        } else {
+          for (int64_t j = 0; j < len; ++j)
+            acc[j] = combine<Acc>(acc[j], load(xi[j]), r);
+        }
       }
     }
     if (r == Reduction::Mean) {
@@ -97,16 +125,16 @@ void reduceTyped(void *out, const void *const *inputs, int n, int64_t count,
 
 template <typename T>
 void reducePlain(void *out, const void *const *in, int n, int64_t count,
-                 Reduction r, int groupSize) {
+                 Reduction r, int groupSize, bool tree) {
   reduceTyped<T, T>(
-      out, in, n, count, r, groupSize, [](T v) { return v; },
+      out, in, n, count, r, groupSize, tree, [](T v) { return v; },
       [](T v) { return v; });
 }
 
 void reduceHalf(ElementType t, void *out, const void *const *in, int n,
-                int64_t count, Reduction r, int groupSize) {
+                int64_t count, Reduction r, int groupSize, bool tree) {
   reduceTyped<uint16_t, float>(
-      out, in, n, count, r, groupSize,
+      out, in, n, count, r, groupSize, tree,
       [t](uint16_t h) { return halfToFloat(t, h); },
       [t](float f) { return floatToHalf(t, f); });
 }
@@ -114,8 +142,9 @@ void reduceHalf(ElementType t, void *out, const void *const *in, int n,
 } // namespace
 
 Status reduceBlocks(void *out, const void *const *inputs, int numInputs,
-                    int64_t count, ElementType type, Reduction r,
-                    int groupSize) {
+                    int64_t count, ElementType type, Reduction r, int groupSize,
+                    SumOrder order) {
+  bool tree = order == SumOrder::Tree;
   if (numInputs < 1 || count < 0)
     return Status::internal(
         fmt::format("reduceBlocks: {} inputs, count {}", numInputs, count));
@@ -123,20 +152,20 @@ Status reduceBlocks(void *out, const void *const *inputs, int numInputs,
     return Status::ok();
   switch (type) {
   case ElementType::F32:
-    reducePlain<float>(out, inputs, numInputs, count, r, groupSize);
+    reducePlain<float>(out, inputs, numInputs, count, r, groupSize, tree);
     break;
   case ElementType::F64:
-    reducePlain<double>(out, inputs, numInputs, count, r, groupSize);
+    reducePlain<double>(out, inputs, numInputs, count, r, groupSize, tree);
     break;
   case ElementType::I32:
-    reducePlain<int32_t>(out, inputs, numInputs, count, r, groupSize);
+    reducePlain<int32_t>(out, inputs, numInputs, count, r, groupSize, tree);
     break;
   case ElementType::I64:
-    reducePlain<int64_t>(out, inputs, numInputs, count, r, groupSize);
+    reducePlain<int64_t>(out, inputs, numInputs, count, r, groupSize, tree);
     break;
   case ElementType::F16:
   case ElementType::BF16:
-    reduceHalf(type, out, inputs, numInputs, count, r, groupSize);
+    reduceHalf(type, out, inputs, numInputs, count, r, groupSize, tree);
     break;
   case ElementType::I1:
     return checkReducible(type, "reduce");

@@ -17,11 +17,12 @@
 namespace kiln::comm {
 
 /// out[e] = inputs[0][e] op inputs[1][e] op ... for e < count, folded in
-/// input order; a mean divides by `groupSize`. `out` may alias any input
+/// input order (or, for sums with SumOrder::Tree, in a pairwise tree over
+/// the inputs); a mean divides by `groupSize`. `out` may alias any input
 /// (each element is read from every input before it is written).
 Status reduceBlocks(void *out, const void *const *inputs, int numInputs,
-                    int64_t count, ElementType type, Reduction r,
-                    int groupSize);
+                    int64_t count, ElementType type, Reduction r, int groupSize,
+                    SumOrder order = SumOrder::Members);
 
 /// An error unless `type` is one the communicators combine (not i1).
 Status checkReducible(ElementType type, const char *op);

@@ -119,6 +119,27 @@ inline Status runSequence(Communicator &c, uint64_t &hash) {
         !s)
       return s;
   }
+  // The tree order (SumOrder::Tree), f64.
+  {
+    std::vector<std::vector<double>> x(n, std::vector<double>(300));
+    for (int k = 0; k < n; ++k) {
+      Bytes b = makeInput(ElementType::F64, 300, k, 4500);
+      std::memcpy(x[k].data(), b.data(), b.size());
+    }
+    std::vector<double> treeWant = treeSum<double>(x), got(300);
+    c.setSumOrder(SumOrder::Tree);
+    Status s = c.allReduce(x[me].data(), got.data(), 300, ElementType::F64,
+                           Reduction::Sum);
+    c.setSumOrder(SumOrder::Members);
+    if (!s)
+      return s;
+    if (Status s =
+            check("tree-order all_reduce", ElementType::F64,
+                  reinterpret_cast<const char *>(got.data()),
+                  reinterpret_cast<const char *>(treeWant.data()), 300 * 8);
+        !s)
+      return s;
+  }
   // Point to point: rank 0 to the last rank.
   Bytes msg = makeInput(ElementType::I64, 64, 0, 5000), got(512);
   if (me == 0)

@@ -151,6 +151,25 @@ inline Bytes expectAllReduce(ElementType t, Reduction r,
   return out;
 }
 
+/// The pairwise-tree sum of `in` (f32 or f64), written recursively: each
+/// level adds neighbours (0+1, 2+3, ...), an odd last one goes up as is.
+template <typename T>
+std::vector<T> treeSum(std::vector<std::vector<T>> level) {
+  while (level.size() > 1) {
+    std::vector<std::vector<T>> next;
+    for (size_t i = 0; i + 1 < level.size(); i += 2) {
+      std::vector<T> s(level[i].size());
+      for (size_t e = 0; e < s.size(); ++e)
+        s[e] = level[i][e] + level[i + 1][e];
+      next.push_back(std::move(s));
+    }
+    if (level.size() % 2)
+      next.push_back(level.back());
+    level = std::move(next);
+  }
+  return level[0];
+}
+
 /// FNV-1a over bytes, to print and compare results across processes.
 inline uint64_t fnv1a(const void *data, size_t n,
                       uint64_t h = 1469598103934665603ull) {

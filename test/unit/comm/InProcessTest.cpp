@@ -223,6 +223,83 @@ TEST(InProcess, GroupsRowsColumnsAndOrder) {
   EXPECT_EQ(0, std::memcmp(rs[1].data(), rsWant.data() + 16, 8));
 }
 
+// The stretch mode: with SumOrder::Tree, devices that hold the tree sums of
+// their contiguous share of 8 fixed chunks get the same bits whether there
+// are 1, 2, 4 or 8 of them.
+template <typename T> void treeAcrossDeviceCounts(ElementType t) {
+  int64_t count = 3001;
+  int chunks = 8;
+  std::vector<std::vector<T>> chunk(chunks, std::vector<T>(count));
+  for (int c = 0; c < chunks; ++c) {
+    Bytes b = makeInput(t, count, c, 80);
+    std::memcpy(chunk[c].data(), b.data(), b.size());
+  }
+  std::vector<T> want = treeSum<T>(chunk);
+  for (int n : {1, 2, 4, 8}) {
+    auto comms = makeInProcessCommunicators(n);
+    std::vector<std::vector<T>> out(n, std::vector<T>(count));
+    expectAllOk(runRanks(comms, [&](int d, Communicator &c) {
+      std::vector<std::vector<T>> mine(chunk.begin() + d * chunks / n,
+                                       chunk.begin() + (d + 1) * chunks / n);
+      std::vector<T> partial = treeSum<T>(mine);
+      c.setSumOrder(SumOrder::Tree);
+      return c.allReduce(partial.data(), out[d].data(), count, t,
+                         Reduction::Sum);
+    }));
+    for (int d = 0; d < n; ++d)
+      EXPECT_EQ(0, std::memcmp(out[d].data(), want.data(), count * sizeof(T)))
+          << dtypeName(t) << ": " << n << " devices, device " << d;
+  }
+  // Member order on 8 devices differs, so the comparison above can fail.
+  auto comms = makeInProcessCommunicators(8);
+  std::vector<std::vector<T>> out(8, std::vector<T>(count));
+  expectAllOk(runRanks(comms, [&](int d, Communicator &c) {
+    return c.allReduce(chunk[d].data(), out[d].data(), count, t,
+                       Reduction::Sum);
+  }));
+  EXPECT_NE(0, std::memcmp(out[0].data(), want.data(), count * sizeof(T)));
+}
+
+TEST(InProcess, TreeOrderGivesTheSameBitsForAnyPowerOfTwoDeviceCount) {
+  treeAcrossDeviceCounts<float>(ElementType::F32);
+  treeAcrossDeviceCounts<double>(ElementType::F64);
+}
+
+TEST(InProcess, TreeOrderWithAnOddGroupAndMismatchedOrders) {
+  // 3 members: (x0 + x1) + x2, which here is also the member order; 5:
+  // ((x0 + x1) + (x2 + x3)) + x4, which is not.
+  for (int n : {3, 5}) {
+    auto comms = makeInProcessCommunicators(n);
+    std::vector<std::vector<float>> in(n, std::vector<float>(500));
+    for (int k = 0; k < n; ++k) {
+      Bytes b = makeInput(ElementType::F32, 500, k, 81);
+      std::memcpy(in[k].data(), b.data(), b.size());
+    }
+    std::vector<float> want = treeSum<float>(in);
+    std::vector<std::vector<float>> out(n, std::vector<float>(500));
+    expectAllOk(runRanks(comms, [&](int k, Communicator &c) {
+      c.setSumOrder(SumOrder::Tree);
+      return c.allReduce(in[k].data(), out[k].data(), 500, ElementType::F32,
+                         Reduction::Sum);
+    }));
+    for (int k = 0; k < n; ++k)
+      EXPECT_EQ(out[k], want) << n << " members, rank " << k;
+  }
+  auto comms = makeInProcessCommunicators(2);
+  auto st = runRanks(comms, [&](int k, Communicator &c) {
+    c.setTimeout(10);
+    if (k == 1)
+      c.setSumOrder(SumOrder::Tree);
+    std::vector<float> x(8, 1.0f);
+    return c.allReduce(x.data(), x.data(), 8, ElementType::F32, Reduction::Sum);
+  });
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_FALSE(st[k].isOk());
+    EXPECT_NE(st[k].message().find("tree order"), std::string::npos)
+        << st[k].message();
+  }
+}
+
 TEST(InProcess, SendRecv) {
   auto comms = makeInProcessCommunicators(3);
   Bytes msg = makeInput(ElementType::I64, 100, 1, 60), got(800);

@@ -7,6 +7,7 @@
 //   mpirun -np N kiln-comm-mpi-test stall S      rank 1 sleeps S s before an
 //                                                all_reduce with a 1 s deadline
 //   mpirun -np N kiln-comm-mpi-test exit         rank 1 exits before it
+//   mpirun -np N kiln-comm-mpi-test kill         rank 1 is killed (SIGKILL)
 //   kiln-comm-mpi-test launcher                  prints detectLauncher()
 //
 // mpi-test.sh runs these and compares the hashes (in-process == MPI).
@@ -19,6 +20,7 @@
 #include "test/unit/comm/CommSequence.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -75,11 +77,13 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
     return 0;
   }
-  if (mode == "stall" || mode == "exit") {
+  if (mode == "stall" || mode == "exit" || mode == "kill") {
     std::vector<float> x(4096, 0.5f);
     if (c.rank() == 1) {
       if (mode == "exit")
         std::_Exit(0); // gone without a word, no MPI_Finalize
+      if (mode == "kill")
+        std::raise(SIGKILL); // killed mid-run
       std::this_thread::sleep_for(
           std::chrono::duration<double>(argc > 2 ? std::atof(argv[2]) : 30));
     }

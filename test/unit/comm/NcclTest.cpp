@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Nccl.h"
+#include "runtime/comm/InProcess.h"
 #include "test/unit/comm/CommTestUtil.h"
 
 #include <cuda_runtime.h>
@@ -65,6 +66,29 @@ TEST(NcclHost, BadDeviceListsAreErrors) {
   EXPECT_NE(dup.status().message().find("Duplicate GPU"), std::string::npos)
       << dup.status().message();
   EXPECT_FALSE(NcclCommunicator::createLocal({}).isOk());
+}
+
+// One process per GPU: the unique id travels over a host communicator (MPI
+// in a real run; a one-rank in-process world here).
+TEST(NcclBootstrap, OneRankThroughAHostCommunicator) {
+  auto host = makeInProcessCommunicators(1);
+  host[0]->setTimeout(60);
+  auto c = NcclCommunicator::createWithBootstrap(*host[0], 0);
+  if (!c.isOk()) {
+    const std::string &m = c.status().message();
+    ASSERT_NE(m.find("no CUDA device"), std::string::npos) << m;
+    GTEST_SKIP() << m;
+  }
+  EXPECT_EQ((*c)->rank(), 0);
+  EXPECT_EQ((*c)->size(), 1);
+  EXPECT_EQ((*c)->device(), 0);
+  Bytes in = makeInput(ElementType::F16, 640, 0, 3);
+  DeviceBuffer buf(in.size());
+  buf.upload(in);
+  ASSERT_TRUE(
+      (*c)->allReduce(buf.ptr, buf.ptr, 640, ElementType::F16, Reduction::Mean)
+          .isOk());
+  EXPECT_EQ(buf.download(), in);
 }
 
 TEST_F(Nccl, OneRankEveryTypeAndReduction) {
