@@ -1,4 +1,5 @@
-//===- Collectives.cpp - Collective steps through a Communicator -----------===//
+//===- Collectives.cpp - Collective steps through a Communicator
+//-----------===//
 #include "runtime/core/Collectives.h"
 
 #include "runtime/core/StepLoop.h"
@@ -6,32 +7,38 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <set>
 
 namespace kiln {
 
-Status checkCommunicator(const program::Program &p, comm::Communicator *comm, int &device) {
+Status checkCommunicator(const program::Program &p, comm::Communicator *comm,
+                         int &device) {
   if (!comm) {
     device = 0;
     return checkSingleDevice(p);
   }
   int n = p.numDevices();
   if (comm->size() != n)
-    return Status::error(fmt::format(
-        "the program was compiled for a mesh of {} device{} but the {} communicator has {} "
-        "rank{}; run it on {} devices (--device cpu:{} or mpirun -np {}), or recompile the "
-        "model for {}",
-        n, n == 1 ? "" : "s", comm->kind(), comm->size(), comm->size() == 1 ? "" : "s", n, n, n,
-        comm->size()));
+    return Status::error(
+        fmt::format("the program was compiled for a mesh of {} device{} but "
+                    "the {} communicator has {} "
+                    "rank{}; run it on {} devices (--device cpu:{} or mpirun "
+                    "-np {}), or recompile the "
+                    "model for {}",
+                    n, n == 1 ? "" : "s", comm->kind(), comm->size(),
+                    comm->size() == 1 ? "" : "s", n, n, n, comm->size()));
   if (device < 0)
     device = comm->rank();
   if (device != comm->rank())
-    return Status::internal(fmt::format("device {} was given the communicator of rank {}: a "
-                                        "device's world rank is its index in the mesh",
-                                        device, comm->rank()));
+    return Status::internal(
+        fmt::format("device {} was given the communicator of rank {}: a "
+                    "device's world rank is its index in the mesh",
+                    device, comm->rank()));
   return Status::ok();
 }
 
-comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective &c, int device) {
+comm::Group collectiveGroup(const program::Mesh &mesh,
+                            const program::Collective &c, int device) {
   comm::Group g;
   if (!c.group.empty()) {
     g = c.group;
@@ -58,25 +65,43 @@ comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective
   return g;
 }
 
+std::vector<comm::Group> collectiveGroups(const program::Program &p) {
+  std::set<comm::Group> groups;
+  for (const program::Function &f : p.functions)
+    for (const program::Step &s : f.steps)
+      if (s.kind == program::Step::Collective)
+        for (int d = 0; d < p.numDevices(); ++d)
+          if (comm::Group g = collectiveGroup(p.mesh, s.collective, d);
+              !g.empty())
+            groups.insert(g);
+  return {groups.begin(), groups.end()};
+}
+
 namespace {
 
 Expected<comm::Reduction> reductionOf(const program::Collective &c) {
   switch (c.reduction) {
-  case program::Collective::Reduction::Sum: return comm::Reduction::Sum;
-  case program::Collective::Reduction::Mean: return comm::Reduction::Mean;
-  case program::Collective::Reduction::Max: return comm::Reduction::Max;
-  case program::Collective::Reduction::Min: return comm::Reduction::Min;
-  case program::Collective::Reduction::None: break;
+  case program::Collective::Reduction::Sum:
+    return comm::Reduction::Sum;
+  case program::Collective::Reduction::Mean:
+    return comm::Reduction::Mean;
+  case program::Collective::Reduction::Max:
+    return comm::Reduction::Max;
+  case program::Collective::Reduction::Min:
+    return comm::Reduction::Min;
+  case program::Collective::Reduction::None:
+    break;
   }
-  return Status::internal(
-      fmt::format("the plan's {} has no reduction", program::collectiveOpName(c.op)));
+  return Status::internal(fmt::format("the plan's {} has no reduction",
+                                      program::collectiveOpName(c.op)));
 }
 
 } // namespace
 
-Status callCommunicator(comm::Communicator &comm, const program::Mesh &mesh,
-                        const program::Step &s, int device, void *sendBase, void *recvBase,
-                        const std::function<Status(void *, const void *, size_t)> &copy) {
+Status callCommunicator(
+    comm::Communicator &comm, const program::Mesh &mesh, const program::Step &s,
+    int device, void *sendBase, void *recvBase,
+    const std::function<Status(void *, const void *, size_t)> &copy) {
   const program::Collective &c = s.collective;
   using Op = program::Collective::Op;
   char *send = static_cast<char *>(sendBase) + c.sendOffset;
@@ -84,7 +109,9 @@ Status callCommunicator(comm::Communicator &comm, const program::Mesh &mesh,
   int64_t count = c.bytes / dtypeBytes(c.dtype);
   comm::Group group = collectiveGroup(mesh, c, device);
   int members = group.empty() ? comm.size() : int(group.size());
-  auto world = [&](int member) { return group.empty() ? member : group[size_t(member)]; };
+  auto world = [&](int member) {
+    return group.empty() ? member : group[size_t(member)];
+  };
   switch (c.op) {
   case Op::AllReduce: {
     auto r = reductionOf(c);
@@ -114,13 +141,14 @@ Status callCommunicator(comm::Communicator &comm, const program::Mesh &mesh,
   return Status::internal("unknown collective op");
 }
 
-std::string collectiveContext(const std::string &prefix, const program::Function &f,
-                              size_t index) {
+std::string collectiveContext(const std::string &prefix,
+                              const program::Function &f, size_t index) {
   const program::Step &s = f.steps[index];
-  return fmt::format("{}@{} step {} ({} of {} bytes{}{})", prefix.empty() ? "" : prefix + ", ",
-                     f.name, index, program::collectiveOpName(s.collective.op),
-                     s.collective.bytes, s.queue ? fmt::format(" on queue {}", s.queue) : "",
-                     s.loc.empty() ? "" : " at " + s.loc);
+  return fmt::format(
+      "{}@{} step {} ({} of {} bytes{}{})", prefix.empty() ? "" : prefix + ", ",
+      f.name, index, program::collectiveOpName(s.collective.op),
+      s.collective.bytes, s.queue ? fmt::format(" on queue {}", s.queue) : "",
+      s.loc.empty() ? "" : " at " + s.loc);
 }
 
 CollectiveQueue::CollectiveQueue(comm::Communicator &comm, int device)
@@ -135,7 +163,8 @@ CollectiveQueue::~CollectiveQueue() {
   thread_.join();
 }
 
-uint64_t CollectiveQueue::push(std::function<Status()> call, std::string context) {
+uint64_t CollectiveQueue::push(std::function<Status()> call,
+                               std::string context) {
   uint64_t t;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -164,13 +193,15 @@ void CollectiveQueue::loop() {
     if (!failed.empty()) {
       // The members' call sequences no longer match: start no other call.
       d.status = Status::error(fmt::format(
-          "{}: not run on device {}, because an earlier collective failed: {}", t.context,
-          device_, failed));
+          "{}: not run on device {}, because an earlier collective failed: {}",
+          t.context, device_, failed));
     } else {
       comm_.setContext(t.context);
       auto t0 = std::chrono::steady_clock::now();
       d.status = t.call();
-      d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      d.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -191,10 +222,11 @@ Status CollectiveQueue::wait(uint64_t ticket, double &seconds) {
                              [&] { return results_.count(ticket) != 0; });
   if (!done) {
     lock.unlock();
-    std::string why = fmt::format("device {}: a collective did not return within {:.0f} s, "
-                                  "twice the communicator's timeout; the communicator was "
-                                  "aborted",
-                                  device_, limit);
+    std::string why =
+        fmt::format("device {}: a collective did not return within {:.0f} s, "
+                    "twice the communicator's timeout; the communicator was "
+                    "aborted",
+                    device_, limit);
     comm_.abort(why);
     return Status::error(why);
   }

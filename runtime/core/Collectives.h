@@ -1,4 +1,5 @@
-//===- Collectives.h - Collective steps through a Communicator ---*- C++ -*-===//
+//===- Collectives.h - Collective steps through a Communicator ---*- C++
+//-*-===//
 //
 // What every executor with a communicator shares (docs/parallel.md
 // "Executors"):
@@ -31,38 +32,50 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kiln {
 
 /// Null `comm`: the program must run on one device (checkSingleDevice()).
 /// Otherwise its size must be the mesh's device count and `device` (-1:
 /// its rank) its rank; `device` is set to the device this executor runs.
-Status checkCommunicator(const program::Program &p, comm::Communicator *comm, int &device);
+Status checkCommunicator(const program::Program &p, comm::Communicator *comm,
+                         int &device);
 
 /// The world ranks of collective `c`'s group as device `device` sees it:
 /// c.group, or the devices differing from it only along c.axis (row-major
 /// mesh numbering); empty when that is every device in rank order (the
 /// communicator's default group).
-comm::Group collectiveGroup(const program::Mesh &mesh, const program::Collective &c, int device);
+comm::Group collectiveGroup(const program::Mesh &mesh,
+                            const program::Collective &c, int device);
+
+/// Every distinct group other than the default (all devices in rank
+/// order) that the program's collectives use, over every device's view, in
+/// ascending order: what a communicator that must prepare its subgroups up
+/// front (NCCL's prepareGroups) is given at start-up, on every rank.
+std::vector<comm::Group> collectiveGroups(const program::Program &p);
 
 /// Runs collective step `s` of device `device` through `comm`: `send` and
 /// `recv` are the step's args[0] and args.back() at this device's
 /// addresses (host or device memory, as the communicator expects), before
 /// the step's offsets. `copy` moves bytes within that memory (a broadcast
 /// whose root sends from another buffer than it receives into).
-Status callCommunicator(comm::Communicator &comm, const program::Mesh &mesh,
-                        const program::Step &s, int device, void *send, void *recv,
-                        const std::function<Status(void *, const void *, size_t)> &copy);
+Status callCommunicator(
+    comm::Communicator &comm, const program::Mesh &mesh, const program::Step &s,
+    int device, void *send, void *recv,
+    const std::function<Status(void *, const void *, size_t)> &copy);
 
 /// "training step 3, @train_step step 7 (all_reduce of 4096 bytes on queue
 /// 1 at m.kiln:9:3)": a collective's context for the communicator.
-std::string collectiveContext(const std::string &prefix, const program::Function &f, size_t index);
+std::string collectiveContext(const std::string &prefix,
+                              const program::Function &f, size_t index);
 
 /// One communication thread over `comm` (see above).
 class CollectiveQueue {
 public:
   explicit CollectiveQueue(comm::Communicator &comm, int device);
-  ~CollectiveQueue(); ///< waits for the thread (every push must be waited for first)
+  ~CollectiveQueue(); ///< waits for the thread (every push must be waited for
+                      ///< first)
   CollectiveQueue(const CollectiveQueue &) = delete;
   CollectiveQueue &operator=(const CollectiveQueue &) = delete;
 

@@ -1,4 +1,5 @@
-//===- Handshake.h - Ranks agree on the program before they run it -*- C++ -*-===//
+//===- Handshake.h - Ranks agree on the program before they run it -*- C++
+//-*-===//
 //
 // Before the first step, every rank of a run all-gathers what it is about to
 // execute: the artifact's hash, and a digest of the compiled collective
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -27,6 +29,8 @@ namespace kiln {
 /// "@train_step 12: all_reduce axis=dp f32 mean 4096 bytes peer=-1 send=0
 /// recv=0 queue=1" (what collectiveDigest() hashes; for messages and tests).
 std::string collectiveSequence(const program::Program &p);
+/// collectiveSequence(p)'s lines, one per collective step.
+std::vector<std::string> collectiveLines(const program::Program &p);
 /// FNV-1a (64 bits) of collectiveSequence(p).
 uint64_t collectiveDigest(const program::Program &p);
 /// Number of collective steps over all functions.
@@ -38,7 +42,9 @@ std::string contentHash(const void *bytes, size_t size);
 /// Every rank of `comm` calls this with the program it loaded and the
 /// artifact's hash (up to 64 characters are compared); an error on every
 /// rank if any rank's hash, mesh or collective sequence differs from rank
-/// 0's, or the communicator's size is not the mesh's device count.
+/// 0's (then naming the first collective that differs, among the first
+/// 256, with both ranks' descriptions of it), or the communicator's size is
+/// not the mesh's device count.
 Status checkSameProgram(comm::Communicator &comm, const program::Program &p,
                         const std::string &artifactHash);
 

@@ -102,14 +102,15 @@ private:
   Status runKernel(int kernel, const std::vector<int> &args) override;
   Status runGemm(const program::Step &s, bool libraryEpilogue) override;
   Status runCopy(const program::Step &s) override;
-  Status runCollective(const program::Step &s) override;
-  bool concurrentQueues() const override { return comm_ != nullptr; }
-  Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
-  Status waitAsync(size_t index, double &seconds) override;
   const char *gemmName() const override { return "gemm (BLAS)"; }
   Status beginTimed() override;
   Expected<double> endTimed() override;
 
+  // Collectives (with a communicator): through the communication thread.
+  Status runCollective(const program::Step &s) override;
+  bool concurrentQueues() const override { return comm_ != nullptr; }
+  Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
+  Status waitAsync(size_t index, double &seconds) override;
   /// The communicator call for collective step `s` on this device.
   Status communicate(const program::Step &s);
 

@@ -115,6 +115,7 @@ public:
   bool emulated() const override { return false; }
 
   CUstream stream(Stream s) const { return streams_[s == Stream::Compute ? 0 : 1]; }
+  void *nativeStream(Stream s) override { return static_cast<void *>(stream(s)); }
 
   Expected<DevicePtr> alloc(size_t bytes) override {
     CUdeviceptr p = 0;

@@ -76,6 +76,12 @@ public:
   virtual Status synchronize(int event) = 0;
   virtual Expected<float> elapsed(int from, int to) = 0;
   virtual Status synchronize() = 0; ///< every stream
+  /// The driver's handle of stream `s` (a CUstream), for libraries that
+  /// enqueue on it (NCCL); nullptr where there is none (the emulator).
+  virtual void *nativeStream(Stream s) {
+    (void)s;
+    return nullptr;
+  }
 };
 
 /// Device `ordinal` through the driver (dlopen'ed: a clear error where there

@@ -45,6 +45,11 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
   e->meshDevice_ = meshDevice;
   e->layout_ = &e->program_.plan(meshDevice);
   e->comm_ = options.communicator;
+  if (e->comm_ && options.streams && device->nativeStream(Stream::Compute)) {
+    e->streams_ = options.streams;
+    if (Status s = e->streams_->setComputeStream(device->nativeStream(Stream::Compute)); !s)
+      return s;
+  }
   e->plan_ = pkg.cudaPlan;
   e->provenance_ = {};
   e->device_ = std::move(device);
@@ -142,6 +147,9 @@ Status Executor::read(int id, void *dst, size_t bytes) {
   if (id < 0 || size_t(id) >= layout_->buffers.size() ||
       bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("read of buffer " + std::to_string(id) + " out of range");
+  if (streams_) // the collectives' deadline, before a wait that has none
+    if (Status s = streams_->synchronize(); !s)
+      return s;
   if (Status s = device_->download(dst, address(id), bytes, Stream::Compute); !s)
     return s;
   return device_->synchronize();
@@ -192,15 +200,9 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
   return r;
 }
 
-Status Executor::runCollective(const program::Step &s) {
-  if (!comm_)
-    return StepHooks::runCollective(s);
-  // In schedule order on this thread: what the kernels wrote must be in
-  // memory first; the communicator returns when the result is.
-  if (Status x = device_->synchronize(); !x)
-    return x;
+Status Executor::communicate(const program::Step &s, size_t index) {
   if (current_)
-    comm_->setContext(collectiveContext(context_, *current_, size_t(&s - current_->steps.data())));
+    comm_->setContext(collectiveContext(context_, *current_, index));
   auto ptr = [](DevicePtr p) { return reinterpret_cast<void *>(uintptr_t(p)); };
   return callCommunicator(
       *comm_, program_.mesh, s, meshDevice_, ptr(address(s.args[0])), ptr(address(s.args.back())),
@@ -209,8 +211,44 @@ Status Executor::runCollective(const program::Step &s) {
                                      Stream::Compute);
             !x)
           return x;
-        return device_->synchronize();
+        // With streams the collective waits for the copy on the device.
+        return streams_ ? Status::ok() : device_->synchronize();
       });
+}
+
+Status Executor::runCollective(const program::Step &s) {
+  if (!comm_)
+    return StepHooks::runCollective(s);
+  size_t index = current_ ? size_t(&s - current_->steps.data()) : 0;
+  if (streams_) {
+    // Enqueued after the compute work so far; later compute waits for it.
+    if (Status x = communicate(s, index); !x)
+      return x;
+    return streams_->computeWaits();
+  }
+  // In schedule order on this thread: what the kernels wrote must be in
+  // memory first; the communicator returns when the result is.
+  if (Status x = device_->synchronize(); !x)
+    return x;
+  return communicate(s, index);
+}
+
+Status Executor::startAsync(const program::Function &, const program::Step &s, size_t index) {
+  if (s.kind != program::Step::Collective)
+    return Status::internal("only collectives run off queue 0");
+  return communicate(s, index);
+}
+
+Status Executor::waitAsync(size_t, double &seconds) {
+  seconds = -1; // on the device: the host does not see it run
+  return streams_->computeWaits();
+}
+
+Status Executor::synchronize() {
+  if (streams_)
+    if (Status s = streams_->synchronize(); !s)
+      return s;
+  return device_->synchronize();
 }
 
 Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {

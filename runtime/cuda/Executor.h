@@ -23,13 +23,18 @@
 //
 // Several devices (ExecutorOptions): with a Communicator (NCCL's, or any
 // other that takes device memory), the executor runs one device of a mesh
-// program, its arena laid out by program.plan(device). A collective step,
-// on any queue, runs in schedule order: the compute stream is synchronized
-// (the collective reads what kernels wrote), then the communicator is
-// called with device pointers into the arena, and returns when the data is
-// in place (the Communicator contract). So queue 1 does not yet overlap
-// backward on a GPU: that needs a communicator call on a stream, ordered by
-// events (docs/parallel.md "Executors").
+// program, its arena laid out by program.plan(device). Two ways:
+//   - with StreamOrdering (NCCL's streams, on a real GPU): the communicator
+//     enqueues each collective on its communication stream after the work
+//     enqueued on the compute stream so far, and returns; a queue-0
+//     collective is followed by computeWaits() (the compute stream waits on
+//     the device), a queue-1 collective only when a later step depends on
+//     it (the step loop's waitAsync), so gradient buckets overlap backward.
+//     The host never blocks on a collective; synchronize() and read() poll
+//     the communicator's deadline first;
+//   - without (the emulator, or a blocking communicator): every collective
+//     in schedule order, after synchronizing the compute stream, and the
+//     call returns when the data is in place (the Communicator contract).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CUDA_EXECUTOR_H
@@ -47,10 +52,30 @@
 
 namespace kiln::cuda {
 
+/// A communicator that runs collectives on streams (NCCL's: the trainer
+/// adapts NcclCommunicator's setStreams/computeWaits/synchronize, with
+/// setBlocking(false)).
+class StreamOrdering {
+public:
+  virtual ~StreamOrdering() = default;
+  /// Collectives wait (on the device) for the work enqueued on `stream` (a
+  /// CUstream) up to each call.
+  virtual Status setComputeStream(void *stream) = 0;
+  /// The compute stream waits (on the device) for every collective
+  /// enqueued so far.
+  virtual Status computeWaits() = 0;
+  /// The host waits for every collective enqueued so far, against the
+  /// communicator's deadline.
+  virtual Status synchronize() = 0;
+};
+
 struct ExecutorOptions {
   /// Not owned; must outlive the executor. Null: one device, and a plan
   /// over a mesh or with collective steps is refused.
   comm::Communicator *communicator = nullptr;
+  /// Not owned; the communicator's stream ordering (used where the device
+  /// has native streams), or null: collectives in order on the host.
+  StreamOrdering *streams = nullptr;
   /// This executor's device in the mesh (= its world rank); -1: the
   /// communicator's rank().
   int device = -1;
@@ -73,7 +98,7 @@ public:
   Status write(int id, const void *src, size_t bytes) override;
   Status read(int id, void *dst, size_t bytes) override;
   Status runSteps(const std::string &name, size_t begin, size_t end) override;
-  Status synchronize() override { return device_->synchronize(); }
+  Status synchronize() override;
   bool stagesInputs() const override { return true; }
   void setProfiling(bool on) override { profiling_ = on; }
   /// GEMM steps with a library epilogue (program::LtEpilogue) run it in the
@@ -89,7 +114,7 @@ public:
     return arena_ + DevicePtr(layout_->buffers[size_t(id)].offset);
   }
   /// Where the run is, for collective error messages ("training step 12").
-  void setContext(std::string context) { context_ = std::move(context); }
+  void setContext(std::string context) override { context_ = std::move(context); }
 
 private:
   Executor() = default;
@@ -98,6 +123,11 @@ private:
   Status runGemm(const program::Step &s, bool libraryEpilogue) override;
   Status runCopy(const program::Step &s) override;
   Status runCollective(const program::Step &s) override;
+  bool concurrentQueues() const override { return streams_ != nullptr; }
+  Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
+  Status waitAsync(size_t index, double &seconds) override;
+  /// Calls the communicator for `s` (enqueues it, with streams).
+  Status communicate(const program::Step &s, size_t index);
   bool libraryEpilogues() const override { return libraryEpilogues_; }
   const char *gemmName() const override {
     return device_->emulated() ? "gemm (emulated)" : "gemm (cuBLASLt)";
@@ -109,6 +139,7 @@ private:
   const program::BufferPlan *layout_ = nullptr; ///< program_.plan(meshDevice_)
   int meshDevice_ = 0;
   comm::Communicator *comm_ = nullptr;
+  StreamOrdering *streams_ = nullptr; ///< set when the device has native streams
   std::string context_;
   const program::Function *current_ = nullptr; ///< the function runSteps runs
   gpu::Plan plan_;

@@ -25,13 +25,14 @@
 #include "runtime/core/StepLoop.h"
 #include "runtime/cpu/Executor.h"
 #include "runtime/cuda/Executor.h"
+#include "test/unit/runtime/MeshProgram.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -41,90 +42,8 @@ namespace {
 
 using namespace kiln;
 using namespace kiln::program;
+using namespace kiln::test;
 using Clock = std::chrono::steady_clock;
-
-constexpr int64_t kN = 8; // elements of the gradient-like buffer g
-
-Buffer buffer(const std::string &name, Role role, std::vector<int64_t> shape, int64_t offset) {
-  Buffer b;
-  b.name = name;
-  b.role = role;
-  b.shape = std::move(shape);
-  b.offset = offset;
-  b.bytes = b.numElements() * 4;
-  return b;
-}
-
-Step collective(Collective::Op op, std::vector<int> args, int64_t bytes,
-                Collective::Reduction r = Collective::Reduction::None) {
-  Step s;
-  s.kind = Step::Collective;
-  s.args = std::move(args);
-  s.collective.op = op;
-  s.collective.axis = "dp";
-  s.collective.bytes = bytes;
-  s.collective.reduction = r;
-  return s;
-}
-
-Step copy(int from, int to) {
-  Step s;
-  s.kind = Step::Copy;
-  s.args = {from, to};
-  return s;
-}
-
-/// Buffers: 0 g f32[8] (state), 1 block f32[8/n], 2 gathered f32[8],
-/// 3 copy of g f32[8], 4 x f32[8] (input), 5 y f32[8] (copy of x).
-/// @train_step:
-///   0: g = all_reduce(g, sum) in place, queue 1      (a gradient bucket)
-///   1: y = copy(x), queue 0                         (independent of 0)
-///   2: c = copy(g), queue 0                         (waits for 0)
-///   3: block = reduce_scatter(g, mean), queue 0
-///   4: gathered = all_gather(block), queue 0
-/// Every device has its own layout: odd devices hold the scratch buffers
-/// in the reverse order, and device d's sit 64 * d bytes further into its arena.
-Program meshProgram(int n) {
-  Program p;
-  p.mesh.axes = {{"dp", n}};
-  std::vector<Buffer> bufs = {buffer("g", Role::State, {kN}, 0),
-                              buffer("", Role::Temp, {kN / n}, 64),
-                              buffer("gathered", Role::Output, {kN}, 128),
-                              buffer("c", Role::Output, {kN}, 192),
-                              buffer("x", Role::Input, {kN}, 256),
-                              buffer("y", Role::Output, {kN}, 320)};
-  for (int d = 0; d < n; ++d) {
-    BufferPlan plan;
-    plan.buffers = bufs;
-    for (size_t i = 1; i < plan.buffers.size(); ++i) // odd devices: scratch reversed
-      plan.buffers[i].offset = 64 * int64_t(d % 2 ? bufs.size() - i : i) + 64 * d;
-    plan.buffers[0].offset = 64 * d;
-    plan.persistentBytes = 64 * (d + 1);
-    plan.arenaBytes = 384 + 64 * d;
-    if (d == 0)
-      static_cast<BufferPlan &>(p) = plan;
-    else
-      p.otherDevices.push_back(plan);
-  }
-  Function f;
-  f.name = "train_step";
-  f.args = {0, 4};
-  f.results = {2, 3, 5};
-  f.scratchBytes = 384 - 64;
-  Step ar = collective(Collective::Op::AllReduce, {0, 0}, kN * 4, Collective::Reduction::Sum);
-  ar.loc = "m.kiln:9:3";
-  Step rs = collective(Collective::Op::ReduceScatter, {0, 1}, kN * 4, Collective::Reduction::Mean);
-  Step ag = collective(Collective::Op::AllGather, {1, 2}, kN * 4 / n);
-  f.steps = {ar, copy(4, 5), copy(0, 3), rs, ag};
-  computeDependencies(p, f);
-  f.steps[0].queue = 1;
-  p.queues = 2;
-  p.functions = {f};
-  // What kilnc writes is what the runtime reads: parse() checks it all.
-  auto q = Program::parse(p.toJson(), "mesh.kpack");
-  EXPECT_TRUE(q.isOk()) << q.status().message();
-  return q.isOk() ? *q : p;
-}
 
 std::vector<float> randomVector(std::mt19937 &rng, int64_t n) {
   std::normal_distribution<float> dist;
@@ -143,7 +62,8 @@ void onThreads(int n, const std::function<void(int)> &body) {
     t.join();
 }
 
-std::unique_ptr<cpu::Executor> executor(const Program &p, comm::Communicator *c, int threads = 1) {
+std::unique_ptr<cpu::Executor> executor(const Program &p, comm::Communicator *c,
+                                        int threads = 1) {
   cpu::ExecutorOptions o;
   o.threads = threads;
   o.communicator = c;
@@ -153,7 +73,8 @@ std::unique_ptr<cpu::Executor> executor(const Program &p, comm::Communicator *c,
 }
 
 bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 class Collectives : public ::testing::TestWithParam<int> {};
@@ -161,10 +82,12 @@ class Collectives : public ::testing::TestWithParam<int> {};
 TEST_P(Collectives, BitwiseAsTheContractSays) {
   int n = GetParam();
   Program p = meshProgram(n);
-  ASSERT_EQ(p.functions[0].steps[2].deps, std::vector<int>{0}); // c = copy(g) waits for 0
+  ASSERT_EQ(p.functions[0].steps[2].deps,
+            std::vector<int>{0}); // c = copy(g) waits for 0
   auto comms = comm::makeInProcessCommunicators(n);
   std::mt19937 rng(1234 + n);
-  std::vector<std::vector<float>> g(static_cast<size_t>(n)), x(static_cast<size_t>(n));
+  std::vector<std::vector<float>> g(static_cast<size_t>(n)),
+      x(static_cast<size_t>(n));
   for (int d = 0; d < n; ++d) {
     g[size_t(d)] = randomVector(rng, kN);
     x[size_t(d)] = randomVector(rng, kN);
@@ -182,7 +105,8 @@ TEST_P(Collectives, BitwiseAsTheContractSays) {
       t += s;
     mean[size_t(e)] = t / float(n);
   }
-  std::vector<std::vector<float>> gOut(static_cast<size_t>(n)), block(static_cast<size_t>(n)), gathered(static_cast<size_t>(n)),
+  std::vector<std::vector<float>> gOut(static_cast<size_t>(n)),
+      block(static_cast<size_t>(n)), gathered(static_cast<size_t>(n)),
       c(static_cast<size_t>(n)), y(static_cast<size_t>(n));
   std::vector<std::string> errors(static_cast<size_t>(n));
   onThreads(n, [&](int d) {
@@ -216,17 +140,25 @@ TEST_P(Collectives, BitwiseAsTheContractSays) {
   for (int d = 0; d < n; ++d) {
     size_t i = size_t(d);
     ASSERT_EQ(errors[i], "") << "device " << d;
-    EXPECT_TRUE(sameBits(gOut[i], sum)) << "device " << d << ": all_reduce(sum)";
-    EXPECT_TRUE(sameBits(c[i], sum)) << "device " << d << ": the copy after the all_reduce";
-    std::vector<float> want(mean.begin() + d * (kN / n), mean.begin() + (d + 1) * (kN / n));
-    EXPECT_TRUE(sameBits(block[i], want)) << "device " << d << ": reduce_scatter(mean)";
-    EXPECT_TRUE(sameBits(gathered[i], mean)) << "device " << d << ": all_gather";
-    EXPECT_TRUE(sameBits(y[i], x[i])) << "device " << d << ": the independent copy";
+    EXPECT_TRUE(sameBits(gOut[i], sum))
+        << "device " << d << ": all_reduce(sum)";
+    EXPECT_TRUE(sameBits(c[i], sum))
+        << "device " << d << ": the copy after the all_reduce";
+    std::vector<float> want(mean.begin() + d * (kN / n),
+                            mean.begin() + (d + 1) * (kN / n));
+    EXPECT_TRUE(sameBits(block[i], want))
+        << "device " << d << ": reduce_scatter(mean)";
+    EXPECT_TRUE(sameBits(gathered[i], mean))
+        << "device " << d << ": all_gather";
+    EXPECT_TRUE(sameBits(y[i], x[i]))
+        << "device " << d << ": the independent copy";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Collectives, ::testing::Values(2, 4),
-                         [](const auto &info) { return fmt::format("n{}", info.param); });
+                         [](const auto &info) {
+                           return fmt::format("n{}", info.param);
+                         });
 
 /// Forwards to a communicator; all_reduce first waits (5 s at most) until
 /// `ready` says the queue-0 step that does not depend on it has run.
@@ -237,27 +169,30 @@ public:
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   const char *kind() const override { return inner_.kind(); }
-  Status allReduce(const void *send, void *recv, int64_t count, ElementType type,
-                   comm::Reduction r, const comm::Group &group) override {
+  Status allReduce(const void *send, void *recv, int64_t count,
+                   ElementType type, comm::Reduction r,
+                   const comm::Group &group) override {
     auto until = Clock::now() + std::chrono::seconds(5);
     while (!ready_()) {
       if (Clock::now() > until)
-        return Status::error("the gate never opened: the step loop did not run the queue-0 "
-                             "step while the all_reduce was in flight");
+        return Status::error(
+            "the gate never opened: the step loop did not run the queue-0 "
+            "step while the all_reduce was in flight");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     gated++;
     return inner_.allReduce(send, recv, count, type, r, group);
   }
-  Status reduceScatter(const void *send, void *recv, int64_t n, ElementType t, comm::Reduction r,
-                       const comm::Group &g) override {
+  Status reduceScatter(const void *send, void *recv, int64_t n, ElementType t,
+                       comm::Reduction r, const comm::Group &g) override {
     return inner_.reduceScatter(send, recv, n, t, r, g);
   }
   Status allGather(const void *send, void *recv, int64_t n, ElementType t,
                    const comm::Group &g) override {
     return inner_.allGather(send, recv, n, t, g);
   }
-  Status broadcast(void *b, int64_t n, ElementType t, int root, const comm::Group &g) override {
+  Status broadcast(void *b, int64_t n, ElementType t, int root,
+                   const comm::Group &g) override {
     return inner_.broadcast(b, n, t, root, g);
   }
   Status send(const void *b, int64_t n, ElementType t, int peer) override {
@@ -282,7 +217,8 @@ TEST(Collectives, QueueOneOverlapsLaterQueueZeroSteps) {
   Program p = meshProgram(n);
   auto comms = comm::makeInProcessCommunicators(n);
   std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<double> ran(static_cast<size_t>(n)), exposed(static_cast<size_t>(n));
+  std::vector<double> ran(static_cast<size_t>(n)),
+      exposed(static_cast<size_t>(n));
   std::vector<int> gated(static_cast<size_t>(n));
   onThreads(n, [&](int d) {
     std::unique_ptr<cpu::Executor> e;
@@ -306,7 +242,8 @@ TEST(Collectives, QueueOneOverlapsLaterQueueZeroSteps) {
     // The profile lists each op's run time and its exposed time.
     bool listed = false;
     for (const Backend::Timing &t : e->timings())
-      listed |= t.name == "all_reduce exposed" && t.op == "collective wait" && t.calls == 1;
+      listed |= t.name == "all_reduce exposed" && t.op == "collective wait" &&
+                t.calls == 1;
     EXPECT_TRUE(listed) << "device " << d;
   });
   for (int d = 0; d < n; ++d) {
@@ -333,11 +270,15 @@ TEST(Collectives, AMissingDeviceFailsTheOthersWithinTheDeadline) {
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_FALSE(s);
   const std::string &m = s.message();
-  EXPECT_NE(m.find("@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): "), std::string::npos)
+  EXPECT_NE(
+      m.find("@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): "),
+      std::string::npos)
       << m;
-  EXPECT_NE(m.find("surfaced when step 2 waited for it"), std::string::npos) << m;
-  EXPECT_NE(m.find("training step 7, @train_step step 0 (all_reduce of 32 bytes"),
-            std::string::npos)
+  EXPECT_NE(m.find("surfaced when step 2 waited for it"), std::string::npos)
+      << m;
+  EXPECT_NE(
+      m.find("training step 7, @train_step step 0 (all_reduce of 32 bytes"),
+      std::string::npos)
       << m; // the communicator's context
   EXPECT_NE(m.find("rank 0"), std::string::npos) << m;
   EXPECT_NE(m.find("timed out"), std::string::npos) << m;
@@ -353,15 +294,17 @@ TEST(Collectives, MeshPlansNeedAMatchingCommunicator) {
   Program p = meshProgram(2);
   auto none = cpu::Executor::create(p, nullptr, 1);
   ASSERT_FALSE(none);
-  EXPECT_NE(none.status().message().find("mesh of 2 devices"), std::string::npos);
+  EXPECT_NE(none.status().message().find("mesh of 2 devices"),
+            std::string::npos);
   auto comms = comm::makeInProcessCommunicators(4);
   cpu::ExecutorOptions o;
   o.communicator = comms[1].get();
   auto wrong = cpu::Executor::create(p, nullptr, o);
   ASSERT_FALSE(wrong);
-  EXPECT_NE(wrong.status().message().find(
-                "compiled for a mesh of 2 devices but the in-process communicator has 4 ranks"),
-            std::string::npos)
+  EXPECT_NE(
+      wrong.status().message().find("compiled for a mesh of 2 devices but the "
+                                    "in-process communicator has 4 ranks"),
+      std::string::npos)
       << wrong.status().message();
 }
 
@@ -390,7 +333,16 @@ TEST(Collectives, GroupsFollowTheMeshAxis) {
   line.axes = {{"dp", 4}};
   c.group.clear();
   c.axis = "dp";
-  EXPECT_TRUE(collectiveGroup(line, c, 2).empty()); // everyone: the default group
+  EXPECT_TRUE(
+      collectiveGroup(line, c, 2).empty()); // everyone: the default group
+  // The subgroups a program needs prepared: dp over 2 x 2 gives {0,2}, {1,3}.
+  Program p = meshProgram(4);
+  EXPECT_TRUE(collectiveGroups(p).empty());
+  p.mesh = m;
+  EXPECT_EQ(collectiveGroups(p), (std::vector<comm::Group>{{0, 2}, {1, 3}}));
+  p.functions[0].steps[0].collective.axis = "tp";
+  EXPECT_EQ(collectiveGroups(p),
+            (std::vector<comm::Group>{{0, 1}, {0, 2}, {1, 3}, {2, 3}}));
 }
 
 /// Runs the handshake on n ranks; rank r uses programs[r] and hashes[r].
@@ -401,7 +353,8 @@ std::vector<std::string> handshake(const std::vector<Program> &programs,
   std::vector<std::string> out(static_cast<size_t>(n));
   onThreads(n, [&](int r) {
     comms[size_t(r)]->setTimeout(10);
-    out[size_t(r)] = checkSameProgram(*comms[size_t(r)], programs[size_t(r)], hashes[size_t(r)])
+    out[size_t(r)] = checkSameProgram(*comms[size_t(r)], programs[size_t(r)],
+                                      hashes[size_t(r)])
                          .message();
   });
   return out;
@@ -410,7 +363,8 @@ std::vector<std::string> handshake(const std::vector<Program> &programs,
 TEST(Handshake, RefusesAnotherArtifactOrCollectiveSequence) {
   Program p = meshProgram(2);
   EXPECT_EQ(collectiveCount(p), 3);
-  EXPECT_NE(collectiveSequence(p).find("@train_step 0: all_reduce axis=dp f32 sum 32 bytes"),
+  EXPECT_NE(collectiveSequence(p).find(
+                "@train_step 0: all_reduce axis=dp f32 sum 32 bytes"),
             std::string::npos)
       << collectiveSequence(p);
   std::string h = contentHash("model bytes", 11);
@@ -418,26 +372,60 @@ TEST(Handshake, RefusesAnotherArtifactOrCollectiveSequence) {
   for (const std::string &m : handshake({p, p}, {h, h}))
     EXPECT_EQ(m, "");
 
-  for (const std::string &m : handshake({p, p}, {h, contentHash("other bytes", 11)})) {
-    EXPECT_NE(m.find("rank 1 loaded a different artifact than rank 0"), std::string::npos) << m;
-    EXPECT_NE(m.find("recompile with the same kilnc and model file"), std::string::npos) << m;
+  for (const std::string &m :
+       handshake({p, p}, {h, contentHash("other bytes", 11)})) {
+    EXPECT_NE(m.find("rank 1 loaded a different artifact than rank 0"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("recompile with the same kilnc and model file"),
+              std::string::npos)
+        << m;
   }
 
   Program q = p; // the same file name and hash, another collective order
-  std::swap(q.functions[0].steps[3].collective.reduction, q.functions[0].steps[0].collective.reduction);
+  std::swap(q.functions[0].steps[3].collective.reduction,
+            q.functions[0].steps[0].collective.reduction);
   EXPECT_NE(collectiveDigest(p), collectiveDigest(q));
   for (const std::string &m : handshake({p, q}, {h, h})) {
-    EXPECT_NE(m.find("the compiled collective sequence of rank 1 differs from rank 0's"),
-              std::string::npos)
+    EXPECT_NE(
+        m.find(
+            "the compiled collective sequence of rank 1 differs from rank 0's"),
+        std::string::npos)
         << m;
     EXPECT_NE(m.find("recompile"), std::string::npos) << m;
+    EXPECT_NE(
+        m.find(
+            "the first difference is collective 0: rank 0 runs '@train_step 0: "
+            "all_reduce axis=dp f32 sum 32 bytes peer=-1 send=0 recv=0 "
+            "queue=1', rank "
+            "1 '@train_step 0: all_reduce axis=dp f32 mean 32 bytes"),
+        std::string::npos)
+        << m;
+  }
+  // Rank 2 of 3 has one collective fewer (the sequences are compared before
+  // the mesh's size): the first difference is where its sequence ends.
+  Program p3 = meshProgram(2);
+  Program shorter = p3;
+  shorter.functions[0].steps.pop_back();
+  for (const std::string &m : handshake({p3, p3, shorter}, {h, h, h})) {
+    EXPECT_NE(m.find("of rank 2 differs from rank 0's (2 collectives"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(
+        m.find(
+            "the first difference is collective 2: rank 0 runs '@train_step 4: "
+            "all_gather axis=dp f32 none 16 bytes"),
+        std::string::npos)
+        << m;
+    EXPECT_NE(m.find("rank 2 'no such collective'"), std::string::npos) << m;
   }
 
   // A program for 2 devices run by 4 ranks.
   Program p4 = meshProgram(2);
   for (const std::string &m : handshake({p4, p4, p4, p4}, {h, h, h, h}))
-    EXPECT_NE(m.find("compiled for a mesh of 2 devices but the run has 4 ranks"),
-              std::string::npos)
+    EXPECT_NE(
+        m.find("compiled for a mesh of 2 devices but the run has 4 ranks"),
+        std::string::npos)
         << m;
 }
 
@@ -451,20 +439,27 @@ public:
     void *p = std::calloc(bytes, 1);
     return cuda::DevicePtr(uintptr_t(p));
   }
-  void release(cuda::DevicePtr p) override { std::free(reinterpret_cast<void *>(uintptr_t(p))); }
-  Expected<void *> allocHost(size_t bytes) override { return std::calloc(bytes, 1); }
+  void release(cuda::DevicePtr p) override {
+    std::free(reinterpret_cast<void *>(uintptr_t(p)));
+  }
+  Expected<void *> allocHost(size_t bytes) override {
+    return std::calloc(bytes, 1);
+  }
   void releaseHost(void *p) override { std::free(p); }
-  Status upload(cuda::DevicePtr dst, const void *src, size_t n, cuda::Stream) override {
+  Status upload(cuda::DevicePtr dst, const void *src, size_t n,
+                cuda::Stream) override {
     std::memcpy(reinterpret_cast<void *>(uintptr_t(dst)), src, n);
     return Status::ok();
   }
-  Status download(void *dst, cuda::DevicePtr src, size_t n, cuda::Stream) override {
+  Status download(void *dst, cuda::DevicePtr src, size_t n,
+                  cuda::Stream) override {
     std::memcpy(dst, reinterpret_cast<void *>(uintptr_t(src)), n);
     return Status::ok();
   }
-  Status copy(cuda::DevicePtr dst, cuda::DevicePtr src, size_t n, cuda::Stream) override {
-    std::memmove(reinterpret_cast<void *>(uintptr_t(dst)), reinterpret_cast<void *>(uintptr_t(src)),
-                 n);
+  Status copy(cuda::DevicePtr dst, cuda::DevicePtr src, size_t n,
+              cuda::Stream) override {
+    std::memmove(reinterpret_cast<void *>(uintptr_t(dst)),
+                 reinterpret_cast<void *>(uintptr_t(src)), n);
     return Status::ok();
   }
   Status fill(cuda::DevicePtr dst, uint8_t v, size_t n, cuda::Stream) override {
@@ -478,8 +473,8 @@ public:
   Status launch(int, const gpu::Launch &, void **, cuda::Stream) override {
     return Status::error("no kernels");
   }
-  Status gemm(const GemmParams &, cuda::DevicePtr, cuda::DevicePtr, cuda::DevicePtr,
-              cuda::Stream, const Epilogue *) override {
+  Status gemm(const GemmParams &, cuda::DevicePtr, cuda::DevicePtr,
+              cuda::DevicePtr, cuda::Stream, const Epilogue *) override {
     return Status::error("no GEMMs");
   }
   Expected<int> createEvent() override { return events_++; }
@@ -507,7 +502,8 @@ TEST(CudaExecutor, RunsCollectivesThroughACommunicator) {
   pkg.hasCuda = true;
   auto comms = comm::makeInProcessCommunicators(n);
   std::mt19937 rng(99);
-  std::vector<std::vector<float>> g = {randomVector(rng, kN), randomVector(rng, kN)};
+  std::vector<std::vector<float>> g = {randomVector(rng, kN),
+                                       randomVector(rng, kN)};
   std::vector<float> sum(kN);
   for (int64_t e = 0; e < kN; ++e)
     sum[size_t(e)] = g[0][size_t(e)] + g[1][size_t(e)];
@@ -539,7 +535,91 @@ TEST(CudaExecutor, RunsCollectivesThroughACommunicator) {
   // Without a communicator the plan is refused at creation, as before.
   auto none = cuda::Executor::create(pkg, std::make_unique<HostDevice>());
   ASSERT_FALSE(none);
-  EXPECT_NE(none.status().message().find("mesh of 2 devices"), std::string::npos);
+  EXPECT_NE(none.status().message().find("mesh of 2 devices"),
+            std::string::npos);
+}
+
+/// A host device that claims native streams (so the executor orders
+/// collectives through StreamOrdering instead of host synchronization).
+class StreamedHostDevice : public HostDevice {
+public:
+  void *nativeStream(cuda::Stream) override { return this; }
+};
+
+/// Logs the collective calls (forwarding them) and the stream orderings.
+class LoggingCommunicator : public GatedCommunicator,
+                            public cuda::StreamOrdering {
+public:
+  LoggingCommunicator(comm::Communicator &inner, std::vector<std::string> &log)
+      : GatedCommunicator(inner, [] { return true; }), log_(log) {}
+  Status allReduce(const void *a, void *b, int64_t n, ElementType t,
+                   comm::Reduction r, const comm::Group &g) override {
+    log_.push_back("all_reduce");
+    return GatedCommunicator::allReduce(a, b, n, t, r, g);
+  }
+  Status reduceScatter(const void *a, void *b, int64_t n, ElementType t,
+                       comm::Reduction r, const comm::Group &g) override {
+    log_.push_back("reduce_scatter");
+    return GatedCommunicator::reduceScatter(a, b, n, t, r, g);
+  }
+  Status allGather(const void *a, void *b, int64_t n, ElementType t,
+                   const comm::Group &g) override {
+    log_.push_back("all_gather");
+    return GatedCommunicator::allGather(a, b, n, t, g);
+  }
+  Status setComputeStream(void *) override {
+    log_.push_back("set compute stream");
+    return Status::ok();
+  }
+  Status computeWaits() override {
+    log_.push_back("compute waits");
+    return Status::ok();
+  }
+  Status synchronize() override {
+    log_.push_back("synchronize");
+    return Status::ok();
+  }
+
+private:
+  std::vector<std::string> &log_;
+};
+
+// With stream ordering, the host never waits for a collective: queue-0
+// collectives are followed by a device-side wait, the queue-1 all_reduce
+// only where step 2 depends on it; read() polls the deadline first.
+TEST(CudaExecutor, OrdersCollectivesOnStreams) {
+  int n = 2;
+  Package pkg;
+  pkg.path = "mesh.kpack";
+  pkg.program = meshProgram(n);
+  pkg.hasCuda = true;
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::vector<std::vector<std::string>> logs(2);
+  std::vector<std::vector<float>> gathered(2);
+  onThreads(n, [&](int d) {
+    LoggingCommunicator c(*comms[size_t(d)], logs[size_t(d)]);
+    cuda::ExecutorOptions o;
+    o.communicator = &c;
+    o.streams = &c;
+    auto e =
+        cuda::Executor::create(pkg, std::make_unique<StreamedHostDevice>(), o);
+    ASSERT_TRUE(e.isOk()) << e.status().message();
+    std::vector<float> g(kN, 1.5f + float(d));
+    ASSERT_TRUE((*e)->write(0, g.data(), kN * 4));
+    ASSERT_TRUE((*e)->run("train_step"));
+    gathered[size_t(d)] = *(*e)->readAll<float>(2);
+  });
+  for (int d = 0; d < n; ++d) {
+    EXPECT_EQ(logs[size_t(d)],
+              (std::vector<std::string>{"set compute stream", "all_reduce",
+                                        "compute waits", "reduce_scatter",
+                                        "compute waits", "all_gather",
+                                        "compute waits", "synchronize"}))
+        << "device " << d;
+    // sum = 1.5 + 2.5 = 4; reduce_scatter(mean) of the summed g: (4 + 4) / 2.
+    EXPECT_EQ(gathered[size_t(d)], std::vector<float>(kN, 4.0f))
+        << "device " << d;
+  }
 }
 
 /// Records what the loop asks for, with asynchronous queues.
@@ -582,9 +662,9 @@ TEST(StepLoopQueues, StartsWaitsOnlyWhereNeededAndDrains) {
   AsyncHooks hooks;
   StepProfile profile;
   ASSERT_TRUE(runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, &profile));
-  EXPECT_EQ(hooks.calls,
-            (std::vector<std::string>{"start 0", "copy 4->5", "wait 0", "copy 0->3",
-                                      "run reduce_scatter", "run all_gather"}));
+  EXPECT_EQ(hooks.calls, (std::vector<std::string>{
+                             "start 0", "copy 4->5", "wait 0", "copy 0->3",
+                             "run reduce_scatter", "run all_gather"}));
   // The async all_reduce: 0.25 s run, 0.125 s waited; the synchronous
   // ones: 0.125 s each, all of it exposed.
   EXPECT_DOUBLE_EQ(profile.collectiveSeconds(), 0.25 + 2 * 0.125);
@@ -592,15 +672,19 @@ TEST(StepLoopQueues, StartsWaitsOnlyWhereNeededAndDrains) {
   // A range that ends before anything waits still finishes what it started.
   hooks.calls.clear();
   ASSERT_TRUE(runSteps(p, p.functions[0], 0, 2, hooks, nullptr));
-  EXPECT_EQ(hooks.calls, (std::vector<std::string>{"start 0", "copy 4->5", "wait 0"}));
+  EXPECT_EQ(hooks.calls,
+            (std::vector<std::string>{"start 0", "copy 4->5", "wait 0"}));
   // An asynchronous error surfaces at the wait with the step's location.
   hooks.calls.clear();
   hooks.failWait = "rank 1 did not arrive";
   Status s = runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, nullptr);
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.message(), "@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): rank 1 did "
-                         "not arrive (surfaced when step 2 waited for it)");
-  EXPECT_EQ(hooks.calls, (std::vector<std::string>{"start 0", "copy 4->5", "wait 0"}));
+  EXPECT_EQ(
+      s.message(),
+      "@train_step step 0 (all_reduce on queue 1 at m.kiln:9:3): rank 1 did "
+      "not arrive (surfaced when step 2 waited for it)");
+  EXPECT_EQ(hooks.calls,
+            (std::vector<std::string>{"start 0", "copy 4->5", "wait 0"}));
 }
 
 } // namespace

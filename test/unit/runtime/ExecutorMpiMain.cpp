@@ -1,0 +1,110 @@
+//===- ExecutorMpiMain.cpp - CPU executors on MPI ranks
+//---------------------===//
+//
+// Run by executor-mpi-test.sh: the mesh program of MeshProgram.h (all_reduce
+// on queue 1 overlapping a copy, reduce_scatter, all_gather) executed by one
+// CPU executor per MPI rank, after the start-up handshake, must give the
+// same bits as the same executors on in-process ranks (threads of one
+// process): the communication thread drives the MPI communicator as it
+// drives the in-process one. Modes:
+//   mpi                 every rank prints "rank R <hex digest of its results>"
+//   in-process N        the same lines from N threads
+//   mismatch            rank 1 claims another artifact hash: every rank
+//                       prints the handshake's refusal and exits 1
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/comm/InProcess.h"
+#include "runtime/comm/Mpi.h"
+#include "runtime/core/Handshake.h"
+#include "runtime/cpu/Executor.h"
+#include "test/unit/runtime/MeshProgram.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+using namespace kiln;
+
+namespace {
+
+/// Runs rank `r`'s executor twice on inputs seeded by the rank; the FNV-1a
+/// digest of every result buffer, or the error.
+Expected<std::string> runRank(comm::Communicator &c, const std::string &hash) {
+  program::Program p = test::meshProgram(c.size());
+  if (Status s = checkSameProgram(c, p, hash); !s)
+    return s;
+  cpu::ExecutorOptions o;
+  o.communicator = &c;
+  auto e = cpu::Executor::create(p, nullptr, o);
+  if (!e)
+    return e.status();
+  std::mt19937 rng(uint32_t(1000 + c.rank()));
+  std::normal_distribution<float> dist;
+  std::vector<float> g(test::kN), x(test::kN);
+  for (int64_t i = 0; i < test::kN; ++i) {
+    g[size_t(i)] = dist(rng);
+    x[size_t(i)] = dist(rng);
+  }
+  std::string all;
+  for (int run = 0; run < 2; ++run) {
+    if (Status s = (*e)->write(0, g.data(), g.size() * 4); !s)
+      return s;
+    if (Status s = (*e)->write(4, x.data(), x.size() * 4); !s)
+      return s;
+    (*e)->setContext("run " + std::to_string(run));
+    if (Status s = (*e)->run("train_step"); !s)
+      return s;
+    for (int id : {0, 1, 2, 3, 5}) {
+      auto v = (*e)->readAll<float>(id);
+      if (!v)
+        return v.status();
+      all.append(reinterpret_cast<const char *>(v->data()), v->size() * 4);
+    }
+  }
+  return contentHash(all.data(), all.size());
+}
+
+int fail(const Status &s) {
+  std::fprintf(stderr, "%s\n", s.message().c_str());
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "in-process") {
+    int n = argc > 2 ? std::atoi(argv[2]) : 2;
+    auto comms = comm::makeInProcessCommunicators(n);
+    std::vector<std::string> out(static_cast<size_t>(n));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r)
+      ts.emplace_back([&, r] {
+        comms[size_t(r)]->setTimeout(30);
+        auto h = runRank(*comms[size_t(r)], "artifact-a");
+        out[size_t(r)] = h ? *h : "error: " + h.status().message();
+      });
+    for (std::thread &t : ts)
+      t.join();
+    for (int r = 0; r < n; ++r)
+      std::printf("rank %d %s\n", r, out[size_t(r)].c_str());
+    return 0;
+  }
+  if (mode != "mpi" && mode != "mismatch") {
+    std::fprintf(stderr, "usage: %s mpi | mismatch | in-process N\n", argv[0]);
+    return 2;
+  }
+  auto c = comm::MpiCommunicator::create();
+  if (!c)
+    return fail(c.status());
+  (*c)->setTimeout(30);
+  std::string hash =
+      mode == "mismatch" && (*c)->rank() == 1 ? "artifact-b" : "artifact-a";
+  auto h = runRank(**c, hash);
+  if (!h)
+    return fail(h.status());
+  std::printf("rank %d %s\n", (*c)->rank(), h->c_str());
+  return 0;
+}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# CPU executors on MPI ranks (ctest runs this with the test binary and a
+# world size): the same bits as in-process ranks, and the start-up handshake
+# refusing a rank with another artifact. Every mpirun is guarded by
+# `timeout 60`, so the test itself never hangs.
+set -u
+bin=$1
+n=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun="timeout 60 mpirun --oversubscribe -np $n"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+$mpirun "$bin" mpi >"$tmp/mpi.out" 2>"$tmp/mpi.err" || {
+  echo "FAIL: mpirun -np $n mpi exited $?"; cat "$tmp/mpi.out" "$tmp/mpi.err"; exit 1; }
+"$bin" in-process "$n" >"$tmp/inproc.out" 2>&1 || {
+  echo "FAIL: in-process $n"; cat "$tmp/inproc.out"; exit 1; }
+sort "$tmp/mpi.out" >"$tmp/mpi.sorted"
+if [ "$(wc -l <"$tmp/mpi.sorted")" -ne "$n" ] || grep -q error "$tmp/inproc.out" ||
+   ! cmp -s "$tmp/mpi.sorted" "$tmp/inproc.out"; then
+  echo "FAIL: MPI and in-process executors differ"; echo "mpi:"; cat "$tmp/mpi.sorted"
+  echo "in-process:"; cat "$tmp/inproc.out"; exit 1
+fi
+echo "same bits, $n ranks:"; cat "$tmp/mpi.sorted"
+
+$mpirun "$bin" mismatch >"$tmp/mm.out" 2>"$tmp/mm.err"
+rc=$?
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+  echo "FAIL: mismatched artifacts ran (rc $rc)"; cat "$tmp/mm.out" "$tmp/mm.err"; exit 1
+fi
+if ! grep -q "rank 0: rank 1 loaded a different artifact than rank 0 (hash artifact-b on rank 1, artifact-a on rank 0)" "$tmp/mm.err"; then
+  echo "FAIL: no refusal naming the ranks and hashes"; cat "$tmp/mm.out" "$tmp/mm.err"; exit 1
+fi
+echo "mismatched artifact refused (rc $rc)"
