@@ -32,6 +32,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -452,6 +453,8 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
 
 struct RunOut {
   Status status = Status::ok();
+  bool interrupted = false;
+  int64_t next = 0;
   std::vector<float> losses, weights;
   std::vector<int64_t> replicas;
   double seconds = 0;
@@ -461,7 +464,7 @@ struct RunOut {
 /// threads through the fake communicator; one device trains alone.
 RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
                const std::string &resume = "", int64_t checkpointEvery = 0,
-               double timeout = 10) {
+               double timeout = 10, int64_t stopAt = -1) {
   RunOut out;
   Package pkg = dpPackage(rows, devices);
   auto comms = test::FakeComm::world(devices, timeout);
@@ -476,7 +479,15 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
   o.train.checkpoint = dir + "/c.safetensors";
   o.train.resume = resume;
   o.train.quiet = true;
+  // A Ctrl-C that one replica sees later than the others: the last to
+  // finish step `stopAt` raises the shared flag, when the others have
+  // most likely checked it already.
+  std::atomic<bool> stop{false};
+  std::atomic<int> finished{0};
+  o.train.stop = &stop;
   o.train.onStep = [&](const StepMetrics &s) {
+    if (s.step == stopAt && ++finished == devices)
+      stop = true;
     std::lock_guard<std::mutex> lock(mu);
     if (out.losses.size() <= size_t(s.step))
       out.losses.resize(size_t(s.step) + 1, NAN);
@@ -503,6 +514,8 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
     out.status = r.status();
     return out;
   }
+  out.interrupted = r->result.interrupted;
+  out.next = r->result.next;
   out.weights = backends[0]->weights();
   for (DpBackend *b : backends)
     out.replicas.insert(out.replicas.end(), b->replicas.begin(),
@@ -564,6 +577,25 @@ TEST(Replicas, ACheckpointResumesOnAnotherDeviceCount) {
   RunOut rest2 = trainDp(dir, 2, 4, 10, dir + "/c.safetensors");
   ASSERT_TRUE(rest2.status) << rest2.status.message();
   expectClose(rest2.weights, straight.weights, "1 -> 2 weight");
+}
+
+/// A stop request seen by one replica only stops all of them after the
+/// same step (they agree through the communicator), with one checkpoint;
+/// without the agreement the others would wait for it at the next step.
+TEST(Replicas, AStopRequestStopsEveryReplicaAtTheSameStep) {
+  std::string dir = tempDir();
+  writeData(dir, 64);
+  for (int rep = 0; rep < 5; ++rep) {
+    RunOut r = trainDp(dir, 4, 2, 50, "", 0, 5.0, /*stopAt=*/3);
+    ASSERT_TRUE(r.status) << r.status.message();
+    EXPECT_TRUE(r.interrupted);
+    // The replica that raised the flag after step 3 brings it to that
+    // step's agreement, so every replica stops after step 3.
+    EXPECT_EQ(r.next, 4);
+    auto c = ckpt::read(dir + "/c.safetensors");
+    ASSERT_TRUE(c) << c.status().message();
+    EXPECT_EQ(checkpointStep(*c), r.next);
+  }
 }
 
 class RankFaults : public testing::TestWithParam<const char *> {};
