@@ -7,7 +7,8 @@
 
 namespace kiln::train {
 
-Expected<Launch> detectLaunch(const std::function<const char *(const char *)> &get) {
+Expected<Launch>
+detectLaunch(const std::function<const char *(const char *)> &get) {
   auto env = comm::detectLauncher(get);
   if (!env)
     return env.status();
@@ -19,8 +20,9 @@ Expected<Launch> detectLaunch(const std::function<const char *(const char *)> &g
   l.localSize = l.size;
   if (!env->underLauncher())
     return l;
-  static const char *const localSizes[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                           "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"};
+  static const char *const localSizes[] = {
+      "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+      "LOCAL_WORLD_SIZE"};
   for (const char *name : localSizes) {
     const char *v = get ? get(name) : std::getenv(name);
     if (!v || !*v)

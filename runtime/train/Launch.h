@@ -1,4 +1,4 @@
-//===- Launch.h - How many ranks, which one, how many on this node -*- C++ -*-===//
+//===- Launch.h - Ranks and ranks per node from launchers -------*- C++ -*-===//
 //
 // A multi-process run is started by a launcher that tells each process its
 // rank through the environment (mpirun, PMI launchers, Slurm's srun,
@@ -30,7 +30,8 @@ struct Launch {
 
 /// Reads the environment through `getenv` (std::getenv by default); an
 /// error names a variable that is not a valid rank or size.
-Expected<Launch> detectLaunch(const std::function<const char *(const char *)> &getenv = {});
+Expected<Launch>
+detectLaunch(const std::function<const char *(const char *)> &getenv = {});
 
 } // namespace kiln::train
 

@@ -9,16 +9,19 @@
 
 namespace kiln::train {
 
-Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o, Sink out) {
+Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
+                                   Sink out) {
   if (o.comms.empty() || !o.backend)
-    return Status::internal("trainReplicas: no communicators or no backend factory");
+    return Status::internal(
+        "trainReplicas: no communicators or no backend factory");
   int world = o.comms[0]->size();
   ReplicaRun run;
   if (pkg.program.numDevices() != world)
-    return Status::error(fmt::format(
-        "{} was compiled for {} device(s), but {} gives {}; recompile with kilnc --devices {}",
-        o.train.artifact, pkg.program.numDevices(), o.how.empty() ? "this run" : o.how,
-        world, world));
+    return Status::error(
+        fmt::format("{} was compiled for {} device(s), but {} gives {}; "
+                    "recompile with kilnc --devices {}",
+                    o.train.artifact, pkg.program.numDevices(),
+                    o.how.empty() ? "this run" : o.how, world, world));
 
   // Models and backends one at a time, in device order: the first compiles
   // the kernels, the others load them from the cache.
@@ -39,7 +42,8 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o, 
       // The other processes of an MPI world find this rank missing at the
       // handshake and stop within their timeout.
       return world > 1 && o.comms.size() == 1
-                 ? Status::error(fmt::format("rank {}: {}", c->rank(), t.status().message()),
+                 ? Status::error(fmt::format("rank {}: {}", c->rank(),
+                                             t.status().message()),
                                  t.status().kind())
                  : t.status();
     }

@@ -1,4 +1,4 @@
-//===- Replicas.h - Training on several devices -------------------*- C++ -*-===//
+//===- Replicas.h - Training on several devices -----------------*- C++ -*-===//
 //
 // A multi-device program (a mesh of N devices, docs/parallel.md) trains as
 // N replicas, one per device, each a Trainer with its own Model, backend
@@ -55,7 +55,8 @@ struct ReplicaRun {
 /// Trains one replica of `pkg` (an opened artifact; each replica gets a
 /// copy) per communicator; the first failure in time wins (the others then
 /// fail as cancelled).
-Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o, Sink out);
+Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
+                                   Sink out);
 
 } // namespace kiln::train
 

@@ -17,10 +17,13 @@ auto axisOf(const B &b, int) -> decltype(std::string(b.shardAxis)) {
 }
 template <typename B> std::string axisOf(const B &, long) { return {}; }
 template <typename B>
-auto logicalOf(const B &b, int) -> decltype(std::vector<int64_t>(b.logicalShape)) {
+auto logicalOf(const B &b, int)
+    -> decltype(std::vector<int64_t>(b.logicalShape)) {
   return b.logicalShape;
 }
-template <typename B> std::vector<int64_t> logicalOf(const B &b, long) { return b.shape; }
+template <typename B> std::vector<int64_t> logicalOf(const B &b, long) {
+  return b.shape;
+}
 
 } // namespace
 
@@ -50,23 +53,25 @@ int64_t blockElements(int64_t numel, int parts) {
   return parts <= 0 ? numel : (numel + parts - 1) / parts;
 }
 
-std::string cutBlock(const std::string &logical, int64_t numel, int elemBytes, int parts,
-                     int index) {
+std::string cutBlock(const std::string &logical, int64_t numel, int elemBytes,
+                     int parts, int index) {
   int64_t block = blockElements(numel, parts);
   std::string out(size_t(block * elemBytes), '\0');
   int64_t first = int64_t(index) * block;
   int64_t n = std::clamp<int64_t>(numel - first, 0, block);
   if (n > 0)
-    std::copy_n(logical.data() + first * elemBytes, size_t(n * elemBytes), out.begin());
+    std::copy_n(logical.data() + first * elemBytes, size_t(n * elemBytes),
+                out.begin());
   return out;
 }
 
-std::string joinBlocks(const std::string &gathered, int64_t numel, int elemBytes) {
+std::string joinBlocks(const std::string &gathered, int64_t numel,
+                       int elemBytes) {
   return gathered.substr(0, size_t(numel * elemBytes));
 }
 
-std::vector<int> axisGroup(const program::Mesh &mesh, int device, const std::string &axis,
-                           int *coordinate) {
+std::vector<int> axisGroup(const program::Mesh &mesh, int device,
+                           const std::string &axis, int *coordinate) {
   int a = mesh.axis(axis);
   if (coordinate)
     *coordinate = 0;

@@ -1,4 +1,4 @@
-//===- Shards.h - ZeRO-sharded persistent buffers and the logical layout -*- C++ -*-===//
+//===- Shards.h - ZeRO-sharded buffers, the logical layout ------*- C++ -*-===//
 //
 // With ZeRO (docs/parallel.md), optimizer state (and for ZeRO-2 gradients)
 // is sharded over a mesh axis: such a buffer holds block d (d = the
@@ -44,17 +44,18 @@ std::vector<ShardSpec> shardSpecs(const program::Program &p);
 int64_t blockElements(int64_t numel, int parts);
 /// Block `index` of `parts` of a logical tensor's bytes (`numel` elements
 /// of `elemBytes`), zero-padded to blockElements() elements.
-std::string cutBlock(const std::string &logical, int64_t numel, int elemBytes, int parts,
-                     int index);
+std::string cutBlock(const std::string &logical, int64_t numel, int elemBytes,
+                     int parts, int index);
 /// The logical tensor's bytes from its blocks in order, concatenated
 /// (`parts` blocks of blockElements() elements): the padding dropped.
-std::string joinBlocks(const std::string &gathered, int64_t numel, int elemBytes);
+std::string joinBlocks(const std::string &gathered, int64_t numel,
+                       int elemBytes);
 
 /// The devices that differ from `device` only along mesh axis `axis`, in
 /// order of their coordinate on it (a communicator group), and `device`'s
 /// coordinate on the axis. An unknown axis gives {device} and 0.
-std::vector<int> axisGroup(const program::Mesh &mesh, int device, const std::string &axis,
-                           int *coordinate = nullptr);
+std::vector<int> axisGroup(const program::Mesh &mesh, int device,
+                           const std::string &axis, int *coordinate = nullptr);
 
 } // namespace kiln::train
 

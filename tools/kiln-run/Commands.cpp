@@ -244,6 +244,11 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     return usage(fmt::format("--device {} runs {} devices in one process; under {} each "
                              "process is one device: use --device {}", f.device, spec.count,
                              launch.launcher, spec.kind));
+  if (spec.kind != "cpu")
+    return fail(Status::error(fmt::format(
+        "--device {}: training on several {} devices needs the NCCL communicator, which "
+        "kiln-run does not drive yet; use --device cpu:N, or mpirun with --device cpu",
+        f.device, spec.kind)));
   if (Status s = train::checkDeviceCount(model.prog(), devices, how, f.artifact); !s)
     return fail(s);
   std::vector<std::unique_ptr<comm::Communicator>> owned;

@@ -32,6 +32,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -49,7 +50,8 @@ using program::Role;
 
 namespace {
 
-constexpr int64_t kFeatures = 5; // not a multiple of 2 or 4: ZeRO blocks are padded
+constexpr int64_t kFeatures =
+    5; // not a multiple of 2 or 4: ZeRO blocks are padded
 
 enum Id { W, M, X, Y, StepIn, ReplicaIn, Loss, Norm, Lr, NumBuffers };
 
@@ -64,7 +66,8 @@ Package dpPackage(int64_t rows, int devices, bool shardM = false) {
   program::Program &p = pkg.program;
   if (devices > 1)
     p.mesh.axes.push_back({"dp", devices});
-  auto add = [&](const char *name, Role role, DType t, std::vector<int64_t> shape) {
+  auto add = [&](const char *name, Role role, DType t,
+                 std::vector<int64_t> shape) {
     Buffer b;
     b.name = name;
     b.role = role;
@@ -87,7 +90,8 @@ Package dpPackage(int64_t rows, int devices, bool shardM = false) {
   add("lr", Role::Output, DType::F32, {});
   p.persistentBytes = p.buffers[X].offset;
   for (int d = 1; d < devices; ++d)
-    p.otherDevices.push_back(program::BufferPlan{p.buffers, p.persistentBytes, p.arenaBytes});
+    p.otherDevices.push_back(
+        program::BufferPlan{p.buffers, p.persistentBytes, p.arenaBytes});
   program::Function train;
   train.name = "train_step";
   train.args = {W, M, X, Y, StepIn, ReplicaIn};
@@ -113,8 +117,9 @@ Package dpPackage(int64_t rows, int devices, bool shardM = false) {
 std::vector<ShardSpec> dpShards(bool shardM) {
   std::vector<ShardSpec> s(NumBuffers);
   for (int id = 0; id < NumBuffers; ++id)
-    s[size_t(id)].logicalShape = id == W || id == M ? std::vector<int64_t>{kFeatures}
-                                                     : std::vector<int64_t>{};
+    s[size_t(id)].logicalShape = id == W || id == M
+                                     ? std::vector<int64_t>{kFeatures}
+                                     : std::vector<int64_t>{};
   if (shardM)
     s[M].axis = "dp";
   return s;
@@ -126,7 +131,8 @@ std::vector<ShardSpec> dpShards(bool shardM) {
 /// update on every device.
 class DpBackend : public Backend {
 public:
-  DpBackend(const program::Program &p, comm::Communicator *c) : p_(p), comm_(c) {
+  DpBackend(const program::Program &p, comm::Communicator *c)
+      : p_(p), comm_(c) {
     for (const Buffer &b : p.buffers)
       data_.emplace_back(size_t(b.bytes), '\0');
   }
@@ -134,8 +140,9 @@ public:
   std::string describe() const override { return "fake dp"; }
   Status write(int id, const void *src, size_t bytes) override {
     if (bytes != data_[size_t(id)].size())
-      return Status::internal(fmt::format("write of {} bytes into a buffer of {}", bytes,
-                                          data_[size_t(id)].size()));
+      return Status::internal(
+          fmt::format("write of {} bytes into a buffer of {}", bytes,
+                      data_[size_t(id)].size()));
     std::memcpy(data_[size_t(id)].data(), src, bytes);
     return Status::ok();
   }
@@ -159,8 +166,8 @@ public:
         grad[k] += 2 * e * x[r * kFeatures + k] / float(rows);
     }
     if (comm_)
-      if (Status s = comm_->allReduce(grad, grad, kFeatures + 1, ElementType::F32,
-                                      comm::Reduction::Mean);
+      if (Status s = comm_->allReduce(grad, grad, kFeatures + 1,
+                                      ElementType::F32, comm::Reduction::Mean);
           !s)
         return s;
     int64_t step, replica;
@@ -188,7 +195,9 @@ public:
   std::vector<int64_t> replicas;
 
 private:
-  float *f(int id) { return reinterpret_cast<float *>(data_[size_t(id)].data()); }
+  float *f(int id) {
+    return reinterpret_cast<float *>(data_[size_t(id)].data());
+  }
   const program::Program &p_;
   comm::Communicator *comm_;
   std::vector<std::string> data_;
@@ -213,7 +222,8 @@ void writeData(const std::string &dir, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
     double v = 0;
     for (int64_t k = 0; k < kFeatures; ++k) {
-      double e = k == 0 ? double(r) / 40 : random::uniform(3, uint64_t(r), uint64_t(k)) * 2 - 1;
+      double e = k == 0 ? double(r) / 40
+                        : random::uniform(3, uint64_t(r), uint64_t(k)) * 2 - 1;
       x.f.push_back(e);
       v += truth[k] * e;
     }
@@ -241,14 +251,16 @@ TEST(DataShards, NpyReplicasTogetherReadTheRowsOfOneDeviceWithTheGlobalBatch) {
   std::string dir = tempDir();
   writeData(dir, 40);
   for (int n : {2, 4}) {
-    const int64_t rows = 3; // per device; 40 rows are 3.3 (n = 4) or 6.7 global batches
+    const int64_t rows =
+        3; // per device; 40 rows are 3.3 (n = 4) or 6.7 global batches
     Model one = modelOf(dpPackage(rows * n, 1));
     auto whole = openData(dir, one, "train_step", 7, true, "training");
     ASSERT_TRUE(whole) << whole.status().message();
     std::vector<std::unique_ptr<DataSource>> parts;
     Model dev = modelOf(dpPackage(rows, n));
     for (int r = 0; r < n; ++r) {
-      auto s = openData(dir, dev, "train_step", 7, true, "training", DataShard{r, n});
+      auto s = openData(dir, dev, "train_step", 7, true, "training",
+                        DataShard{r, n});
       ASSERT_TRUE(s) << s.status().message();
       parts.push_back(std::move(*s));
     }
@@ -271,19 +283,23 @@ TEST(DataShards, NpyReplicasTogetherReadTheRowsOfOneDeviceWithTheGlobalBatch) {
       for (auto &p : parts) {
         std::vector<float> v = floats(p->batch(i).bytes[0]);
         for (int64_t r = 0; r < rows; ++r)
-          EXPECT_TRUE(ids.insert(v[size_t(r * kFeatures)]).second) << "row repeated in step " << i;
+          EXPECT_TRUE(ids.insert(v[size_t(r * kFeatures)]).second)
+              << "row repeated in step " << i;
       }
     }
     // Resume: a fresh source at step 17 reads what the first did.
-    auto again = openData(dir, dev, "train_step", 7, true, "training", DataShard{n - 1, n});
+    auto again = openData(dir, dev, "train_step", 7, true, "training",
+                          DataShard{n - 1, n});
     ASSERT_TRUE(again);
     EXPECT_EQ((*again)->batch(17).bytes, parts[size_t(n - 1)]->batch(17).bytes);
     EXPECT_NE(parts[0]->describe().find("replica 0 of " + std::to_string(n)),
-              std::string::npos) << parts[0]->describe();
+              std::string::npos)
+        << parts[0]->describe();
   }
 }
 
-TEST(DataShards, TokenReplicasTogetherReadTheWindowsOfOneDeviceWithTheGlobalBatch) {
+TEST(DataShards,
+     TokenReplicasTogetherReadTheWindowsOfOneDeviceWithTheGlobalBatch) {
   std::string dir = tempDir();
   {
     std::ofstream f(dir + "/tokens.bin", std::ios::binary);
@@ -304,13 +320,14 @@ TEST(DataShards, TokenReplicasTogetherReadTheWindowsOfOneDeviceWithTheGlobalBatc
   };
   const int n = 4, rows = 2;
   Model one = lm(rows * n, 1), dev = lm(rows, n);
-  auto whole = openData(dir + "/tokens.bin", one, "train_step", 9, true, "training");
+  auto whole =
+      openData(dir + "/tokens.bin", one, "train_step", 9, true, "training");
   ASSERT_TRUE(whole) << whole.status().message();
   for (uint64_t i = 0; i < 10; ++i) {
     std::string x;
     for (int r = 0; r < n; ++r) {
-      auto s = openData(dir + "/tokens.bin", dev, "train_step", 9, true, "training",
-                        DataShard{r, n});
+      auto s = openData(dir + "/tokens.bin", dev, "train_step", 9, true,
+                        "training", DataShard{r, n});
       ASSERT_TRUE(s) << s.status().message();
       x += (*s)->batch(i).bytes[0];
     }
@@ -322,13 +339,17 @@ TEST(DataShards, TooFewRowsForTheGlobalBatchIsAnError) {
   std::string dir = tempDir();
   writeData(dir, 10);
   Model dev = modelOf(dpPackage(3, 4));
-  auto s = openData(dir, dev, "train_step", 7, true, "training", DataShard{0, 4});
+  auto s =
+      openData(dir, dev, "train_step", 7, true, "training", DataShard{0, 4});
   ASSERT_FALSE(s);
-  EXPECT_NE(s.status().message().find("fewer than one batch of 12 (4 devices x 3)"),
-            std::string::npos) << s.status().message();
+  EXPECT_NE(
+      s.status().message().find("fewer than one batch of 12 (4 devices x 3)"),
+      std::string::npos)
+      << s.status().message();
 }
 
-// --- ZeRO-sharded state and logical checkpoints ---------------------------------
+// --- ZeRO-sharded state and logical checkpoints
+// ---------------------------------
 
 TEST(Shards, BlocksArePaddedAndJoinBack) {
   std::string logical;
@@ -366,25 +387,29 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
   std::vector<std::unique_ptr<Model>> models;
   ckpt::Checkpoint logical = dpPackage(3, 1).initial;
   std::vector<float> mom = {1, 2, 3, 4, 5};
-  const_cast<ckpt::Tensor *>(logical.find("m:w"))->bytes.assign(
-      reinterpret_cast<const char *>(mom.data()), 20);
+  const_cast<ckpt::Tensor *>(logical.find("m:w"))
+      ->bytes.assign(reinterpret_cast<const char *>(mom.data()), 20);
   for (int d = 0; d < 2; ++d) {
     auto m = std::make_unique<Model>();
     m->pkg = dpPackage(3, 2, /*shardM=*/true);
     m->shards = dpShards(true);
     m->comm = comms[size_t(d)].get();
     m->device = d;
-    ASSERT_TRUE(m->attach(std::make_unique<DpBackend>(m->pkg.program, m->comm)));
+    ASSERT_TRUE(
+        m->attach(std::make_unique<DpBackend>(m->pkg.program, m->comm)));
     ASSERT_TRUE(m->hasShardedState());
     ASSERT_TRUE(m->setPersistent(logical));
     auto block = m->exec->readAll<float>(M);
     ASSERT_TRUE(block);
-    EXPECT_EQ(*block, d == 0 ? (std::vector<float>{1, 2, 3}) : (std::vector<float>{4, 5, 0}));
+    EXPECT_EQ(*block, d == 0 ? (std::vector<float>{1, 2, 3})
+                             : (std::vector<float>{4, 5, 0}));
     models.push_back(std::move(m));
   }
   Status saved[2];
   std::string path = dir + "/c.safetensors";
-  std::thread t1([&] { saved[1] = saveCheckpoint(*models[1], path, 7, 11, /*write=*/false); });
+  std::thread t1([&] {
+    saved[1] = saveCheckpoint(*models[1], path, 7, 11, /*write=*/false);
+  });
   saved[0] = saveCheckpoint(*models[0], path, 7, 11, /*write=*/true);
   t1.join();
   ASSERT_TRUE(saved[0]) << saved[0].message();
@@ -395,7 +420,8 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
   EXPECT_EQ(c->find("m:w")->shape, (std::vector<int64_t>{kFeatures}));
   EXPECT_EQ(checkpointStep(*c), 7);
   for (const auto &[k, v] : c->metadata)
-    EXPECT_EQ(k.find("device"), std::string::npos) << "the checkpoint names a device count";
+    EXPECT_EQ(k.find("device"), std::string::npos)
+        << "the checkpoint names a device count";
 
   // Four devices: blocks of two.
   for (int d = 0; d < 4; ++d) {
@@ -407,7 +433,8 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
     m.exec = std::make_unique<DpBackend>(m.pkg.program, nullptr);
     ASSERT_TRUE(m.setPersistent(*r));
     auto block = m.exec->readAll<float>(M);
-    std::vector<float> want = {float(2 * d + 1), d == 2 ? 0.f : float(2 * d + 2)};
+    std::vector<float> want = {float(2 * d + 1),
+                               d == 2 ? 0.f : float(2 * d + 2)};
     if (d == 3)
       want = {0, 0};
     EXPECT_EQ(*block, want) << "device " << d;
@@ -421,10 +448,13 @@ TEST(Shards, ShardedStateIsGatheredForTheCheckpointAndCutOnLoad) {
   EXPECT_EQ(*one.exec->readAll<float>(M), mom);
 }
 
-// --- Replicas on threads ---------------------------------------------------------
+// --- Replicas on threads
+// ---------------------------------------------------------
 
 struct RunOut {
   Status status = Status::ok();
+  bool interrupted = false;
+  int64_t next = 0;
   std::vector<float> losses, weights;
   std::vector<int64_t> replicas;
   double seconds = 0;
@@ -434,7 +464,7 @@ struct RunOut {
 /// threads through the fake communicator; one device trains alone.
 RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
                const std::string &resume = "", int64_t checkpointEvery = 0,
-               double timeout = 10) {
+               double timeout = 10, int64_t stopAt = -1) {
   RunOut out;
   Package pkg = dpPackage(rows, devices);
   auto comms = test::FakeComm::world(devices, timeout);
@@ -449,7 +479,15 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
   o.train.checkpoint = dir + "/c.safetensors";
   o.train.resume = resume;
   o.train.quiet = true;
+  // A Ctrl-C that one replica sees later than the others: the last to
+  // finish step `stopAt` raises the shared flag, when the others have
+  // most likely checked it already.
+  std::atomic<bool> stop{false};
+  std::atomic<int> finished{0};
+  o.train.stop = &stop;
   o.train.onStep = [&](const StepMetrics &s) {
+    if (s.step == stopAt && ++finished == devices)
+      stop = true;
     std::lock_guard<std::mutex> lock(mu);
     if (out.losses.size() <= size_t(s.step))
       out.losses.resize(size_t(s.step) + 1, NAN);
@@ -459,30 +497,39 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
   for (auto &c : comms)
     o.comms.push_back(c.get());
   o.backend = [&](int device, comm::Communicator *c) -> BackendFactory {
-    return [&, device, c](const Package &p) -> Expected<std::unique_ptr<Backend>> {
-      auto b = std::make_unique<DpBackend>(p.program, devices > 1 ? c : nullptr);
-      backends[size_t(device)] = b.get();
-      return std::unique_ptr<Backend>(std::move(b));
-    };
+    return
+        [&, device, c](const Package &p) -> Expected<std::unique_ptr<Backend>> {
+          auto b =
+              std::make_unique<DpBackend>(p.program, devices > 1 ? c : nullptr);
+          backends[size_t(device)] = b.get();
+          return std::unique_ptr<Backend>(std::move(b));
+        };
   };
   auto t0 = std::chrono::steady_clock::now();
   auto r = trainReplicas(pkg, o, {});
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   if (!r) {
     out.status = r.status();
     return out;
   }
+  out.interrupted = r->result.interrupted;
+  out.next = r->result.next;
   out.weights = backends[0]->weights();
   for (DpBackend *b : backends)
-    out.replicas.insert(out.replicas.end(), b->replicas.begin(), b->replicas.end());
+    out.replicas.insert(out.replicas.end(), b->replicas.begin(),
+                        b->replicas.end());
   for (int d = 1; d < devices; ++d)
-    EXPECT_EQ(backends[size_t(d)]->weights(), out.weights) << "device " << d << " differs";
+    EXPECT_EQ(backends[size_t(d)]->weights(), out.weights)
+        << "device " << d << " differs";
   return out;
 }
 
 /// |a - b| <= 1e-5 |b| + 1e-6: float32 sums in another order (a mean of
 /// per-device means against one mean) differ by a few ulps per step.
-void expectClose(const std::vector<float> &a, const std::vector<float> &b, const char *what) {
+void expectClose(const std::vector<float> &a, const std::vector<float> &b,
+                 const char *what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_NEAR(a[i], b[i], 1e-5 * std::fabs(b[i]) + 1e-6) << what << " " << i;
@@ -532,6 +579,25 @@ TEST(Replicas, ACheckpointResumesOnAnotherDeviceCount) {
   expectClose(rest2.weights, straight.weights, "1 -> 2 weight");
 }
 
+/// A stop request seen by one replica only stops all of them after the
+/// same step (they agree through the communicator), with one checkpoint;
+/// without the agreement the others would wait for it at the next step.
+TEST(Replicas, AStopRequestStopsEveryReplicaAtTheSameStep) {
+  std::string dir = tempDir();
+  writeData(dir, 64);
+  for (int rep = 0; rep < 5; ++rep) {
+    RunOut r = trainDp(dir, 4, 2, 50, "", 0, 5.0, /*stopAt=*/3);
+    ASSERT_TRUE(r.status) << r.status.message();
+    EXPECT_TRUE(r.interrupted);
+    // The replica that raised the flag after step 3 brings it to that
+    // step's agreement, so every replica stops after step 3.
+    EXPECT_EQ(r.next, 4);
+    auto c = ckpt::read(dir + "/c.safetensors");
+    ASSERT_TRUE(c) << c.status().message();
+    EXPECT_EQ(checkpointStep(*c), r.next);
+  }
+}
+
 class RankFaults : public testing::TestWithParam<const char *> {};
 
 TEST_P(RankFaults, StopTheOthersWithinTheTimeoutNamingRankAndStep) {
@@ -552,7 +618,8 @@ TEST_P(RankFaults, StopTheOthersWithinTheTimeoutNamingRankAndStep) {
   EXPECT_EQ(checkpointStep(*c), 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Trainer, RankFaults, testing::Values("rank-exit", "rank-stall"));
+INSTANTIATE_TEST_SUITE_P(Trainer, RankFaults,
+                         testing::Values("rank-exit", "rank-stall"));
 
 TEST(RankFault, Parses) {
   RankFault f = RankFault::parse("rank-stall@12:3");
@@ -564,7 +631,8 @@ TEST(RankFault, Parses) {
   EXPECT_EQ(RankFault::parse(nullptr).kind, RankFault::None);
 }
 
-// --- Devices and launchers -----------------------------------------------------
+// --- Devices and launchers
+// -----------------------------------------------------
 
 TEST(Devices, ParsesDeviceSpecs) {
   auto cpu4 = parseDeviceSpec("cpu:4");
@@ -591,14 +659,20 @@ TEST(Devices, TheDeviceCountMustMatchTheMesh) {
   EXPECT_TRUE(checkDeviceCount(four.program, 4, "--device cpu:4", "m.kpack"));
   Status s = checkDeviceCount(one.program, 4, "--device cpu:4", "m.kpack");
   ASSERT_FALSE(s);
-  EXPECT_NE(s.message().find("m.kpack was compiled for 1 device, but --device cpu:4 asks for 4; "
-                             "recompile with kilnc --devices 4"),
-            std::string::npos) << s.message();
+  EXPECT_NE(
+      s.message().find(
+          "m.kpack was compiled for 1 device, but --device cpu:4 asks for 4; "
+          "recompile with kilnc --devices 4"),
+      std::string::npos)
+      << s.message();
   s = checkDeviceCount(four.program, 2, "mpirun with 2 processes", "m.kpack");
   ASSERT_FALSE(s);
-  EXPECT_NE(s.message().find("compiled for 4 devices, but mpirun with 2 processes gives 2; run "
-                             "it with --device cpu:4 or mpirun -np 4"),
-            std::string::npos) << s.message();
+  EXPECT_NE(
+      s.message().find(
+          "compiled for 4 devices, but mpirun with 2 processes gives 2; run "
+          "it with --device cpu:4 or mpirun -np 4"),
+      std::string::npos)
+      << s.message();
 }
 
 TEST(Launch, ReadsTheLaunchersEnvironments) {
@@ -613,20 +687,26 @@ TEST(Launch, ReadsTheLaunchersEnvironments) {
   Launch none = with({});
   EXPECT_TRUE(none.launcher.empty());
   EXPECT_FALSE(none.multiProcess());
-  Launch ompi = with({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  Launch ompi = with({{"OMPI_COMM_WORLD_RANK", "2"},
+                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_EQ(ompi.launcher, "openmpi");
   EXPECT_EQ(ompi.rank, 2);
   EXPECT_EQ(ompi.size, 4);
   EXPECT_EQ(ompi.localRank, 0);
   EXPECT_EQ(ompi.localSize, 2);
   EXPECT_TRUE(ompi.multiProcess());
-  Launch slurm = with({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
+  Launch slurm = with({{"SLURM_PROCID", "1"},
+                       {"SLURM_NTASKS", "2"},
+                       {"SLURM_LOCALID", "1"},
                        {"SLURM_NTASKS_PER_NODE", "2(x3)"}});
   EXPECT_EQ(slurm.launcher, "slurm");
   EXPECT_EQ(slurm.rank, 1);
   EXPECT_EQ(slurm.localSize, 2);
-  Launch torch = with({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"},
+  Launch torch = with({{"RANK", "3"},
+                       {"WORLD_SIZE", "8"},
+                       {"LOCAL_RANK", "3"},
                        {"LOCAL_WORLD_SIZE", "4"}});
   EXPECT_EQ(torch.launcher, "torchrun");
   EXPECT_EQ(torch.rank, 3);

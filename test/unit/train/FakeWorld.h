@@ -1,4 +1,4 @@
-//===- FakeWorld.h - A minimal in-process communicator for trainer tests -*- C++ -*-===//
+//===- FakeWorld.h - A test communicator for the trainer --------*- C++ -*-===//
 //
 // Enough of runtime/comm's contract for the multi-rank trainer's tests:
 // all_reduce (sum, mean, max over f32 and i32; member order), all_gather,
@@ -28,17 +28,20 @@ namespace kiln::test {
 
 class FakeWorld {
 public:
-  explicit FakeWorld(int n) : n_(n), send_(size_t(n)), arrived_(size_t(n), false) {}
+  explicit FakeWorld(int n)
+      : n_(n), send_(size_t(n)), arrived_(size_t(n), false) {}
 
   /// Every rank deposits `send`; once all have, each runs `combine` over all
   /// sends, then waits until all are done (so no buffer goes away early).
-  Status exchange(int rank, const char *op, const std::string &context, double timeout,
-                  const void *send, const std::function<void(const std::vector<const void *> &)>
-                                        &combine) {
+  Status exchange(
+      int rank, const char *op, const std::string &context, double timeout,
+      const void *send,
+      const std::function<void(const std::vector<const void *> &)> &combine) {
     std::unique_lock<std::mutex> lock(mu_);
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(timeout));
+    auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(timeout));
     // Phase 1: arrive.
     int64_t gen = gen_;
     send_[size_t(rank)] = send;
@@ -48,17 +51,21 @@ public:
       cv_.notify_all();
     }
     while (gen_ == gen && !aborted_)
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && gen_ == gen) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+          gen_ == gen) {
         std::string missing;
         for (int r = 0; r < n_; ++r)
           if (!arrived_[size_t(r)])
             missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        abortLocked(fmt::format("rank {}: {} timed out after {} s ({}); rank(s) {} did not "
-                                "arrive", rank, op, timeout, context, missing));
+        abortLocked(fmt::format(
+            "rank {}: {} timed out after {} s ({}); rank(s) {} did not "
+            "arrive",
+            rank, op, timeout, context, missing));
         return Status::error(why_);
       }
     if (aborted_)
-      return Status::error(fmt::format("rank {}: {} ({}) aborted: {}", rank, op, context, why_));
+      return Status::error(
+          fmt::format("rank {}: {} ({}) aborted: {}", rank, op, context, why_));
     combine(send_);
     // Phase 2: leave together.
     if (++done_ == n_) {
@@ -99,8 +106,10 @@ private:
 
 class FakeComm : public comm::Communicator {
 public:
-  FakeComm(std::shared_ptr<FakeWorld> w, int rank) : w_(std::move(w)), rank_(rank) {}
-  static std::vector<std::unique_ptr<comm::Communicator>> world(int n, double timeout) {
+  FakeComm(std::shared_ptr<FakeWorld> w, int rank)
+      : w_(std::move(w)), rank_(rank) {}
+  static std::vector<std::unique_ptr<comm::Communicator>>
+  world(int n, double timeout) {
     auto w = std::make_shared<FakeWorld>(n);
     std::vector<std::unique_ptr<comm::Communicator>> out;
     for (int r = 0; r < n; ++r) {
@@ -113,53 +122,57 @@ public:
   int size() const override { return w_->size(); }
   const char *kind() const override { return "in-process"; }
 
-  Status allReduce(const void *send, void *recv, int64_t count, ElementType type,
-                   comm::Reduction r, const comm::Group & = {}) override {
+  Status allReduce(const void *send, void *recv, int64_t count,
+                   ElementType type, comm::Reduction r,
+                   const comm::Group & = {}) override {
     std::vector<char> out(size_t(count) * dtypeBytes(type));
-    Status s = w_->exchange(rank_, "all_reduce", context(), timeout(), send,
-                            [&](const std::vector<const void *> &all) {
-      for (int64_t e = 0; e < count; ++e) {
-        if (type == ElementType::F32) {
-          float acc = static_cast<const float *>(all[0])[e];
-          for (size_t m = 1; m < all.size(); ++m) {
-            float v = static_cast<const float *>(all[m])[e];
-            acc = r == comm::Reduction::Max ? std::max(acc, v) : acc + v;
+    Status s = w_->exchange(
+        rank_, "all_reduce", context(), timeout(), send,
+        [&](const std::vector<const void *> &all) {
+          for (int64_t e = 0; e < count; ++e) {
+            if (type == ElementType::F32) {
+              float acc = static_cast<const float *>(all[0])[e];
+              for (size_t m = 1; m < all.size(); ++m) {
+                float v = static_cast<const float *>(all[m])[e];
+                acc = r == comm::Reduction::Max ? std::max(acc, v) : acc + v;
+              }
+              if (r == comm::Reduction::Mean)
+                acc /= float(all.size());
+              std::memcpy(out.data() + e * 4, &acc, 4);
+            } else {
+              int32_t acc = static_cast<const int32_t *>(all[0])[e];
+              for (size_t m = 1; m < all.size(); ++m) {
+                int32_t v = static_cast<const int32_t *>(all[m])[e];
+                acc = r == comm::Reduction::Max ? std::max(acc, v) : acc + v;
+              }
+              std::memcpy(out.data() + e * 4, &acc, 4);
+            }
           }
-          if (r == comm::Reduction::Mean)
-            acc /= float(all.size());
-          std::memcpy(out.data() + e * 4, &acc, 4);
-        } else {
-          int32_t acc = static_cast<const int32_t *>(all[0])[e];
-          for (size_t m = 1; m < all.size(); ++m) {
-            int32_t v = static_cast<const int32_t *>(all[m])[e];
-            acc = r == comm::Reduction::Max ? std::max(acc, v) : acc + v;
-          }
-          std::memcpy(out.data() + e * 4, &acc, 4);
-        }
-      }
-    });
+        });
     if (s)
       std::memcpy(recv, out.data(), out.size());
     return s;
   }
-  Status reduceScatter(const void *, void *, int64_t, ElementType, comm::Reduction,
-                       const comm::Group & = {}) override {
+  Status reduceScatter(const void *, void *, int64_t, ElementType,
+                       comm::Reduction, const comm::Group & = {}) override {
     return Status::internal("FakeComm: no reduce_scatter");
   }
-  Status allGather(const void *send, void *recv, int64_t sendCount, ElementType type,
-                   const comm::Group & = {}) override {
+  Status allGather(const void *send, void *recv, int64_t sendCount,
+                   ElementType type, const comm::Group & = {}) override {
     size_t bytes = size_t(sendCount) * dtypeBytes(type);
     std::vector<char> out(bytes * size_t(size()));
-    Status s = w_->exchange(rank_, "all_gather", context(), timeout(), send,
-                            [&](const std::vector<const void *> &all) {
-      for (size_t m = 0; m < all.size(); ++m)
-        std::memcpy(out.data() + m * bytes, all[m], bytes);
-    });
+    Status s =
+        w_->exchange(rank_, "all_gather", context(), timeout(), send,
+                     [&](const std::vector<const void *> &all) {
+                       for (size_t m = 0; m < all.size(); ++m)
+                         std::memcpy(out.data() + m * bytes, all[m], bytes);
+                     });
     if (s)
       std::memcpy(recv, out.data(), out.size());
     return s;
   }
-  Status broadcast(void *, int64_t, ElementType, int, const comm::Group & = {}) override {
+  Status broadcast(void *, int64_t, ElementType, int,
+                   const comm::Group & = {}) override {
     return Status::internal("FakeComm: no broadcast");
   }
   Status send(const void *, int64_t, ElementType, int) override {
