@@ -10,9 +10,8 @@
 // runs every chunk no worker has claimed yet. A worker that is asleep, or
 // not scheduled because other processes hold the cores, therefore never
 // delays the caller; it costs at most the chunk it claimed (forEach: one
-// piece). The calling
-// thread works too; nested calls (and calls while another thread's loop is
-// running) run inline.
+// piece). Nested calls, and calls while another thread's loop is running,
+// run inline.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CPU_THREADPOOL_H
@@ -56,9 +55,9 @@ public:
   static std::vector<std::pair<int64_t, int64_t>> chunks(int64_t n, int64_t grain,
                                                          int threads);
 
-  /// Chunks of the last parallelFor that the calling thread ran itself
-  /// (tests: a loop whose workers are all busy elsewhere runs entirely on
-  /// the caller).
+  /// Chunks (forEach: pieces) of the last loop that its calling thread ran
+  /// itself (tests and measurements; timing-dependent unless the loop ran
+  /// inline).
   int64_t lastCallerChunks() const { return lastCallerChunks_.load(std::memory_order_relaxed); }
 
 private:
@@ -76,8 +75,8 @@ private:
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)> *body_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> work_;
-  /// The current loop: generation (high 32 bits) and the next unclaimed
-  /// chunk (low 32 bits). A claim is a compare-and-swap that keeps the
+  /// The current loop: generation (high 32 bits), chunk count (next 16)
+  /// and the next unclaimed chunk (low 16). A claim is a compare-and-swap that keeps the
   /// generation, so a late worker can never claim a chunk of a newer loop
   /// or read work_ while the caller rewrites it.
   std::atomic<uint64_t> state_{0};
