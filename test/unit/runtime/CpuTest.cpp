@@ -172,8 +172,9 @@ TEST(ThreadPool, ForEachRunsEveryPieceOnceOnAtMostItsThreads) {
       for (auto &h : hits)
         EXPECT_EQ(h.load(), 50);
       EXPECT_LE(int64_t(ran.size()), std::max<int64_t>(1, threads)) << n << " pieces";
-      if (threads == 1 || n == 1)
+      if (threads == 1 || n == 1) {
         EXPECT_EQ(ran, std::vector<std::thread::id>{std::this_thread::get_id()});
+      }
     }
 }
 
