@@ -14,11 +14,14 @@
 #
 # --before PATH also times another kiln-run build (e.g. a copy of main's
 # build/bin/kiln-run) on the same artifacts, interleaved with this one
-# (lines "before" and "after"); --nice N runs kiln-run at that niceness
-# (e.g. -10 as root: other processes' builds disturb the measurement less);
+# (lines "before" and "after"); --nice N runs kiln-run at that niceness,
+# in a session of its own whose autogroup gets that niceness too (Linux
+# shares the CPUs between sessions first, so a plain nice does little
+# against other sessions' builds; -10 needs root);
 # --env sets variables for the timed runs (KILN_SPLIT_MIN_US=0, ...).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ARGS=("$@")
 RUNS=5
 STEPS=200
 THREADS="1 2"
@@ -38,6 +41,10 @@ while [ $# -gt 0 ]; do
     *) echo "bench/threads/run.sh: unknown option $1" >&2; exit 1 ;;
   esac
 done
+if [ "$NICE" != 0 ] && [ -z "${KILN_BENCH_SESSION:-}" ]; then
+  exec env KILN_BENCH_SESSION=1 setsid --wait "$0" "${ARGS[@]}"
+fi
+[ -n "${KILN_BENCH_SESSION:-}" ] && { echo "$NICE" > /proc/self/autogroup; } 2>/dev/null || true
 OUT=${OUT:-build/bench-threads}
 mkdir -p "$OUT"
 [ -f data/shakespeare_char/train.bin ] ||

@@ -151,10 +151,7 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
       matmulPart(s.gemm, lhs, rhs, out, p, parts);
   } else {
     // The parts are fixed by the shape; t only says how many threads share them.
-    pool_->parallelFor(parts, (parts + t - 1) / t, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p)
-        matmulPart(s.gemm, lhs, rhs, out, p, parts);
-    });
+    pool_->forEach(parts, t, [&](int64_t p) { matmulPart(s.gemm, lhs, rhs, out, p, parts); });
   }
   return Status::ok();
 }
@@ -204,10 +201,7 @@ Status Executor::runKernel(int kernel, const std::vector<int> &args) {
       fn(ptrs, c);
     return Status::ok();
   }
-  pool_->parallelFor(chunks, (chunks + t - 1) / t, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c)
-      fn(ptrs, c);
-  });
+  pool_->forEach(chunks, t, [&](int64_t c) { fn(ptrs, c); });
   return Status::ok();
 }
 

@@ -21,10 +21,10 @@ namespace kiln::cpu {
 /// kernels and in BLAS, its memory traffic, and the single-thread time a
 /// step must have per thread it is given.
 struct SplitModel {
-  double kernelFlopsPerNs = 4;  ///< generated kernels (exp, division, ...)
+  double kernelFlopsPerNs = 20; ///< generated kernels (exp, division, ...)
   double gemmFlopsPerNs = 50;   ///< BLAS sgemm on small and middle shapes
-  double bytesPerNs = 16;       ///< reads plus writes, cache to core
-  double minNanosPerThread = 20000;
+  double bytesPerNs = 20;       ///< reads plus writes, cache to core
+  double minNanosPerThread = 10000;
 };
 
 /// The model in use: the defaults, or KILN_SPLIT_MIN_US (the single-thread

@@ -115,18 +115,46 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   // worker reads these now.
   work_ = std::move(parts);
   body_ = &body;
+  lastCallerChunks_.store(run(int(workers_.size())), std::memory_order_relaxed);
+}
+
+void ThreadPool::forEach(int64_t n, int threads,
+                         const std::function<void(int64_t)> &body) {
+  if (n <= 0)
+    return;
+  int helpers = int(std::min<int64_t>({int64_t(threads) - 1, int64_t(workers_.size()), n - 1}));
+  if (helpers <= 0 || n > kMaxChunks || busy_.exchange(true, std::memory_order_acquire)) {
+    for (int64_t i = 0; i < n; ++i)
+      body(i);
+    lastCallerChunks_.store(n, std::memory_order_relaxed);
+    return;
+  }
+  work_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i)
+    work_[size_t(i)] = {i, i + 1};
+  std::function<void(int64_t, int64_t)> each = [&](int64_t b, int64_t) { body(b); };
+  body_ = &each;
+  lastCallerChunks_.store(run(helpers), std::memory_order_relaxed);
+}
+
+int64_t ThreadPool::run(int helpers) {
   pending_.store(int(work_.size()), std::memory_order_relaxed);
   uint32_t generation;
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation = generationOf(state_.load(std::memory_order_relaxed)) + 1;
+    helpers_.store(uint64_t(generation) << 32 | uint64_t(helpers), std::memory_order_relaxed);
     state_.store(uint64_t(generation) << 32 | uint64_t(work_.size()) << kIndexBits,
                  std::memory_order_release);
     wake = sleepers_ > 0;
   }
-  if (wake)
-    wake_.notify_all();
+  if (wake) {
+    if (helpers == 1)
+      wake_.notify_one();
+    else
+      wake_.notify_all();
+  }
   int64_t mine = drain(generation, /*caller=*/true);
   // Only chunks a worker claimed (and is running) are left.
   if (!spinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
@@ -134,8 +162,8 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
     done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   }
   body_ = nullptr;
-  lastCallerChunks_.store(mine, std::memory_order_relaxed);
   busy_.store(false, std::memory_order_release);
+  return mine;
 }
 
 void ThreadPool::workerLoop() {
@@ -154,7 +182,15 @@ void ThreadPool::workerLoop() {
     if (stopping_.load(std::memory_order_relaxed))
       return;
     seen = generationOf(state_.load(std::memory_order_acquire));
-    drain(seen, /*caller=*/false);
+    // A loop for fewer threads than the pool has: the first ones to arrive
+    // take part, the others wait for the next loop.
+    uint64_t h = helpers_.load(std::memory_order_acquire);
+    while (generationOf(h) == seen && (h & 0xffffffffu) > 0)
+      if (helpers_.compare_exchange_weak(h, h - 1, std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+        drain(seen, /*caller=*/false);
+        break;
+      }
   }
 }
 

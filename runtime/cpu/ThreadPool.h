@@ -9,9 +9,9 @@
 // workers claim chunks one at a time from a shared counter, and the caller
 // runs every chunk no worker has claimed yet. A worker that is asleep, or
 // not scheduled because other processes hold the cores, therefore never
-// delays the caller; it costs at most the chunk it claimed. The calling
-// thread works too; nested calls (and calls while another thread's loop is
-// running) run inline.
+// delays the caller; it costs at most the chunk it claimed (forEach: one
+// piece). Nested calls, and calls while another thread's loop is running,
+// run inline.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CPU_THREADPOOL_H
@@ -44,18 +44,27 @@ public:
   void parallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t)> &body);
 
+  /// Calls body(i) once for every i in [0, n): independent pieces, run in
+  /// any order by the caller and at most threads - 1 workers (threads <= 1:
+  /// all on the caller). Pieces are claimed one at a time, so a worker that
+  /// wakes late holds the caller up by one piece at most.
+  void forEach(int64_t n, int threads, const std::function<void(int64_t)> &body);
+
   /// The chunks parallelFor would use (exposed for tests and kernels that
   /// keep per-chunk partial results).
   static std::vector<std::pair<int64_t, int64_t>> chunks(int64_t n, int64_t grain,
                                                          int threads);
 
-  /// Chunks of the last parallelFor that the calling thread ran itself
-  /// (tests: a loop whose workers are all busy elsewhere runs entirely on
-  /// the caller).
+  /// Chunks (forEach: pieces) of the last loop that its calling thread ran
+  /// itself (tests and measurements; timing-dependent unless the loop ran
+  /// inline).
   int64_t lastCallerChunks() const { return lastCallerChunks_.load(std::memory_order_relaxed); }
 
 private:
   void workerLoop();
+  /// Runs work_ (already filled) with body_ on the caller and at most
+  /// `helpers` workers; returns the chunks the caller ran.
+  int64_t run(int helpers);
   /// Claims and runs chunks of the loop `generation` until none is left;
   /// returns how many this thread ran. A worker (not the caller) that
   /// finishes the loop's last chunk wakes the caller.
@@ -66,12 +75,15 @@ private:
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)> *body_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> work_;
-  /// The current loop: generation (high 32 bits) and the next unclaimed
-  /// chunk (low 32 bits). A claim is a compare-and-swap that keeps the
+  /// The current loop: generation (high 32 bits), chunk count (next 16)
+  /// and the next unclaimed chunk (low 16). A claim is a compare-and-swap that keeps the
   /// generation, so a late worker can never claim a chunk of a newer loop
   /// or read work_ while the caller rewrites it.
   std::atomic<uint64_t> state_{0};
   std::atomic<int> pending_{0}; ///< chunks not finished
+  /// Workers still allowed to join the loop: generation (high 32 bits),
+  /// count (low 32).
+  std::atomic<uint64_t> helpers_{0};
   std::atomic<bool> busy_{false};
   std::atomic<bool> stopping_{false};
   int sleepers_ = 0; ///< workers blocked on wake_ (guarded by mu_)

@@ -1,15 +1,20 @@
 //===- CpuTest.cpp - Thread pool and BLAS matmul --------------------------===//
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
+#include "runtime/cpu/Split.h"
 #include "runtime/cpu/ThreadPool.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 #include <cstring>
 #include <random>
+#include <thread>
 
 using namespace kiln::cpu;
 
@@ -70,6 +75,107 @@ TEST(ThreadPool, NestedCallsRunInline) {
       pool.parallelFor(10, 1, [&](int64_t c, int64_t d) { total += d - c; });
   });
   EXPECT_EQ(total.load(), 40);
+}
+
+// Many short loops, with pauses long enough for the workers to fall asleep
+// between some of them, and loops from two threads at once (one of them
+// runs inline): every index runs exactly once, whichever thread claims it.
+TEST(ThreadPool, ClaimsNeverLoseOrRepeatAChunk) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(64);
+  auto loop = [&](int64_t n) {
+    pool.parallelFor(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        hits[size_t(i)]++;
+    });
+  };
+  for (int r = 0; r < 3000; ++r) {
+    int64_t n = 1 + r % 64;
+    loop(n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[size_t(i)].exchange(0), 1) << "loop " << r << " index " << i;
+    if (r % 500 == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2)); // workers sleep
+  }
+  std::atomic<int64_t> total{0};
+  auto count = [&] {
+    for (int r = 0; r < 2000; ++r)
+      pool.parallelFor(10, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  };
+  std::thread other(count);
+  count();
+  other.join();
+  EXPECT_EQ(total.load(), 2 * 2000 * 10);
+}
+
+// A loop of one chunk, or on a pool of one thread, runs on the caller.
+TEST(ThreadPool, OneChunkRunsOnTheCaller) {
+  ThreadPool one(1), two(2);
+  std::thread::id caller = std::this_thread::get_id(), ran;
+  one.parallelFor(100, 1, [&](int64_t, int64_t) { ran = std::this_thread::get_id(); });
+  EXPECT_EQ(ran, caller);
+  EXPECT_EQ(one.lastCallerChunks(), 1);
+  two.parallelFor(100, 100, [&](int64_t, int64_t) { ran = std::this_thread::get_id(); });
+  EXPECT_EQ(ran, caller);
+  EXPECT_EQ(two.lastCallerChunks(), 1);
+}
+
+// The split decision (runtime/cpu/Split.h): a step below twice the minimum
+// per thread runs inline; above it, one thread per minimum, at most the
+// pool's threads and the step's pieces; no minimum splits everything.
+TEST(Split, ThreadsFollowTheWorkSize) {
+  SplitModel m;
+  m.minNanosPerThread = 20000;
+  EXPECT_EQ(splitThreads(m, 0, 8, 2), 1);
+  EXPECT_EQ(splitThreads(m, 39999, 8, 2), 1);
+  EXPECT_EQ(splitThreads(m, 40000, 8, 2), 2);
+  EXPECT_EQ(splitThreads(m, 1e9, 8, 2), 2);
+  EXPECT_EQ(splitThreads(m, 1e9, 3, 16), 3);  // no more threads than pieces
+  EXPECT_EQ(splitThreads(m, 1e9, 1, 16), 1);
+  EXPECT_EQ(splitThreads(m, 100000, 64, 16), 5); // 100 us: 5 threads of 20 us
+  EXPECT_EQ(splitThreads(m, 1e9, 64, 1), 1);
+  m.minNanosPerThread = 0;
+  EXPECT_EQ(splitThreads(m, 0, 8, 2), 2);
+  EXPECT_EQ(splitThreads(m, 0, 8, 16), 8);
+}
+
+// The estimate behind it (runtime/cpu/Split.h, 10 us per thread): the
+// small character model's slices (256x64 out of 256x192: 256 KiB moved,
+// ~13 us) run inline; its 8x32x256x64 feed-forward GEMMs (4 MFLOP, ~84 us)
+// and the GPT CPU config's softmax (3 MFLOP, 1.5 MiB: ~230 us) split.
+TEST(Split, DefaultModelKeepsSmallKernelsInline) {
+  SplitModel m;
+  EXPECT_EQ(m.minNanosPerThread, 10000);
+  EXPECT_EQ(splitThreads(m, estimateNanos(m, 0, 262144, false), 8, 2), 1);
+  EXPECT_EQ(splitThreads(m, estimateNanos(m, 2.0 * 8 * 32 * 256 * 64,
+                                          4.0 * (8 * 32 * 64 + 256 * 64 + 8 * 32 * 256), true),
+                         8, 2),
+            2);
+  EXPECT_EQ(splitThreads(m, estimateNanos(m, 2953216, 1572864, false), 12, 2), 2);
+}
+
+// forEach runs every piece once, on at most the threads it is given.
+TEST(ThreadPool, ForEachRunsEveryPieceOnceOnAtMostItsThreads) {
+  ThreadPool pool(4);
+  for (int threads : {1, 2, 4, 8})
+    for (int64_t n : {1, 2, 7, 64}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::mutex mu;
+      std::vector<std::thread::id> ran;
+      for (int r = 0; r < 50; ++r)
+        pool.forEach(n, threads, [&](int64_t i) {
+          hits[size_t(i)]++;
+          std::lock_guard<std::mutex> lock(mu);
+          if (std::find(ran.begin(), ran.end(), std::this_thread::get_id()) == ran.end())
+            ran.push_back(std::this_thread::get_id());
+        });
+      for (auto &h : hits)
+        EXPECT_EQ(h.load(), 50);
+      EXPECT_LE(int64_t(ran.size()), std::max<int64_t>(1, threads)) << n << " pieces";
+      if (threads == 1 || n == 1) {
+        EXPECT_EQ(ran, std::vector<std::thread::id>{std::this_thread::get_id()});
+      }
+    }
 }
 
 // Matmul against a double-precision reference; float32 BLAS with K <= 37
