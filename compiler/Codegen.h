@@ -66,6 +66,35 @@ mlir::FailureOr<CompiledProgram> compileProgram(mlir::ModuleOp module,
 /// The schedule and memory plan, for humans (kilnc --emit=plan).
 void printPlan(const program::Program &program, llvm::raw_ostream &os);
 
+/// Training memory per device by the ZeRO paper's accounting (Rajbhandari
+/// et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+/// Models", 2020, section 5.1): for Psi parameters, parameters and
+/// gradients take b*Psi bytes each (b: the element size, 4 for fp32) and the
+/// optimizer state K*Psi (K = 8 for fp32 Adam's m and v, 4 for SGD with
+/// momentum, 0 for plain SGD). Plain data parallelism keeps all of it on
+/// every device; ZeRO-1 shards the optimizer state over the N devices,
+/// ZeRO-2 the gradients too. Activations and scratch are not in it (the
+/// plan's arena says those).
+struct ZeroMemory {
+  int64_t psi = 0;     ///< parameter count
+  int64_t devices = 1; ///< N: the devices the state is sharded over
+  int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
+  int64_t plainDP() const { return paramBytes + gradBytes + optimizerBytes; }
+  int64_t zero1() const { return paramBytes + gradBytes + ceilDiv(optimizerBytes); }
+  int64_t zero2() const { return paramBytes + ceilDiv(gradBytes + optimizerBytes); }
+
+private:
+  int64_t ceilDiv(int64_t b) const { return (b + devices - 1) / devices; }
+};
+/// The accounting for a compiled program: Psi from its parameter buffers,
+/// the optimizer state from the state buffers named "slot:param" (their
+/// logical size: a parameter's element count times the slot's element
+/// size), N from the mesh.
+ZeroMemory zeroMemory(const program::Program &program);
+/// Prints the three rows (plain DP, ZeRO-1, ZeRO-2), each line starting
+/// with `indent`.
+void printZeroMemory(const ZeroMemory &m, llvm::raw_ostream &os, const std::string &indent);
+
 /// Every kernel of @train_step (kind, ops, model lines, estimated FLOPs and
 /// bytes moved) and every fusion the pass refused, with its rule
 /// (kilnc --fusion-report).

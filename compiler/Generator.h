@@ -53,6 +53,10 @@ struct VStep {
   /// Outputs written over an input (a parameter update over the old value):
   /// (output value, input value); the output has no buffer of its own.
   llvm::SmallVector<std::pair<mlir::Value, mlir::Value>> tied;
+  /// A collective step: what it exchanges (its buffers are ins[0] and
+  /// outs[0]); `overlap`: it carries kiln.overlap and runs on queue 1.
+  program::Collective coll;
+  bool overlap = false;
 };
 
 class Generator {
@@ -88,7 +92,9 @@ private:
   void matchLtEpilogue(FusionOp fusion, MatmulOp mm, llvm::ArrayRef<mlir::Operation *> epi,
                        llvm::ArrayRef<mlir::Value> outs, VStep &s);
   mlir::LogicalResult gemmStep(FusionOp fusion, MatmulOp mm, VStep &s);
+  mlir::LogicalResult collectiveStep(mlir::Operation *op, VStep &s);
   mlir::LogicalResult compileFunction(mlir::func::FuncOp fn);
+  static void exactDependencies(const program::Program &p, program::Function &f);
   mlir::LogicalResult assignBuffers(mlir::func::FuncOp fn, std::vector<VStep> &steps,
                                     mlir::func::ReturnOp ret);
 
@@ -102,6 +108,9 @@ private:
   llvm::StringMap<int> kernelByKey_;
   llvm::DenseMap<mlir::Value, mlir::Value> alias_;
   std::vector<int> scratchIds_; ///< offsets relative to the scratch base
+  /// Per function, per step: the queue it runs on (1: a kiln.overlap
+  /// collective), set again after computeDependencies().
+  std::vector<std::vector<int>> queues_;
   bool fusion_ = true;
   std::vector<Refusal> refusals_;
   /// Head transposes a GEMM reads (foldedIn) or writes (foldedOut) in place.

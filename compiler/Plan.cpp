@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -55,11 +56,78 @@ LogicalResult Generator::run() {
   prog_.arenaBytes = prog_.persistentBytes;
   for (const program::Function &f : prog_.functions)
     prog_.arenaBytes = std::max(prog_.arenaBytes, prog_.persistentBytes + f.scratchBytes);
-  // Plan v2: one queue; each step waits for the steps whose memory it
-  // touches (offsets are final now).
-  for (program::Function &f : prog_.functions)
+  // The device mesh: every device runs the same steps on the same layout
+  // (data parallelism), so devices 1.. get copies of device 0's plan.
+  MeshShape mesh = getMesh(module_);
+  for (const MeshAxis &a : mesh.axes)
+    prog_.mesh.axes.push_back({a.name, a.size});
+  if (mesh.devices() > 1) {
+    program::BufferPlan same{prog_.buffers, prog_.persistentBytes, prog_.arenaBytes};
+    prog_.otherDevices.assign(size_t(mesh.devices() - 1), same);
+  }
+  // Plan v2: each step waits for the steps whose memory it touches (offsets
+  // are final now); gradient-bucket collectives (kiln.overlap) run on queue
+  // 1, everything else in order on queue 0.
+  for (auto [f, queues] : llvm::zip(prog_.functions, queues_)) {
     program::computeDependencies(prog_, f);
+    for (auto [st, q] : llvm::zip(f.steps, queues)) {
+      st.queue = q;
+      prog_.queues = std::max(prog_.queues, q + 1);
+    }
+    if (llvm::is_contained(queues, 1))
+      exactDependencies(prog_, f);
+  }
   return success();
+}
+
+/// computeDependencies() tracks memory through every buffer overlapping
+/// the one written, so a step can wait for another whose bytes it never
+/// touches (two buffers that both overlap a third, dead one). On one queue
+/// that costs nothing; a communication queue would lose its overlap. Here a
+/// step waits for an earlier step exactly when their byte ranges conflict
+/// (read-write, write-read, write-write) on some device, minus the steps
+/// its other dependencies already wait for. So a step that reuses memory a
+/// collective still reads or writes waits for the collective: the scratch
+/// first fit cannot hand out a buffer while a collective has it in flight.
+void Generator::exactDependencies(const program::Program &p, program::Function &f) {
+  size_t n = f.steps.size();
+  std::vector<std::vector<int>> reads(n), writes(n);
+  for (size_t i = 0; i < n; ++i)
+    program::stepAccesses(p, f.steps[i], reads[i], writes[i]);
+  auto overlap = [&](int a, int b) {
+    for (int d = 0; d < p.numDevices(); ++d) {
+      const Buffer &x = p.plan(d).buffers[size_t(a)], &y = p.plan(d).buffers[size_t(b)];
+      if (x.offset < y.offset + std::max<int64_t>(y.bytes, 1) &&
+          y.offset < x.offset + std::max<int64_t>(x.bytes, 1))
+        return true;
+    }
+    return false;
+  };
+  auto conflict = [&](const std::vector<int> &xs, const std::vector<int> &ys) {
+    for (int x : xs)
+      for (int y : ys)
+        if (overlap(x, y))
+          return true;
+    return false;
+  };
+  std::vector<llvm::BitVector> after(n, llvm::BitVector(unsigned(n)));
+  for (size_t j = 0; j < n; ++j) {
+    llvm::BitVector covered(static_cast<unsigned>(n));
+    std::vector<int> deps;
+    for (size_t i = j; i-- > 0;) {
+      if (covered.test(unsigned(i)))
+        continue;
+      if (!conflict(writes[j], reads[i]) && !conflict(writes[j], writes[i]) &&
+          !conflict(reads[j], writes[i]))
+        continue;
+      deps.push_back(int(i));
+      covered |= after[i];
+      covered.set(unsigned(i));
+    }
+    after[j] = covered;
+    std::sort(deps.begin(), deps.end());
+    f.steps[j].deps = std::move(deps);
+  }
 }
 
 LogicalResult Generator::fail(Operation *op, const std::string &why) {
@@ -235,6 +303,52 @@ LogicalResult Generator::gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
   return success();
 }
 
+/// A collective step: the op's operand and result, what moves and on which
+/// queue. `bytes` is what each device contributes (Program.h): the whole
+/// operand for every op here (an all_gather's operand is its own part).
+LogicalResult Generator::collectiveStep(Operation *op, VStep &s) {
+  using C = program::Collective;
+  s.kind = Step::Collective;
+  s.loc = locString(op->getLoc());
+  s.ins = {root(op->getOperand(0))};
+  s.outs = {op->getResult(0)};
+  auto t = cast<RankedTensorType>(op->getOperand(0).getType());
+  if (!t.hasStaticShape() || !toDType(t.getElementType(), s.coll.dtype))
+    return fail(op, "a collective's operand must be a statically shaped tensor of a "
+                    "supported type");
+  auto reduction = [](CollectiveReduction r) {
+    switch (r) {
+    case CollectiveReduction::sum: return C::Reduction::Sum;
+    case CollectiveReduction::mean: return C::Reduction::Mean;
+    case CollectiveReduction::max: return C::Reduction::Max;
+    case CollectiveReduction::min: return C::Reduction::Min;
+    }
+    return C::Reduction::None;
+  };
+  if (auto o = dyn_cast<AllReduceOp>(op)) {
+    s.coll.op = C::Op::AllReduce;
+    s.coll.axis = o.getAxis().str();
+    s.coll.reduction = reduction(o.getReduction());
+  } else if (auto o = dyn_cast<ReduceScatterOp>(op)) {
+    s.coll.op = C::Op::ReduceScatter;
+    s.coll.axis = o.getAxis().str();
+    s.coll.reduction = reduction(o.getReduction());
+    if (o.getDim() != 0)
+      return fail(op, "a reduce_scatter in the plan splits dim 0 only (each device's block "
+                      "is contiguous); transpose its operand first");
+  } else {
+    auto g = cast<AllGatherOp>(op);
+    s.coll.op = C::Op::AllGather;
+    s.coll.axis = g.getAxis().str();
+    if (g.getDim() != 0)
+      return fail(op, "an all_gather in the plan concatenates along dim 0 only (each "
+                      "device's block is contiguous); transpose its result afterwards");
+  }
+  s.coll.bytes = t.getNumElements() * program::dtypeBytes(s.coll.dtype);
+  s.overlap = op->hasAttr(KilnDialect::kOverlapAttr);
+  return success();
+}
+
 LogicalResult Generator::compileFunction(func::FuncOp fn) {
   alias_.clear();
   Block &block = fn.getBody().front();
@@ -348,6 +462,13 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
       alias_[op.getResult(0)] = root(op.getOperand(0));
       continue;
     }
+    if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp>(op)) {
+      VStep s;
+      if (failed(collectiveStep(&op, s)))
+        return failure();
+      steps.push_back(std::move(s));
+      continue;
+    }
     auto fusion = dyn_cast<FusionOp>(op);
     if (!fusion)
       return fail(&op, "the op is in no kernel (kiln-fuse left it outside)");
@@ -440,8 +561,9 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     steps.push_back(std::move(s));
   }
   for (Value v : ret.getOperands())
-    if (!v.getDefiningOp() || isa<FusionOp>(v.getDefiningOp()) || alias_.count(v) ||
-        isa<BlockArgument>(v))
+    if (!v.getDefiningOp() ||
+        isa<FusionOp, AllReduceOp, ReduceScatterOp, AllGatherOp>(v.getDefiningOp()) ||
+        alias_.count(v) || isa<BlockArgument>(v))
       continue;
     else if (!foldedOut_.count(v.getDefiningOp()))
       return fail(v.getDefiningOp(), "a returned value has no buffer");
@@ -522,7 +644,7 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
   }
 
   // Scratch buffers, first fit over live ranges.
-  struct Live { int64_t offset, size; int end; };
+  struct Live { int64_t offset, size; int end; int id; };
   std::vector<Live> live;
   int64_t peak = 0;
   auto allocate = [&](Value v, Role role, const std::string &name) -> int {
@@ -536,11 +658,11 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
         break;
       at = std::max(at, l.offset + l.size);
     }
-    live.push_back({at, size, last.lookup(v)});
-    peak = std::max(peak, at + size);
     b.offset = at; // relative to the scratch base until run() ends
     prog_.buffers.push_back(b);
     scratchIds_.push_back(int(prog_.buffers.size()) - 1);
+    live.push_back({at, size, last.lookup(v), scratchIds_.back()});
+    peak = std::max(peak, at + size);
     return scratchIds_.back();
   };
   auto release = [&](int before) {
@@ -560,6 +682,22 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     returned.insert(root(v));
   for (int i = 0; i < n; ++i) {
     release(i);
+    if (steps[i].kind == Step::Collective && steps[i].coll.op == program::Collective::Op::AllReduce) {
+      // In place: an all_reduce whose operand (a scratch temporary) dies
+      // here receives into the operand's buffer, which then lives as long
+      // as the result.
+      Value in = steps[i].ins[0], res = steps[i].outs[0];
+      auto it = buffer.find(in);
+      Live *l = nullptr;
+      if (it != buffer.end() && last.lookup(in) == i && !returned.count(res))
+        for (Live &x : live)
+          if (x.id == it->second && prog_.buffers[x.id].role == Role::Temp)
+            l = &x;
+      if (l) {
+        buffer[res] = l->id;
+        l->end = std::max(l->end, last.lookup(res));
+      }
+    }
     for (Value v : llvm::concat<Value>(steps[i].outs, steps[i].epiOuts))
       if (!buffer.count(v))
         buffer[v] = allocate(v, returned.count(v) ? Role::Output : Role::Temp, "");
@@ -574,12 +712,15 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     if (b.role == Role::Output && b.name.empty() && name)
       b.name = name.str();
   }
+  std::vector<int> queues;
   for (VStep &s : steps) {
     Step st;
     st.kind = s.kind;
     st.kernel = s.kernel;
     st.gemm = s.gemm;
     st.loc = s.loc;
+    st.collective = s.coll;
+    queues.push_back(s.kind == Step::Collective && s.overlap ? 1 : 0);
     for (Value v : s.ins)
       st.args.push_back(buffer[root(v)]);
     for (Value v : s.outs)
@@ -605,13 +746,74 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     st.args = {buffer[v], target};
     st.loc = locString(v.getLoc());
     out.steps.push_back(std::move(st));
+    queues.push_back(0);
   }
   out.scratchBytes = peak;
+  queues_.push_back(std::move(queues));
   prog_.functions.push_back(std::move(out));
   return success();
 }
 
 } // namespace codegen
+
+ZeroMemory zeroMemory(const program::Program &p) {
+  ZeroMemory m;
+  m.devices = std::max(1, p.mesh.numDevices());
+  for (const Buffer &b : p.buffers) {
+    if (b.role != Role::Param)
+      continue;
+    int64_t n = b.numElements();
+    m.psi += n;
+    m.paramBytes += n * program::dtypeBytes(b.dtype);
+    m.gradBytes += n * program::dtypeBytes(b.dtype);
+    for (const Buffer &st : p.buffers) {
+      llvm::StringRef name(st.name);
+      if (st.role == Role::State && name.ends_with(":" + b.name) &&
+          name.size() > b.name.size() + 1)
+        m.optimizerBytes += n * program::dtypeBytes(st.dtype);
+    }
+  }
+  return m;
+}
+
+void printZeroMemory(const ZeroMemory &m, llvm::raw_ostream &os, const std::string &indent) {
+  double psi = double(std::max<int64_t>(m.psi, 1));
+  auto per = [&](int64_t b) { return fmt::format("{:g}", double(b) / psi); };
+  auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", double(b) / (1 << 20)); };
+  os << fmt::format("{}memory per device, ZeRO paper accounting (Psi = {} parameters, N = {}; "
+                    "params {} Psi + gradients {} Psi + optimizer state {} Psi):\n",
+                    indent, m.psi, m.devices, per(m.paramBytes), per(m.gradBytes),
+                    per(m.optimizerBytes));
+  os << fmt::format("{}  plain DP  {:>12} bytes ({}), {} Psi\n", indent, m.plainDP(),
+                    mib(m.plainDP()), per(m.plainDP()));
+  os << fmt::format("{}  ZeRO-1    {:>12} bytes ({}), {} Psi: optimizer state / N\n", indent,
+                    m.zero1(), mib(m.zero1()), per(m.zero1()));
+  os << fmt::format("{}  ZeRO-2    {:>12} bytes ({}), {} Psi: gradients and optimizer state / N\n",
+                    indent, m.zero2(), mib(m.zero2()), per(m.zero2()));
+}
+
+namespace {
+/// The queue-0 steps a queue-1 step `i` of `f` overlaps: those after it up
+/// to the first queue-0 step that waits for it, or for a later queue-1 step
+/// (which runs after it on its queue).
+std::vector<size_t> overlapped(const program::Function &f, size_t i) {
+  std::vector<size_t> out;
+  if (f.steps[i].queue == 0)
+    return out;
+  for (size_t j = i + 1; j < f.steps.size(); ++j) {
+    const Step &s = f.steps[j];
+    if (s.queue != 0)
+      continue;
+    bool waits = llvm::any_of(s.deps, [&](int d) {
+      return size_t(d) >= i && f.steps[size_t(d)].queue == f.steps[i].queue;
+    });
+    if (waits)
+      break;
+    out.push_back(j);
+  }
+  return out;
+}
+} // namespace
 
 void printPlan(const program::Program &p, llvm::raw_ostream &os) {
   auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", double(b) / (1 << 20)); };
@@ -624,6 +826,18 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
     split += k.chunks > 1;
   os << fmt::format("kernels: {} distinct, {} of them split into row pieces for threads\n",
                     p.kernels.size(), split);
+  if (p.mesh.numDevices() > 1) {
+    std::string axes;
+    for (const program::MeshAxis &a : p.mesh.axes)
+      axes += fmt::format("{}{}={}", axes.empty() ? "" : " x ", a.name, a.size);
+    os << fmt::format("mesh: {} ({} devices, each with this arena); {} queue{}\n", axes,
+                      p.mesh.numDevices(), p.queues, p.queues == 1 ? "" : "s");
+    printZeroMemory(zeroMemory(p), os, "");
+    os << fmt::format("  this plan  {:>12} bytes ({}) per device: persistent {} bytes, "
+                      "scratch peak {} bytes\n",
+                      p.arenaBytes, mib(p.arenaBytes), p.persistentBytes,
+                      p.arenaBytes - p.persistentBytes);
+  }
   auto shapeStr = [](const Buffer &b) {
     std::string s = program::dtypeName(b.dtype);
     s += "[";
@@ -648,6 +862,26 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                       f.name, f.steps.size(), kernels, gemms, copies,
                       collectives ? fmt::format(", {} collectives", collectives) : "",
                       f.scratchBytes, mib(f.scratchBytes), temps);
+    if (collectives) {
+      std::map<std::string, int64_t> byOp;
+      int64_t reduced = 0, bucketed = 0, buckets = 0;
+      for (const Step &s : f.steps) {
+        if (s.kind != Step::Collective)
+          continue;
+        byOp[program::collectiveOpName(s.collective.op)]++;
+        buckets += s.queue == 1;
+        if (s.collective.op == program::Collective::Op::AllReduce) {
+          reduced += s.collective.bytes;
+          bucketed += s.queue == 1 ? s.collective.bytes : 0;
+        }
+      }
+      std::string ops;
+      for (auto &[op, k] : byOp)
+        ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", op, k);
+      os << fmt::format("  collectives per step: {} ({}); bytes all-reduced per step: {} ({} in "
+                        "buckets); buckets: {} (collectives on queue 1)\n",
+                        collectives, ops, reduced, bucketed, buckets);
+    }
     for (size_t i = 0; i < f.steps.size(); ++i) {
       const Step &s = f.steps[i];
       std::string what = s.kind == Step::Kernel
@@ -657,7 +891,14 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                                         : "")
                          : s.kind == Step::Gemm ? "gemm"
                          : s.kind == Step::Collective
-                             ? program::collectiveOpName(s.collective.op)
+                             ? fmt::format("{}{} over {}",
+                                           program::collectiveOpName(s.collective.op),
+                                           s.collective.reduction ==
+                                                   program::Collective::Reduction::None
+                                               ? ""
+                                               : fmt::format("({})", program::reductionName(
+                                                                        s.collective.reduction)),
+                                           s.collective.axis)
                              : "copy";
       std::string args;
       for (int id : s.args) {
@@ -671,6 +912,28 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
       if (!s.loc.empty())
         os << "  ; " << s.loc;
       os << "\n";
+      if (s.kind == Step::Collective) {
+        std::vector<size_t> over = overlapped(f, i);
+        std::string kernels;
+        for (size_t j = 0; j < over.size() && j < 4; ++j) {
+          const Step &o = f.steps[over[j]];
+          kernels += (j ? " " : "") + (o.kind == Step::Kernel ? p.kernels[o.kernel].symbol
+                                       : o.kind == Step::Gemm ? std::string("gemm")
+                                                              : fmt::format("step{}", over[j]));
+        }
+        if (over.size() > 4)
+          kernels += " ...";
+        os << fmt::format("       {} bytes of {} per device, queue {}{}{}\n", s.collective.bytes,
+                          program::dtypeName(s.collective.dtype), s.queue,
+                          s.args.size() == 2 && s.args[0] == s.args[1] ? ", in place" : "",
+                          s.queue == 0 ? ""
+                          : over.empty()
+                              ? ", overlaps nothing"
+                          : over.size() == 1
+                              ? fmt::format(", overlaps step {} ({})", over.front(), kernels)
+                              : fmt::format(", overlaps {} steps, {}-{} ({})", over.size(),
+                                            over.front(), over.back(), kernels));
+      }
       if (s.kind == Step::Gemm && s.epilogue >= 0) {
         const program::Kernel &k = p.kernels[s.epilogue];
         std::string eargs;

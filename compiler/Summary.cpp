@@ -1,5 +1,6 @@
 //===- Summary.cpp - What a compiled model contains -----------------------===//
 #include "compiler/Summary.h"
+#include "compiler/Codegen.h"
 
 #include "dialects/kiln/KilnDialect.h"
 
@@ -143,6 +144,47 @@ void addProgram(ModelSummary &s, ModuleOp module) {
     fn.walk([&](Operation *op) { n += op != fn.getOperation(); });
     s.program.push_back({fn.getSymName().str(), n});
   }
+  // On a mesh of several devices: the ZeRO paper's memory per device, from
+  // @train_step's parameters and optimizer state ("slot:param"), logical
+  // shapes (kiln.shard's) where the state is sharded.
+  MeshShape mesh = getMesh(module);
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (mesh.devices() <= 1 || !step)
+    return;
+  ZeroMemory m;
+  m.devices = mesh.devices();
+  std::map<std::string, int64_t> paramCount;
+  std::vector<std::pair<std::string, int64_t>> states; // name, element bytes
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    auto t = dyn_cast<RankedTensorType>(step.getArgument(i).getType());
+    if (!t)
+      continue;
+    int64_t bytes = std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
+    if (auto p = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr)) {
+      int64_t n = t.getNumElements();
+      if (auto shard = step.getArgAttrOfType<DictionaryAttr>(i, "kiln.shard"))
+        if (auto shape = shard.getAs<DenseI64ArrayAttr>("shape")) {
+          n = 1;
+          for (int64_t d : shape.asArrayRef())
+            n *= d;
+        }
+      paramCount[p.str()] = n;
+      m.psi += n;
+      m.paramBytes += n * bytes;
+      m.gradBytes += n * bytes;
+    } else if (auto st = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kStateAttr)) {
+      states.push_back({st.str(), bytes});
+    }
+  }
+  for (auto &[name, bytes] : states) {
+    size_t colon = name.find(':');
+    auto it = colon == std::string::npos ? paramCount.end()
+                                         : paramCount.find(name.substr(colon + 1));
+    if (it != paramCount.end())
+      m.optimizerBytes += it->second * bytes;
+  }
+  llvm::raw_string_ostream os(s.memory);
+  printZeroMemory(m, os, "  ");
 }
 
 void print(const ModelSummary &s, llvm::raw_ostream &os) {
@@ -187,6 +229,7 @@ void print(const ModelSummary &s, llvm::raw_ostream &os) {
          << s.program[i].second << " ops";
     os << "\n";
   }
+  os << s.memory;
 }
 
 } // namespace kiln

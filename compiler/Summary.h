@@ -32,9 +32,13 @@ struct ModelSummary {
   std::string train;
   /// Ops per function of the training program, when it was built.
   std::vector<std::pair<std::string, int64_t>> program;
+  /// On a mesh of several devices: the memory per device for plain data
+  /// parallelism, ZeRO-1 and ZeRO-2 (printZeroMemory), else empty.
+  std::string memory;
 };
 
-/// Adds the op count of every function in `module` to `summary.program`.
+/// Adds the op count of every function in `module` to `summary.program`,
+/// and on a mesh of several devices the memory report to `summary.memory`.
 void addProgram(ModelSummary &summary, mlir::ModuleOp module);
 
 /// Reads the summary off a module built by the frontend (func @forward).

@@ -266,8 +266,12 @@ int main(int argc, char **argv) {
         MemoryBuffer::getMemBufferCopy(source.text(), inputFile), SMLoc());
     mlir::SourceMgrDiagnosticHandler srcHandler(sourceMgr, &context, llvm::errs());
     module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
-    if (!module || !module->lookupSymbol("forward")) {
-      std::fprintf(stderr, "kilnc: error: '%s' is not a kiln module with func.func @forward\n",
+    // Or a hand-written training program (@train_step, e.g. with collectives):
+    // compiled as it is.
+    if (!module || !(module->lookupSymbol("forward") || module->lookupSymbol("train_step"))) {
+      std::fprintf(stderr,
+                   "kilnc: error: '%s' is not a kiln module with func.func @forward or "
+                   "@train_step\n",
                    inputFile.c_str());
       return 1;
     }
@@ -390,7 +394,7 @@ int main(int argc, char **argv) {
     emit = Emit::Plan; // the report replaces the plan's listing below
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
       emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused) {
-    if (mlir::failed(kiln::buildTrainProgram(*module))) {
+    if (!module->lookupSymbol("train_step") && mlir::failed(kiln::buildTrainProgram(*module))) {
       std::fprintf(stderr, "%s", mlirDiags.c_str());
       std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
                    inputFile.c_str());
