@@ -144,6 +144,11 @@ private:
   std::vector<Grad> grads_; ///< in backward order
   std::vector<std::vector<size_t>> buckets_;
   int64_t collectives_ = 0;
+  /// Ops that unpack a bucket's result (slices, reshapes), in creation order:
+  /// moved to just before their first use at the end, so that queue 0 does
+  /// not wait for the collective before the rest of backward.
+  std::vector<Operation *> unpack_;
+  void sinkUnpacking();
 
   Location loc(Operation *op) { return op->getLoc(); }
   /// Provenance: the new ops say what they are (locString still finds the
@@ -295,6 +300,8 @@ void Rewriter::reduceBucket(size_t k) {
     int64_t off = 0;
     for (size_t i : members) {
       grads_[i].shard = slice1(l, rs, off, off + grads_[i].block);
+      if (Operation *d = grads_[i].shard.getDefiningOp(); d && d != rs.getOperation())
+        unpack_.push_back(d);
       off += grads_[i].block;
     }
     return;
@@ -313,7 +320,12 @@ void Rewriter::reduceBucket(size_t k) {
   int64_t off = 0;
   for (size_t i : members) {
     Grad &g = grads_[i];
-    g.reduced = reshape(l, slice1(l, ar, off, off + g.numel), g.type);
+    Value part = slice1(l, ar, off, off + g.numel);
+    if (part != ar.getResult())
+      unpack_.push_back(part.getDefiningOp());
+    g.reduced = reshape(l, part, g.type);
+    if (g.reduced != part)
+      unpack_.push_back(g.reduced.getDefiningOp());
     off += g.numel;
     Value local = g.tag->getResult(0);
     local.replaceUsesWithIf(g.reduced, [&](OpOperand &use) {
@@ -521,6 +533,31 @@ LogicalResult Rewriter::shardOptimizer() {
   return success();
 }
 
+void Rewriter::sinkUnpacking() {
+  // After dead-code elimination (the old norm's ops read the gradients);
+  // the unpacking ops are found again by a temporary mark.
+  constexpr StringLiteral kMark = "kiln.dp.unpack";
+  for (Operation *op : unpack_)
+    op->setAttr(kMark, b_.getUnitAttr());
+  unpack_.clear();
+  eraseDeadOps(f_.getBody().front());
+  SmallVector<Operation *> marked;
+  f_.getBody().front().walk([&](Operation *op) {
+    if (op->hasAttr(kMark))
+      marked.push_back(op);
+  });
+  for (auto it = marked.rbegin(); it != marked.rend(); ++it) {
+    Operation *op = *it;
+    op->removeAttr(kMark);
+    Operation *first = nullptr;
+    for (Operation *u : op->getUsers())
+      if (u->getBlock() == op->getBlock() && (!first || u->isBeforeInBlock(first)))
+        first = u;
+    if (first && op->isBeforeInBlock(first))
+      op->moveBefore(first);
+  }
+}
+
 LogicalResult Rewriter::run(double firstMb, double restMb, int64_t &buckets,
                             int64_t &collectives, int64_t &bytes) {
   if (failed(collect()))
@@ -532,12 +569,12 @@ LogicalResult Rewriter::run(double firstMb, double restMb, int64_t &buckets,
     return failure();
   if (zero_ > 0 && failed(shardOptimizer()))
     return failure();
-  bytes = 0;
-  for (Grad &g : grads_) {
+  for (Grad &g : grads_)
     g.tag->removeAttr(kDpGradAttr);
+  sinkUnpacking();
+  bytes = 0;
+  for (Grad &g : grads_)
     bytes += g.numel * int64_t(g.type.getElementTypeBitWidth() / 8);
-  }
-  eraseDeadOps(f_.getBody().front());
   buckets = int64_t(buckets_.size());
   collectives = collectives_;
   return success();

@@ -422,8 +422,14 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       // With a mesh, each accumulated gradient is built as soon as backward
       // has produced its last contribution, so its all-reduce can start
       // while the rest of backward runs; kiln.dp.grad marks it.
-      if (mesh)
-        b_.setInsertionPointAfterValue((*grads)[i]);
+      if (mesh) {
+        Value after = (*grads)[i];
+        Operation *g = after.getDefiningOp();
+        Operation *prev = gradSum[i] ? gradSum[i].getDefiningOp() : nullptr;
+        if (prev && (!g || g->isBeforeInBlock(prev)))
+          after = gradSum[i];
+        b_.setInsertionPointAfterValue(after);
+      }
       gradSum[i] = gradSum[i] ? s.add(gradSum[i], (*grads)[i]) : (*grads)[i];
       if (mesh && k == K - 1) {
         gradSum[i] = s.mul(gradSum[i], s.splat(s.cst(1.0 / double(K)), params_[i].type));

@@ -375,11 +375,11 @@ Result scatterAddRule(Operation *op, ArrayRef<Opt> in) {
   if (!in[0] || !in[1] || !in[0]->partial.empty())
     return std::nullopt;
   TensorSharding out = TensorSharding::replicated(rankOf(s.getResult()));
-  int64_t n = rankOf(s.getIndices());
+  int64_t n = rankOf(s.getIndices()), ax = int64_t(s.getAxis());
   for (auto [i, axes] : llvm::enumerate(in[0]->split)) {
-    bool indexDim = int64_t(i) >= s.getAxis() && int64_t(i) < s.getAxis() + n;
+    bool indexDim = int64_t(i) >= ax && int64_t(i) < ax + n;
     if (!indexDim) {
-      int64_t o = int64_t(i) < s.getAxis() ? int64_t(i) : int64_t(i) - n + 1;
+      int64_t o = int64_t(i) < ax ? int64_t(i) : int64_t(i) - n + 1;
       out.split[o] = axes;
     } else {
       out.partial.append(axes.begin(), axes.end());

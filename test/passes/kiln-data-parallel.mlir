@@ -19,15 +19,17 @@
 // DP: %[[WF:[0-9]+]] = kiln.reshape %{{[0-9]+}} : tensor<3x4xf32> -> tensor<12xf32>
 // DP-NEXT: %[[FLAT:[0-9]+]] = kiln.concat %[[GB:[0-9]+]], %[[WF]] dim = 0 : tensor<3xf32>, tensor<12xf32> -> tensor<15xf32>
 // DP-NEXT: %[[RED:[0-9]+]] = kiln.all_reduce %[[FLAT]] axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<15xf32>
-// DP-NEXT: %[[RB:[0-9]+]] = kiln.slice %[[RED]] start = [0] limit = [3]
-// DP-NEXT: %[[RWF:[0-9]+]] = kiln.slice %[[RED]] start = [3] limit = [15]
-// DP-NEXT: %[[RW:[0-9]+]] = kiln.reshape %[[RWF]] : tensor<12xf32> -> tensor<3x4xf32>
 // The loss: a mean over devices.
 // DP: %[[LOSS:[0-9]+]] = kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = mean : tensor<f32>
+// The bucket is unpacked where its values are first used, so nothing on
+// the compute queue waits for the collective before it must.
+// DP-NEXT: %[[RWF:[0-9]+]] = kiln.slice %[[RED]] start = [3] limit = [15]
+// DP-NEXT: %[[RW:[0-9]+]] = kiln.reshape %[[RWF]] : tensor<12xf32> -> tensor<3x4xf32>
 // The norm: this device's block of each reduced gradient (parameter order:
 // w's 6 elements, then b padded to 4), one scalar all_reduce(sum).
 // DP: kiln.gather %{{[0-9]+}}[%{{[0-9]+}}] axis = 0 : tensor<2x6xf32>, tensor<1xi64> -> tensor<1x6xf32>
-// DP: kiln.pad %[[RB]] low = [0] high = [1]
+// DP: %[[RB:[0-9]+]] = kiln.slice %[[RED]] start = [0] limit = [3]
+// DP-NEXT: kiln.pad %[[RB]] low = [0] high = [1]
 // DP: kiln.gather %{{[0-9]+}}[%{{[0-9]+}}] axis = 0 : tensor<2x2xf32>, tensor<1xi64> -> tensor<1x2xf32>
 // DP: %[[SQ:[0-9]+]] = kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = sum : tensor<f32>
 // DP-NEXT: %[[NORM:[0-9]+]] = kiln.sqrt %[[SQ]] : tensor<f32>

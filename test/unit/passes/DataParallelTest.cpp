@@ -37,7 +37,7 @@ using kiln::interp::Tensor;
 
 namespace {
 
-struct Setup {
+struct Model {
   std::string file;                            ///< examples/...
   std::map<std::string, std::string> params;  ///< --param overrides
   int64_t batch;                               ///< per device
@@ -55,7 +55,7 @@ std::string readFile(const std::string &path) {
 
 /// The training program of `s` for `devices` devices (batch = per-device
 /// batch) with ZeRO stage `zero`.
-OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const Setup &s, int64_t devices, int64_t batch,
+OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const Model &s, int64_t devices, int64_t batch,
                               int zero) {
   std::string path = std::string(KILN_EXAMPLES_DIR) + "/" + s.file;
   kiln::frontend::SourceFile source(path, readFile(path));
@@ -230,15 +230,16 @@ std::vector<std::map<std::string, Tensor>> makeData(ModuleOp one, int64_t classe
   return data;
 }
 
-// Tolerance: 1e-5 relative plus an absolute floor of 2e-6 on parameters.
-// The N-device step sums each gradient in a different order (per device,
-// then over devices) from the 1-device step, so float32 rounding differs
-// by a few ulps; Adam's m / (sqrt(v) + eps) turns a few-ulp difference in a
-// near-zero gradient into a difference of up to ~lr in that coordinate's
-// update. The floor (2e-6 after 5 steps at lr = 1e-3) covers that, and is
-// far below a real error (a missing 1/N or an unreduced gradient moves
-// parameters by ~lr = 1e-3 everywhere; see the sanity check below).
-constexpr double kRel = 1e-5, kAbsParam = 2e-6;
+// Tolerance: 1e-5 relative plus an absolute floor of 1e-7 on parameters
+// (fp32). The N-device step sums each gradient in a different order (per
+// device, then over devices) from the 1-device step, so float32 rounding
+// differs by a few ulps; Adam's m / (sqrt(v) + eps) can turn a few-ulp
+// difference in a near-zero gradient into a larger one in that
+// coordinate's update, and parameters near zero have no relative margin:
+// the floor (1e-4 of lr = 1e-3) covers that. Measured: the worst
+// coordinate uses about 1-2% of it. A real error (an unreduced gradient)
+// moves parameters by ~lr; the sanity check below shows it caught.
+constexpr double kRel = 1e-5, kAbsParam = 1e-7;
 
 void expectClose(const Trace &a, const Trace &b, const std::string &what) {
   ASSERT_EQ(a.loss.size(), b.loss.size());
@@ -272,7 +273,7 @@ void expectBitwise(const Trace &a, const Trace &b, const std::string &what) {
 class DataParallel : public ::testing::TestWithParam<int> {
 protected:
   void SetUp() override { ctx_.loadDialect<kiln::KilnDialect, func::FuncDialect>(); }
-  void check(const Setup &s) {
+  void check(const Model &s) {
     int64_t n = GetParam();
     OwningOpRef<ModuleOp> one = compile(ctx_, s, 1, n * s.batch, 0);
     ASSERT_TRUE(one);
@@ -296,7 +297,7 @@ protected:
 };
 
 TEST_P(DataParallel, MlpEqualsOneDeviceOnTheNTimesBatch) {
-  check({"mlp.kiln", {{"hidden", "32"}}, 4, 2, 0.5, 10});
+  check({"mlp.kiln", {{"hidden", "32"}}, 4, 2, 0.2, 10});
 }
 
 TEST_P(DataParallel, GptEqualsOneDeviceOnTheNTimesBatch) {
@@ -313,7 +314,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::Values(2, 4),
 TEST(DataParallelTolerance, AWrongReductionIsCaught) {
   MLIRContext ctx;
   ctx.loadDialect<kiln::KilnDialect, func::FuncDialect>();
-  Setup s{"mlp.kiln", {{"hidden", "32"}}, 4, 1, 0.0, 10};
+  Model s{"mlp.kiln", {{"hidden", "32"}}, 4, 1, 0.0, 10};
   OwningOpRef<ModuleOp> one = compile(ctx, s, 1, 2 * s.batch, 0);
   ASSERT_TRUE(one);
   auto data = makeData(*one, s.classes);
