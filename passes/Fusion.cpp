@@ -1191,6 +1191,14 @@ void Grouper::placeShrinkingKernels() {
     // backward ops that still read the old values.
     if (llvm::any_of(f->getUsers(), [](Operation *u) { return isa<func::ReturnOp>(u); }))
       continue;
+    // Readers of an overlapped collective (a gradient bucket's unpacking)
+    // stay where the data-parallel pass put them, at their first use:
+    // moved up they would make the compute queue wait for the collective.
+    if (llvm::any_of(f.getOperands(), [](Value v) {
+          Operation *d = v.getDefiningOp();
+          return d && d->hasAttr(KilnDialect::kOverlapAttr);
+        }))
+      continue;
     Operation *after = nullptr;
     for (Value v : f.getOperands()) {
       Operation *d = v.getDefiningOp();
