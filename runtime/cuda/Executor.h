@@ -94,7 +94,14 @@ public:
   ~Executor() override;
 
   const program::Program &program() const override { return program_; }
-  std::string describe() const override { return device_->describe(); }
+  /// The GPU, and with a communicator this device of the mesh and the
+  /// communicator's kind ("..., device 0 of 2 (nccl communicator)").
+  std::string describe() const override {
+    if (!comm_)
+      return device_->describe();
+    return device_->describe() + ", device " + std::to_string(meshDevice_) + " of " +
+           std::to_string(comm_->size()) + " (" + comm_->kind() + " communicator)";
+  }
   Status write(int id, const void *src, size_t bytes) override;
   Status read(int id, void *dst, size_t bytes) override;
   Status runSteps(const std::string &name, size_t begin, size_t end) override;

@@ -9,10 +9,17 @@
 #ifdef KILN_HAVE_MPI
 #include "runtime/comm/Mpi.h"
 #endif
+#ifdef KILN_HAVE_NCCL
+#include "runtime/comm/Nccl.h"
+#endif
 #include "runtime/cuda/Device.h"
 #include "runtime/cuda/Executor.h"
+#ifdef KILN_HAVE_CUDA_DEVICE
+#include "runtime/cuda/Driver.h"
+#endif
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -89,7 +96,12 @@ Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const DeviceOp
                                               const Sink &out) {
   auto t0 = std::chrono::steady_clock::now();
   std::string what = device->describe();
-  auto e = cuda::Executor::create(pkg, std::move(device));
+  // A multi-device program: this device of the mesh, its collectives
+  // through o.comm (blocking: each returns once the data is in place).
+  cuda::ExecutorOptions eo;
+  eo.communicator = o.comm;
+  eo.device = o.comm ? o.deviceIndex : -1;
+  auto e = cuda::Executor::create(pkg, std::move(device), eo);
   if (!e)
     return e.status();
   // kernels: GEMM epilogues as Kiln's own kernels even where the library
@@ -191,6 +203,80 @@ Expected<std::unique_ptr<comm::Communicator>> makeMpiCommunicator(double timeout
   (void)timeoutSeconds;
   return Status::error("this kiln-run was built without MPI (install libopenmpi-dev and "
                        "rebuild); it cannot run as one of several processes");
+#endif
+}
+
+#ifndef KILN_HAVE_NCCL
+static constexpr const char *kNoNccl =
+    "this kiln-run was built without NCCL (it comes with the CUDA toolkit); it cannot train "
+    "on several GPUs: rebuild where nccl.h and libnccl are found, or use --device cpu:N, or "
+    "mpirun with --device cpu";
+#endif
+
+Expected<std::vector<std::unique_ptr<comm::Communicator>>>
+makeNcclCommunicators(const std::vector<int> &ordinals, double timeoutSeconds) {
+#ifdef KILN_HAVE_NCCL
+  auto cs = comm::NcclCommunicator::createLocal(ordinals);
+  if (!cs)
+    return cs.status();
+  std::vector<std::unique_ptr<comm::Communicator>> out;
+  for (auto &c : *cs) {
+    c->setTimeout(timeoutSeconds);
+    out.push_back(std::move(c));
+  }
+  return out;
+#else
+  (void)ordinals;
+  (void)timeoutSeconds;
+  return Status::error(kNoNccl);
+#endif
+}
+
+Expected<std::unique_ptr<comm::Communicator>>
+makeNcclCommunicator(comm::Communicator &bootstrap, int ordinal, double timeoutSeconds) {
+#ifdef KILN_HAVE_NCCL
+  auto c = comm::NcclCommunicator::createWithBootstrap(bootstrap, ordinal);
+  if (!c)
+    return c.status();
+  (*c)->setTimeout(timeoutSeconds);
+  return std::unique_ptr<comm::Communicator>(std::move(*c));
+#else
+  (void)bootstrap;
+  (void)ordinal;
+  (void)timeoutSeconds;
+  return Status::error(kNoNccl);
+#endif
+}
+
+Status checkGpus(const std::vector<int> &ordinals, const std::string &how) {
+  std::vector<std::string> names;
+  for (int o : ordinals)
+    names.push_back(fmt::format("cuda:{}", o));
+  std::string asked = fmt::format("{} asks for {} GPU{} ({})", how, ordinals.size(),
+                                  ordinals.size() == 1 ? "" : "s", fmt::join(names, ", "));
+  for (size_t i = 0; i < ordinals.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (ordinals[i] == ordinals[j])
+        return Status::error(fmt::format("{}, listing cuda:{} twice; NCCL runs one rank per GPU",
+                                         asked, ordinals[i]));
+#ifdef KILN_HAVE_CUDA_DEVICE
+  auto driver = cuda::Driver::load();
+  if (!driver)
+    return Status::error(asked + ", but this machine has no GPU: " + driver.status().message());
+  auto devices = cuda::listDevices(**driver);
+  if (!devices)
+    return Status::error(asked + ", but this machine has no GPU: " + devices.status().message());
+  int have = int(devices->size());
+  if (have == 0)
+    return Status::error(asked + ", but this machine has no GPU");
+  for (int o : ordinals)
+    if (o >= have)
+      return Status::error(fmt::format("{}, but this machine has {} GPU{}: cuda:0{}", asked, have,
+                                       have == 1 ? "" : "s",
+                                       have == 1 ? "" : fmt::format("..cuda:{}", have - 1)));
+  return Status::ok();
+#else
+  return Status::error(asked + ", but this kiln-run was built without the CUDA backend");
 #endif
 }
 

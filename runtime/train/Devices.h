@@ -65,6 +65,20 @@ makeInProcessCommunicators(int n, double timeoutSeconds);
 /// This process's rank of an MPI world (MPI started here).
 Expected<std::unique_ptr<comm::Communicator>> makeMpiCommunicator(double timeoutSeconds);
 
+/// Checks that this machine has the GPUs `ordinals` (asked for by `how`:
+/// "--device cuda:0,1"); the error names what was asked and what exists.
+/// Asks the driver only: never hangs.
+Status checkGpus(const std::vector<int> &ordinals, const std::string &how);
+/// NCCL (docs/parallel.md): one communicator per GPU of `ordinals` driven
+/// by this process (rank i on ordinals[i]), or this process's rank of a
+/// world of one process per GPU, NCCL's id carried by `bootstrap` (MPI),
+/// driving GPU `ordinal`. Each blocking, with `timeoutSeconds`. Errors
+/// where this build has no NCCL.
+Expected<std::vector<std::unique_ptr<comm::Communicator>>>
+makeNcclCommunicators(const std::vector<int> &ordinals, double timeoutSeconds);
+Expected<std::unique_ptr<comm::Communicator>>
+makeNcclCommunicator(comm::Communicator &bootstrap, int ordinal, double timeoutSeconds);
+
 /// Creates the backend `o.device` names for `pkg`: compiles or loads its
 /// kernels and allocates its arena. Errors say what this build or machine
 /// lacks and what to use instead. Unless `o.quiet`, says what it prepared

@@ -31,8 +31,9 @@ struct Model {
   Package pkg;
   std::unique_ptr<Backend> exec;
   /// Multi-device programs: this replica's device (its index in the mesh,
-  /// and its rank in `comm`) and the communicator its collectives and the
-  /// checkpoint's gathers go through; null for one device.
+  /// and its rank in `comm`) and the host-memory communicator the trainer's
+  /// own collectives and the checkpoint's gathers go through (the backend's
+  /// may be another: NCCL's); null for one device.
   comm::Communicator *comm = nullptr;
   int device = 0;
   /// Each buffer's ZeRO sharding (conventions 6), by id; filled from the

@@ -31,7 +31,7 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
     comm::Communicator *c = o.comms[i];
     auto m = std::make_unique<Model>();
     m->pkg = pkg;
-    m->comm = c;
+    m->comm = o.hostComms.empty() ? c : o.hostComms[i];
     m->device = c->rank();
     TrainOptions to = o.train;
     to.rank = c->rank();
@@ -63,13 +63,16 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
     // In-process: wake the replicas waiting in a collective at once. (A
     // process of an MPI world leaves the abort to its caller, which says
     // why first: MPI_Abort ends the job.)
-    if (inProcess)
+    if (inProcess) {
       for (comm::Communicator *c : o.comms)
         c->abort(s.message());
+      for (comm::Communicator *c : o.hostComms)
+        c->abort(s.message());
+    }
   };
   auto body = [&](size_t i) {
     if (o.handshake)
-      if (Status s = o.handshake(*o.comms[i], *run.models[i]); !s) {
+      if (Status s = o.handshake(*run.models[i]->comm, *run.models[i]); !s) {
         fail(s);
         return;
       }

@@ -38,6 +38,11 @@ struct ReplicaOptions {
   /// order, one at a time: kernels compiled for the first come from the
   /// cache for the others).
   std::function<BackendFactory(int device, comm::Communicator *c)> backend;
+  /// Host-memory communicators of the same ranks, one per replica, for the
+  /// trainer's own collectives (the handshake, agreeing on stopping,
+  /// gathering sharded state for checkpoints); empty: `comms`. Needed where
+  /// `comms` take device memory only (NCCL's).
+  std::vector<comm::Communicator *> hostComms;
   /// Checks, once every replica's backend exists, that all ranks run the
   /// same program (the start-up handshake); may be empty.
   std::function<Status(comm::Communicator &, const Model &)> handshake;

@@ -244,14 +244,25 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     return usage(fmt::format("--device {} runs {} devices in one process; under {} each "
                              "process is one device: use --device {}", f.device, spec.count,
                              launch.launcher, spec.kind));
-  if (spec.kind != "cpu")
+  if (spec.kind != "cpu" && spec.kind != "cuda")
     return fail(Status::error(fmt::format(
-        "--device {}: training on several {} devices needs the NCCL communicator, which "
-        "kiln-run does not drive yet; use --device cpu:N, or mpirun with --device cpu",
-        f.device, spec.kind)));
+        "--device {}: training on several {} devices is not supported; use --device cpu:N "
+        "or cuda:0,1,..., or mpirun with --device cpu or cuda", f.device, spec.kind)));
   if (Status s = train::checkDeviceCount(model.prog(), devices, how, f.artifact); !s)
     return fail(s);
-  std::vector<std::unique_ptr<comm::Communicator>> owned;
+  // GPUs: NCCL's communicators for the program's collectives (device
+  // memory), host ones (in-process, MPI) for the trainer's own.
+  bool gpus = spec.kind == "cuda";
+  std::vector<int> ordinals = spec.ordinals;
+  if (gpus && ordinals.empty()) // --device cuda: GPU 0, or this node's rank's
+    ordinals = {launch.multiProcess() ? launch.localRank : 0};
+  if (gpus)
+    if (Status s = train::checkGpus(ordinals, launch.multiProcess()
+                                                  ? fmt::format("rank {} of {}", launch.rank, how)
+                                                  : how);
+        !s)
+      return fail(s);
+  std::vector<std::unique_ptr<comm::Communicator>> owned, host;
   if (launch.multiProcess()) {
     auto c = train::makeMpiCommunicator(f.collectiveTimeout);
     if (!c)
@@ -261,18 +272,40 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
           "{} says this is rank {} of {}, but MPI says rank {} of {}; start kiln-run with "
           "the mpirun of the MPI it was built with", launch.launcher, launch.rank, launch.size,
           (*c)->rank(), (*c)->size())));
-    owned.push_back(std::move(*c));
+    if (gpus) {
+      auto n = train::makeNcclCommunicator(**c, ordinals[0], f.collectiveTimeout);
+      if (!n) {
+        Status s = Status::error(fmt::format("rank {}: {}", launch.rank, n.status().message()));
+        int rc = fail(s);
+        (*c)->abort("stopping the other ranks after the error above");
+        return rc;
+      }
+      host.push_back(std::move(*c));
+      owned.push_back(std::move(*n));
+    } else {
+      owned.push_back(std::move(*c));
+    }
   } else {
     auto cs = train::makeInProcessCommunicators(spec.count, f.collectiveTimeout);
     if (!cs)
       return fail(cs.status());
-    owned = std::move(*cs);
+    if (gpus) {
+      auto ns = train::makeNcclCommunicators(ordinals, f.collectiveTimeout);
+      if (!ns)
+        return fail(ns.status());
+      host = std::move(*cs);
+      owned = std::move(*ns);
+    } else {
+      owned = std::move(*cs);
+    }
   }
   train::ReplicaOptions ro;
   ro.train = o;
   ro.how = how;
   for (auto &c : owned)
     ro.comms.push_back(c.get());
+  for (auto &c : host)
+    ro.hostComms.push_back(c.get());
   // Threads: the machine's cores shared by this node's replicas, unless
   // --threads says how many each gets.
   int perReplica = f.threads;
@@ -282,9 +315,13 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   }
   Flags bf = f;
   bf.threads = perReplica;
-  ro.backend = [bf](int device, comm::Communicator *c) -> train::BackendFactory {
+  ro.backend = [bf, gpus, ordinals](int device, comm::Communicator *c) -> train::BackendFactory {
     train::DeviceOptions d;
     d.device = bf.device;
+    // cuda:0,1,...: replica i on the i-th GPU listed (one per process: its
+    // own).
+    if (gpus)
+      d.device = fmt::format("cuda:{}", ordinals[ordinals.size() == 1 ? 0 : size_t(device)]);
     d.artifact = bf.artifact;
     d.threads = bf.threads;
     d.cacheDir = bf.cacheDir;
@@ -311,8 +348,11 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   if (!r) {
     int rc = fail(r.status());
     // The other processes stop at once rather than at their deadline.
-    if (launch.multiProcess())
+    if (launch.multiProcess()) {
       owned[0]->abort("stopping the other ranks after the error above");
+      if (!host.empty())
+        host[0]->abort("stopping the other ranks after the error above");
+    }
     return rc;
   }
   if (r->result.interrupted) {
@@ -339,7 +379,9 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!detected)
     return fail(detected.status());
   train::Launch launch = *detected;
-  bool multi = spec->count > 1 || launch.multiProcess();
+  // A program over a mesh, even of one device (a world of one), runs its
+  // collectives through a communicator.
+  bool multi = spec->count > 1 || launch.multiProcess() || !model->prog().mesh.axes.empty();
   train::TrainOptions o;
   o.artifact = f.artifact;
   o.steps = f.steps;
