@@ -41,6 +41,8 @@
 #         small/         the small config (gpt_gpu.py --small's: 2 layers,
 #                        width 128, ctx 64, batch 8) and its CPU losses: a
 #                        5-step smoke test on the GPU, the --dry-run's model
+#         dp/            the MLP on a mesh of one device (data parallelism
+#                        through NCCL), its data and 5 CPU losses
 #         check/         small models for kiln-run check, GPU against the
 #                        CUDA emulator step by step (mlp and variants)
 #         prepared.txt   when, from which sources (hash), sizes
@@ -161,6 +163,22 @@ prepare() {
   # Rows of 1088 features (a block per row), with 8 classes to stay small.
   nice build/bin/kilnc test/runtime/Inputs/variants/wide-rows.kiln --param classes=8 \
     --target=cpu,cuda -o "$G/check/wide-rows.kpack" >/dev/null
+
+  echo "gpu-check --prepare: data parallelism through NCCL (a world of one: the MLP on a mesh of one device)"
+  mkdir -p "$G/dp"
+  python3 test/runtime/Inputs/make_classification.py "$G/dp/data" >/dev/null
+  nice build/bin/kilnc examples/mlp.kiln --target=cpu,cuda --cuda-arch=sm_90 --omit-zero-initializers \
+    -o "$G/dp/one.kpack" >/dev/null
+  python3 test/runtime/Inputs/make_dp_artifact.py "$G/dp/one.kpack" 1 "$G/dp/w1.kpack" >/dev/null
+  # 5 steps of batch 128 read 640 rows; keep 1024 (the carry is limited).
+  python3 -c "import numpy as np, sys; d = sys.argv[1]
+for n in ('x', 'labels'): np.save(f'{d}/{n}.npy', np.load(f'{d}/{n}.npy')[:1024])" "$G/dp/data/train"
+  rm -rf "$G/dp/one.kpack" "$G/dp/data/val"
+  ck=$(mktemp -d)
+  nice build/bin/kiln-run train "$G/dp/w1.kpack" --device cpu --steps 5 --data "$G/dp/data/train" \
+    --eval-interval 0 --log-interval 1 --loss-log "$G/dp/ref-cpu.loss" --checkpoint "$ck/dp.ckpt" \
+    --quiet > "$G/dp/ref-cpu.log" 2>&1 || { cat "$G/dp/ref-cpu.log"; exit 1; }
+  rm -rf "$ck"
 
   local tree carry
   tree=$( { git ls-files; git ls-files --others --exclude-standard; } | sort -u |
@@ -456,6 +474,17 @@ if [ $BUILT = 1 ]; then
       --device "$DEVICE" --steps 5 --data "$G/data/train.bin" --eval-interval 0 --log-interval 1 \
       --loss-log "$L/kiln-small.loss" --checkpoint "$CK/small.ckpt" && :
     compare compare-small "$SMALL_REF" "$L/kiln-small.loss"
+  fi
+  # Data parallelism on the GPU: the mesh-of-one MLP through an NCCL
+  # communicator (the collectives, the handshake on the host communicator),
+  # 5 steps against the same artifact's CPU losses (in-process communicator).
+  if [ "$MODE" = device ] && [ -f "$G/dp/w1.kpack" ]; then
+    stage kiln-dp-nccl 60 15 "$L/kiln-dp-nccl.log" --int -- "$KRUN" train "$G/dp/w1.kpack" \
+      --device "$DEVICE" --steps 5 --data "$G/dp/data/train" --eval-interval 0 --log-interval 1 \
+      --loss-log "$L/kiln-dp.loss" --checkpoint "$CK/dp.ckpt" && :
+    grep -E '^kiln-run:' "$L/kiln-dp-nccl.log" | head -3 | cut -c1-160 | sed 's/^/    /'
+    grep -q 'nccl communicator' "$L/kiln-dp-nccl.log" || { log "kiln-dp-nccl: not through NCCL"; fail kiln-dp-nccl; }
+    compare compare-dp-nccl "$G/dp/ref-cpu.loss" "$L/kiln-dp.loss"
   fi
   timeout 60 "$KRUN" inspect "$ART" > "$L/kiln-inspect.txt" 2>&1 ||
     { log "kiln-run inspect $ART failed:"; tail -3 "$L/kiln-inspect.txt"; }
