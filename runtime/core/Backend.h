@@ -26,6 +26,8 @@
 
 namespace kiln {
 
+class Tracer;
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -67,6 +69,9 @@ public:
     double flops = 0; ///< floating-point operations in all calls (GEMMs), or 0
   };
   virtual std::vector<Timing> timings() = 0;
+  /// Also records every timed step as a Span into `t` (runtime/core/
+  /// Trace.h) while it is enabled; turns profiling on. Null detaches.
+  virtual void setTracer(Tracer *t) { (void)t; }
 
   /// GEMM time by shape (program::gemmLabel), each with its first call's
   /// model line and the FLOPs done (the profiler prints the rate).

@@ -97,9 +97,60 @@ std::string stepWhere(const program::Function &f, size_t i) {
                      s.loc.empty() ? "" : " at " + s.loc);
 }
 
+/// The bytes a step's buffers hold (every argument read or written once).
+double argBytes(const program::Program &p, const std::vector<int> &args) {
+  double b = 0;
+  for (int a : args)
+    if (a >= 0 && size_t(a) < p.buffers.size())
+      b += double(p.buffers[size_t(a)].bytes);
+  return b;
+}
+
+/// Adds the span of plan step `si` (or its GEMM epilogue kernel) to the
+/// profile's tracer, if one is recording.
+void traceStep(const program::Program &p, const program::Function &f, size_t si,
+               StepProfile *profile, Span::Kind kind, double start, double seconds,
+               bool epilogue = false) {
+  Tracer *t = profile ? profile->tracer : nullptr;
+  if (!t || !t->enabled())
+    return;
+  const program::Step &s = f.steps[si];
+  Span sp;
+  sp.kind = kind;
+  sp.start = start;
+  sp.seconds = seconds;
+  sp.queue = s.queue;
+  sp.planStep = int(si);
+  sp.function = f.name;
+  if (epilogue || s.kind == program::Step::Kernel) {
+    int k = epilogue ? s.epilogue : s.kernel;
+    sp.kernel = k;
+    if (k >= 0 && size_t(k) < p.kernels.size()) {
+      sp.name = p.kernels[size_t(k)].symbol;
+      sp.flops = double(p.kernels[size_t(k)].flops);
+    }
+    sp.bytes = argBytes(p, epilogue ? s.epilogueArgs : s.args);
+  } else if (s.kind == program::Step::Gemm) {
+    sp.name = program::gemmLabel(s.gemm);
+    sp.flops = program::gemmFlops(s.gemm);
+    sp.bytes = argBytes(p, s.args);
+  } else if (s.kind == program::Step::Copy) {
+    sp.name = "copy";
+    sp.bytes = argBytes(p, s.args);
+  } else {
+    sp.name = program::collectiveOpName(s.collective.op);
+    sp.bytes = double(s.collective.bytes);
+  }
+  t->add(std::move(sp));
+}
+
 /// Runs one step through the hooks (and its GEMM epilogue), timing it.
-Status runOne(const program::Step &s, StepHooks &hooks, StepProfile *profile, bool library) {
+Status runOne(const program::Program &p, const program::Function &f, size_t si,
+              StepHooks &hooks, StepProfile *profile, bool library) {
+  const program::Step &s = f.steps[si];
   bool libraryEpilogue = s.kind == program::Step::Gemm && s.lt.valid() && library;
+  Tracer *tracer = profile ? profile->tracer : nullptr;
+  double start = tracer ? tracer->now() : 0;
   if (profile)
     if (Status r = hooks.beginTimed(); !r)
       return r;
@@ -125,17 +176,29 @@ Status runOne(const program::Step &s, StepHooks &hooks, StepProfile *profile, bo
     if (!dt)
       return dt.status();
     switch (s.kind) {
-    case program::Step::Kernel: profile->addKernel(s.kernel, *dt); break;
-    case program::Step::Gemm: profile->addGemm(s, *dt, hooks.gemmName()); break;
-    case program::Step::Copy: profile->addCopy(*dt); break;
+    case program::Step::Kernel:
+      profile->addKernel(s.kernel, *dt);
+      traceStep(p, f, si, profile, Span::Kernel, start, *dt);
+      break;
+    case program::Step::Gemm:
+      profile->addGemm(s, *dt, hooks.gemmName());
+      traceStep(p, f, si, profile, Span::Gemm, start, *dt);
+      break;
+    case program::Step::Copy:
+      profile->addCopy(*dt);
+      traceStep(p, f, si, profile, Span::Copy, start, *dt);
+      break;
     case program::Step::Collective:
       profile->addCollective(s, *dt);
       profile->addCollectiveWait(s, *dt); // queue 0 waited for all of it
+      traceStep(p, f, si, profile, Span::Collective, start, *dt);
+      traceStep(p, f, si, profile, Span::CollectiveWait, start, *dt);
       break;
     }
   }
   // A GEMM's epilogue kernel, unless the library call did its work.
   if (s.kind == program::Step::Gemm && s.epilogue >= 0 && !libraryEpilogue) {
+    double estart = tracer ? tracer->now() : 0;
     if (profile)
       if (Status x = hooks.beginTimed(); !x)
         return x;
@@ -146,6 +209,7 @@ Status runOne(const program::Step &s, StepHooks &hooks, StepProfile *profile, bo
       if (!dt)
         return dt.status();
       profile->addKernel(s.epilogue, *dt);
+      traceStep(p, f, si, profile, Span::Kernel, estart, *dt, /*epilogue=*/true);
     }
   }
   return Status::ok();
@@ -154,12 +218,16 @@ Status runOne(const program::Step &s, StepHooks &hooks, StepProfile *profile, bo
 /// The steps a loop started asynchronously and has not waited for.
 class Pending {
 public:
-  Pending(const program::Function &f, StepHooks &hooks, StepProfile *profile)
-      : f_(f), hooks_(hooks), profile_(profile), started_(f.steps.size(), false) {}
+  Pending(const program::Program &p, const program::Function &f, StepHooks &hooks,
+          StepProfile *profile)
+      : p_(p), f_(f), hooks_(hooks), profile_(profile), started_(f.steps.size(), false),
+        startedAt_(f.steps.size(), 0.0) {}
 
   void started(size_t i) {
     started_[i] = true;
     order_.push_back(i);
+    if (profile_ && profile_->tracer)
+      startedAt_[i] = profile_->tracer->now();
   }
   /// Waits for started step `i`, if it is still pending; `waiter` is the
   /// step that needs it (for the message), or SIZE_MAX at the end.
@@ -168,6 +236,7 @@ public:
       return Status::ok();
     started_[i] = false;
     const program::Step &s = f_.steps[i];
+    double waitStart = profile_ && profile_->tracer ? profile_->tracer->now() : 0;
     if (profile_)
       if (Status r = hooks_.beginTimed(); !r)
         return r;
@@ -187,6 +256,10 @@ public:
       if (s.kind == program::Step::Collective) {
         profile_->addCollective(s, std::max(ran, 0.0));
         profile_->addCollectiveWait(s, *dt);
+        // Its run: from when it was started, for as long as it ran (the
+        // backend's measure; it may have begun later, behind its queue).
+        traceStep(p_, f_, i, profile_, Span::Collective, startedAt_[i], std::max(ran, 0.0));
+        traceStep(p_, f_, i, profile_, Span::CollectiveWait, waitStart, *dt);
       }
     }
     return Status::ok();
@@ -202,10 +275,12 @@ public:
   }
 
 private:
+  const program::Program &p_;
   const program::Function &f_;
   StepHooks &hooks_;
   StepProfile *profile_;
   std::vector<bool> started_;
+  std::vector<double> startedAt_;
   std::vector<size_t> order_;
 };
 
@@ -216,7 +291,7 @@ Status runSteps(const program::Program &p, const program::Function &f, size_t be
   end = std::min(end, f.steps.size());
   bool library = hooks.libraryEpilogues();
   bool concurrent = hooks.concurrentQueues();
-  Pending pending(f, hooks, profile);
+  Pending pending(p, f, hooks, profile);
   for (size_t si = begin; si < end; ++si) {
     const program::Step &s = f.steps[si];
     Status r = Status::ok();
@@ -231,10 +306,10 @@ Status runSteps(const program::Program &p, const program::Function &f, size_t be
         if (r)
           pending.started(si);
       } else if (r) {
-        r = runOne(s, hooks, profile, library);
+        r = runOne(p, f, si, hooks, profile, library);
       }
     } else {
-      r = runOne(s, hooks, profile, library);
+      r = runOne(p, f, si, hooks, profile, library);
     }
     if (!r && s.kind == program::Step::Collective && r.message().rfind("@" + f.name, 0) != 0)
       r = Status::error(fmt::format("{}: {}", stepWhere(f, si), r.message()), r.kind());

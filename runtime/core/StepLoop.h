@@ -34,6 +34,7 @@
 #include "runtime/core/Backend.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/Status.h"
+#include "runtime/core/Trace.h"
 
 #include <cstddef>
 #include <map>
@@ -82,6 +83,11 @@ public:
 class StepProfile {
 public:
   explicit StepProfile(size_t kernels = 0) : kernels_(kernels) {}
+  /// Where each timed step also goes as a Span (Trace.h) while the tracer
+  /// is enabled: kernels (with Program::kernels' FLOP estimate and their
+  /// arguments' bytes), GEMMs (label, FLOPs), copies, collectives (run
+  /// time on their queue, bytes) and queue 0's waits for them. Null: none.
+  Tracer *tracer = nullptr;
   void addKernel(int kernel, double seconds) {
     kernels_[size_t(kernel)].seconds += seconds;
     kernels_[size_t(kernel)].calls++;

@@ -93,6 +93,11 @@ public:
   /// Per-step timing (off by default): seconds per kernel symbol ("gemm",
   /// "copy" for library steps), accumulated over runs.
   void setProfiling(bool on) override { profiling_ = on; }
+  void setTracer(Tracer *t) override {
+    profile_.tracer = t;
+    if (t)
+      profiling_ = true;
+  }
   std::vector<Timing> timings() override { return profile_.timings(program_); }
 
 private:

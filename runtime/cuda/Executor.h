@@ -108,6 +108,11 @@ public:
   Status synchronize() override;
   bool stagesInputs() const override { return true; }
   void setProfiling(bool on) override { profiling_ = on; }
+  void setTracer(Tracer *t) override {
+    profile_.tracer = t;
+    if (t)
+      profiling_ = true;
+  }
   /// GEMM steps with a library epilogue (program::LtEpilogue) run it in the
   /// GEMM call instead of launching the epilogue kernel (default on;
   /// KILN_CUDA_EPILOGUES=kernels turns it off, for comparison).

@@ -307,6 +307,37 @@ TEST(StepLoop, DispatchesInOrderAndProfilesOnce) {
   EXPECT_EQ(hooks.calls, (std::vector<std::string>{"gemm+lt", "kernel 0"}));
 }
 
+TEST(StepLoop, TracesEveryTimedStepWhileEnabled) {
+  Program p = aliasingProgram();
+  p.kernels[0].flops = 100;
+  RecordingHooks hooks;
+  StepProfile profile(p.kernels.size());
+  Tracer tracer;
+  profile.tracer = &tracer;
+  // Disabled: nothing recorded, the profile still counts.
+  ASSERT_TRUE(runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, &profile));
+  EXPECT_TRUE(tracer.spans().empty());
+  tracer.setEnabled(true);
+  tracer.setStep(7);
+  ASSERT_TRUE(runSteps(p, p.functions[0], 0, SIZE_MAX, hooks, &profile));
+  auto spans = tracer.spans();
+  ASSERT_EQ(spans.size(), p.functions[0].steps.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(spans[i].planStep, int(i));
+    EXPECT_EQ(spans[i].step, 7);
+    EXPECT_EQ(spans[i].function, p.functions[0].name);
+    EXPECT_DOUBLE_EQ(spans[i].seconds, 0.5); // what the hooks measured
+    if (i > 0)
+      EXPECT_GE(spans[i].start, spans[i - 1].start);
+  }
+  EXPECT_EQ(spans[0].kind, Span::Kernel);
+  EXPECT_EQ(spans[0].name, "k0");
+  EXPECT_EQ(spans[0].kernel, 0);
+  EXPECT_DOUBLE_EQ(spans[0].flops, 100);
+  EXPECT_GT(spans[0].bytes, 0);
+  EXPECT_EQ(spans.back().kind, Span::Copy);
+}
+
 TEST(StepLoop, CollectivesNeedACommunicator) {
   Program p = meshProgram();
   RecordingHooks hooks;
