@@ -48,11 +48,14 @@ SpanScope::SpanScope(Tracer *t, Span::Kind kind, std::string name)
   s_.start = t_->now();
 }
 
-SpanScope::~SpanScope() {
+SpanScope::~SpanScope() { finish(); }
+
+void SpanScope::finish() {
   if (!t_)
     return;
   s_.seconds = t_->now() - s_.start;
   t_->add(std::move(s_));
+  t_ = nullptr;
 }
 
 } // namespace kiln

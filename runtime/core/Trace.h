@@ -108,6 +108,8 @@ public:
   SpanScope(const SpanScope &) = delete;
   SpanScope &operator=(const SpanScope &) = delete;
   Span &span() { return s_; }
+  /// Ends the span now (the destructor then does nothing).
+  void finish();
 
 private:
   Tracer *t_;

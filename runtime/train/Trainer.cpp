@@ -238,12 +238,29 @@ Expected<TrainResult> Trainer::run() {
   // and copies the batch meanwhile); when an evaluation follows the step it
   // is written after it (entry points share scratch memory).
   bool batchReady = false;
+  Tracer *tracer = o_.tracer;
+  if (tracer)
+    m.exec->setTracer(tracer);
+  // Whether `at` is in the traced window; switches recording on or off.
+  auto traceStep = [&](int64_t at) {
+    if (!tracer)
+      return;
+    tracer->setStep(at);
+    tracer->setEnabled(at >= o_.traceFrom && at < o_.traceTo);
+  };
   auto writeNext = [&]() -> Status {
-    Batch b = prefetch.next();
+    Batch b;
+    {
+      SpanScope wait(tracer, Span::DataWait, "data wait");
+      b = prefetch.next();
+    }
     batchReady = true;
+    SpanScope copy(tracer, Span::HostToDevice, "host to device");
     return copyBatch(*m.exec, inputs_, b);
   };
   for (; step < steps_; ++step) {
+    traceStep(step);
+    SpanScope stepSpan(tracer, Span::Step, fmt::format("step {}", step));
     if (!batchReady)
       if (Status s = writeNext(); !s)
         return s;
@@ -279,12 +296,19 @@ Expected<TrainResult> Trainer::run() {
     bool evalAfter = val_ && evalInterval_ > 0 &&
                      ((step + 1) % evalInterval_ == 0 || step + 1 == steps_);
     bool early = m.exec->stagesInputs() && step + 1 < steps_ && !evalAfter;
-    if (early)
-      if (Status s = writeNext(); !s)
+    if (early) {
+      // The next step's batch: its wait and copy belong to that step.
+      traceStep(step + 1);
+      Status s = writeNext();
+      traceStep(step);
+      if (!s)
         return s;
+    }
     loss = m.scalar(lossId_);
     norm = normId_ >= 0 ? m.scalar(normId_) : 0.f;
     lr = lrId_ >= 0 ? m.scalar(lrId_) : 0.f;
+    stepSpan.span().step = step;
+    stepSpan.finish(); // the step ends when its results are back
     if (o_.onStep)
       o_.onStep(StepMetrics{step, loss, norm, lr});
     if (lossLog_)
@@ -316,6 +340,7 @@ Expected<TrainResult> Trainer::run() {
       lossSum = 0;
     }
     if (val_ && evalInterval_ > 0 && ((step + 1) % evalInterval_ == 0 || last)) {
+      SpanScope evalSpan(tracer, Span::Eval, "evaluation");
       EvalResult e = evaluate(m, *val_, evalSteps_);
       lastVal = e.loss;
       if (!o_.quiet)
@@ -333,10 +358,14 @@ Expected<TrainResult> Trainer::run() {
       ++step;
       break;
     }
-    if (ckptEvery_ > 0 && (step + 1) % ckptEvery_ == 0 && !last)
+    if (ckptEvery_ > 0 && (step + 1) % ckptEvery_ == 0 && !last) {
+      SpanScope save(tracer, Span::Checkpoint, "checkpoint");
       if (Status s = saveCheckpoint(m, ckptPath_, step + 1, seed_, leader()); !s)
         return s;
+    }
   }
+  if (tracer)
+    tracer->setEnabled(false);
   if (lossLog_) {
     std::fclose(lossLog_);
     lossLog_ = nullptr;

@@ -29,8 +29,10 @@
 #include "runtime/train/DataSource.h"
 #include "runtime/train/Model.h"
 #include "runtime/train/Output.h"
+#include "runtime/core/Trace.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -68,6 +70,15 @@ struct TrainOptions {
   const std::atomic<bool> *stop = nullptr;
   /// Called after every step (on every rank).
   std::function<void(const StepMetrics &)> onStep;
+  /// Where this replica's spans go (runtime/core/Trace.h), or null: the
+  /// trainer attaches it to the backend (Backend::setTracer) and records,
+  /// for steps in [traceFrom, traceTo), every plan step plus one span per
+  /// training step (Span::Step: from the wait for its batch to its loss
+  /// read back), the wait for data (DataWait), the batch's copy to the
+  /// device (HostToDevice), evaluations (Eval) and checkpoint writes
+  /// (Checkpoint). Not owned.
+  Tracer *tracer = nullptr;
+  int64_t traceFrom = 0, traceTo = INT64_MAX;
   /// Set by whoever runs several replicas when one of them failed: the
   /// others stop waiting (a stalled replica of a fault test wakes).
   const std::atomic<bool> *cancel = nullptr;

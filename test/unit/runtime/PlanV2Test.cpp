@@ -327,8 +327,9 @@ TEST(StepLoop, TracesEveryTimedStepWhileEnabled) {
     EXPECT_EQ(spans[i].step, 7);
     EXPECT_EQ(spans[i].function, p.functions[0].name);
     EXPECT_DOUBLE_EQ(spans[i].seconds, 0.5); // what the hooks measured
-    if (i > 0)
+    if (i > 0) {
       EXPECT_GE(spans[i].start, spans[i - 1].start);
+    }
   }
   EXPECT_EQ(spans[0].kind, Span::Kernel);
   EXPECT_EQ(spans[0].name, "k0");
