@@ -326,15 +326,19 @@ Expected<TrainResult> Trainer::run() {
     lossSum += loss;
     ++sinceLog;
     bool last = step + 1 == steps_;
-    if (!o_.quiet && (sinceLog == o_.logInterval || last || step == start_)) {
+    if ((!o_.quiet || o_.onLog) && (sinceLog == o_.logInterval || last || step == start_)) {
       auto now = clock::now();
       double dt = std::chrono::duration<double>(now - tLog).count() / double(sinceLog);
       double eta = dt * double(steps_ - step - 1);
-      say(Channel::Progress,
-          fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} "
-                      "ms/step | {:.1f}k {}/s | ETA {}",
-                      step + 1, steps_, lossSum / double(sinceLog), lr, norm, dt * 1e3,
-                      double(items_) / dt / 1e3, tokens_ ? "tok" : "samples", duration(eta)));
+      if (o_.onLog && leader())
+        o_.onLog(LogPoint{step + 1, lossSum / double(sinceLog), lr, norm, double(items_) / dt,
+                          tokens_, dt * 1e3});
+      if (!o_.quiet)
+        say(Channel::Progress,
+            fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} "
+                        "ms/step | {:.1f}k {}/s | ETA {}",
+                        step + 1, steps_, lossSum / double(sinceLog), lr, norm, dt * 1e3,
+                        double(items_) / dt / 1e3, tokens_ ? "tok" : "samples", duration(eta)));
       tLog = now;
       sinceLog = 0;
       lossSum = 0;
@@ -343,6 +347,8 @@ Expected<TrainResult> Trainer::run() {
       SpanScope evalSpan(tracer, Span::Eval, "evaluation");
       EvalResult e = evaluate(m, *val_, evalSteps_);
       lastVal = e.loss;
+      if (o_.onEval && leader())
+        o_.onEval(EvalPoint{step + 1, e.loss, e.accuracy});
       if (!o_.quiet)
         say(Channel::Progress,
             fmt::format("step {:>5}: val loss {:.4f}{} ({} batches)", step + 1, e.loss,

@@ -47,6 +47,25 @@ struct StepMetrics {
   float loss = 0, gradNorm = 0, lr = 0;
 };
 
+/// What the progress line says at each log interval, for TrainOptions::onLog
+/// (rank 0 only; also with `quiet`).
+struct LogPoint {
+  int64_t step = 0;        ///< steps done (the progress line's "step N/...")
+  double loss = 0;         ///< mean training loss over the interval
+  float lr = 0, gradNorm = 0; ///< the interval's last step's
+  double itemsPerSecond = 0;  ///< tokens (or samples) of the global batch per second
+  bool tokens = false;        ///< whether the items are tokens
+  double msPerStep = 0;       ///< mean wall time per step over the interval
+  // Mixed precision (loss scale, skipped steps) goes here once it exists.
+};
+
+/// An evaluation's result, for TrainOptions::onEval (rank 0 only).
+struct EvalPoint {
+  int64_t step = 0;     ///< steps done when it ran
+  double loss = 0;      ///< mean validation loss
+  double accuracy = -1; ///< classifiers only; < 0: none
+};
+
 /// Unset values (-1, "") take the model's train section or the defaults
 /// kiln-run documents.
 struct TrainOptions {
@@ -70,6 +89,10 @@ struct TrainOptions {
   const std::atomic<bool> *stop = nullptr;
   /// Called after every step (on every rank).
   std::function<void(const StepMetrics &)> onStep;
+  /// Called on rank 0 at each log interval and after each evaluation (the
+  /// TensorBoard writer, runtime/train/TensorBoard.h).
+  std::function<void(const LogPoint &)> onLog;
+  std::function<void(const EvalPoint &)> onEval;
   /// Where this replica's spans go (runtime/core/Trace.h), or null: the
   /// trainer attaches it to the backend (Backend::setTracer) and records,
   /// for steps in [traceFrom, traceTo), every plan step plus one span per
