@@ -14,6 +14,7 @@
 #include "runtime/train/Launch.h"
 #include "runtime/train/Replicas.h"
 #include "runtime/train/Sampler.h"
+#include "runtime/train/TensorBoard.h"
 #include "runtime/train/Trainer.h"
 
 #include <fmt/format.h>
@@ -82,6 +83,7 @@ struct Flags {
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
   bool inOrder = false; ///< .npy training data in file order, no shuffling
+  std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
 };
 
 Status parseFlags(const std::vector<std::string> &args, Flags &f) {
@@ -151,6 +153,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--vocab") s = value(f.vocab);
     else if (a == "--prompt") s = value(f.prompt);
     else if (a == "--loss-log") s = value(f.lossLog);
+    else if (a == "--tensorboard") s = value(f.tensorboard);
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
     else if (a == "--no-cache") f.noCache = true;
@@ -399,12 +402,31 @@ int trainCommand(const std::vector<std::string> &args) {
   o.quiet = f.quiet;
   o.profile = f.profile;
   o.stop = &gInterrupted;
+  // --tensorboard: one event file, rank 0's (its trainer alone writes).
+  std::shared_ptr<train::TensorBoardWriter> tb;
+  if (!f.tensorboard.empty() && (!launch.multiProcess() || launch.rank == 0)) {
+    auto w = train::TensorBoardWriter::open(f.tensorboard);
+    if (!w)
+      return fail(w.status());
+    tb = std::move(*w);
+    train::attachTensorBoard(o, tb, print);
+    if (!f.quiet)
+      print(Channel::Note, fmt::format("TensorBoard scalars: {} (tensorboard --logdir {})",
+                                       tb->path(), f.tensorboard));
+  }
+  // A finished run whose event file failed (a full disk) still fails.
+  auto tbDone = [&tb](int rc) {
+    if (rc == 0 && tb)
+      if (Status s = tb->close(); !s)
+        return fail(s);
+    return rc;
+  };
   if (multi) {
     gInterrupted = false;
     std::signal(SIGINT, onSigint);
     int rc = trainReplicas(f, o, *spec, launch, *model);
     std::signal(SIGINT, SIG_DFL);
-    return rc;
+    return tbDone(rc);
   }
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
@@ -422,7 +444,7 @@ int trainCommand(const std::vector<std::string> &args) {
   }
   if (f.profile)
     printProfile(*model->exec);
-  return 0;
+  return tbDone(0);
 }
 
 int evalCommand(const std::vector<std::string> &args) {

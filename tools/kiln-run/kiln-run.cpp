@@ -51,6 +51,8 @@ const char *kUsage =
     "      per epoch; --in-order keeps file order). Checkpoints (safetensors, atomic) default to\n"
     "      MODEL.ckpt.safetensors every eval interval and at the end; Ctrl-C\n"
     "      saves one and exits (130). --resume continues bit for bit.\n"
+    "      --tensorboard DIR: scalars (loss, lr, grad norm, val loss, tokens/s,\n"
+    "      step time) in a TensorBoard event file in DIR (tensorboard --logdir DIR).\n"
     "  kiln-run eval MODEL.kpack [--checkpoint CKPT] [--val-data PATH] [--eval-steps N]\n"
     "      Mean validation loss (and accuracy for classifiers).\n"
     "  kiln-run sample MODEL.kpack [--checkpoint CKPT] [--tokens N] [--prompt TEXT]\n"
