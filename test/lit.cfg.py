@@ -72,3 +72,13 @@ if shutil.which("mpirun"):
                                  " --mca btl self,vader --bind-to none"))
 else:
     lit_config.note("no mpirun here: MPI tests are UNSUPPORTED (scripts/setup.sh installs OpenMPI)")
+
+# TensorBoard's reader (the tensorboard package, scripts/setup.sh) for the
+# tests that read event files back. In CI (CI=true) those tests always run,
+# so a missing package fails them instead of hiding them.
+if subprocess.run([config.python_executable, "-c", "import tensorboard"],
+                  capture_output=True).returncode == 0 or os.environ.get("CI") == "true":
+    config.available_features.add("tensorboard")
+else:
+    lit_config.note("no tensorboard package for %s: TensorBoard tests are UNSUPPORTED "
+                    "(pip install tensorboard)" % config.python_executable)
