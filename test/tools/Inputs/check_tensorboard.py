@@ -12,10 +12,11 @@ own reader and compares every scalar with what kiln-run printed and logged.
   --eval-every is given;
 - steps: those of the progress lines ("step N/M"), which are steps done;
 - values: train/loss is the mean of the loss log's losses over the interval
-  and train/grad_norm the interval's last step's, both equal to float32
-  precision: the trainer sums the same float losses in double in the same
-  order, so after rounding to float32 they are the same number (we allow
-  one float32 ulp, 6e-8 relative, for a different summation order); the
+  (each read back as the float32 it was printed from, %.9g) and
+  train/grad_norm the interval's last step's, both equal to float32
+  precision: the trainer sums the same floats in double in the same order,
+  so after rounding to float32 they are the same number (we allow 6e-8
+  relative, at most one float32 ulp, and find none needed); the
   printed values (lr, ms/step, k tok/s, val loss, accuracy) agree within
   half a unit of their last printed digit.
 
@@ -117,7 +118,7 @@ def main():
         step = steps[i]
         d = dict(got["train/loss"])
         # The interval: loss log steps (0-based) prev .. step-1.
-        interval = [losslog[k][0] for k in range(prev, step)]
+        interval = [f32(losslog[k][0]) for k in range(prev, step)]  # the floats the trainer summed
         mean = 0.0
         for x in interval:
             mean += x
