@@ -10,6 +10,7 @@ step; right: train/lr. Needs the tensorboard and matplotlib packages
 (pip install tensorboard matplotlib).
 """
 import argparse
+import os
 import sys
 
 try:
@@ -28,6 +29,8 @@ def main():
     ap.add_argument("-o", "--out", required=True, help="the picture to write (.png)")
     ap.add_argument("--title", default=None)
     a = ap.parse_args()
+    if not os.path.isdir(a.dir):
+        sys.exit("tb-plot.py: %s is not a directory (give the --tensorboard DIR of a run)" % a.dir)
     ea = EventAccumulator(a.dir, size_guidance={"scalars": 0})
     ea.Reload()
     tags = ea.Tags()["scalars"]
