@@ -28,11 +28,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BASELINE = os.path.join("test", "perf", "baseline.json")
 
 # (name, model file relative to the repository root, kilnc flags). The name
-# is the baseline's key and the diff's first column.
-CONFIGS = [
-    ("examples/mlp.kiln", "examples/mlp.kiln", []),
-    ("examples/shakespeare_char.kiln", "examples/shakespeare_char.kiln", []),
-    ("examples/shakespeare_char_cpu.kiln", "examples/shakespeare_char_cpu.kiln", []),
+# is the baseline's key and the diff's first column. Every example on the CPU
+# target (a new example has no baseline: the guard fails until --update),
+# then the data-parallel CPU GPT and the GPU GPT's CUDA plan.
+CONFIGS = [(f"examples/{f}", f"examples/{f}", [])
+           for f in sorted(os.listdir(os.path.join(ROOT, "examples"))) if f.endswith(".kiln")]
+CONFIGS += [
     ("examples/shakespeare_char_cpu.kiln --devices 2", "examples/shakespeare_char_cpu.kiln",
      ["--devices", "2"]),
     ("examples/shakespeare_char_cpu.kiln --devices 2 --zero 1",
@@ -195,8 +196,9 @@ def main(argv):
     ap.add_argument("--kilnc", default=None,
                     help="the compiler (default: build/bin/kilnc, else kilnc on PATH)")
     ap.add_argument("--config", action="append", default=[], metavar="TEXT",
-                    help="only configurations whose name contains TEXT (repeatable); "
-                         "--update then keeps the others' baseline as it is")
+                    help="only the configuration named TEXT, else those whose name "
+                         "contains it (repeatable); --update then keeps the others' "
+                         "baseline as it is")
     ap.add_argument("--list", action="store_true", help="print the configurations and exit")
     ap.add_argument("--timeout", type=int, default=300,
                     help="seconds one compile may take (default 300)")
@@ -206,10 +208,14 @@ def main(argv):
         for name, model, flags in CONFIGS:
             print(name)
         return 0
-    configs = [c for c in CONFIGS
-               if not args.config or any(t in c[0] for t in args.config)]
+    def selected(t):
+        exact = [c for c in CONFIGS if c[0] == t]
+        return exact or [c for c in CONFIGS if t in c[0]]
+    chosen = {c[0] for t in args.config for c in selected(t)}
+    configs = [c for c in CONFIGS if not args.config or c[0] in chosen]
     if not configs:
-        print(f"perf-guard: error: no configuration matches --config {args.config}; "
+        print(f"perf-guard: error: no configuration matches --config "
+              f"{' --config '.join(args.config)}; "
               f"see --list", file=sys.stderr)
         return 2
     baseline_path = args.baseline or os.path.join(ROOT, DEFAULT_BASELINE)
