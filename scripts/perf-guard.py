@@ -113,7 +113,7 @@ def plural(n, word):
 
 def percent(old, new):
     if old == 0:
-        return "(new)" if new else ""
+        return "(from 0)" if new else ""
     p = (new - old) / old * 100
     return f"({p:+.1f}%)" if abs(p) >= 0.1 else f"({p:+.2g}%)"
 

@@ -29,13 +29,17 @@ void addKernel(const Program &p, int k, FunctionCounters &c) {
     c.fusedOps += int64_t(kernel.ops.size());
 }
 
-int64_t launchesOf(const std::vector<std::vector<gpu::Launch>> &launches, int k) {
-  return k >= 0 && size_t(k) < launches.size() ? int64_t(launches[size_t(k)].size()) : 0;
+int64_t launchesOf(const std::vector<std::vector<gpu::Launch>> &launches,
+                   int k) {
+  return k >= 0 && size_t(k) < launches.size()
+             ? int64_t(launches[size_t(k)].size())
+             : 0;
 }
 
 } // namespace
 
-Counters countPlan(const Program &p, const std::vector<std::vector<gpu::Launch>> *cudaLaunches) {
+Counters countPlan(const Program &p,
+                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches) {
   Counters out;
   out.devices = p.numDevices();
   out.queues = p.queues;

@@ -1,4 +1,4 @@
-//===- Counters.h - What one call of an entry point costs, by count -*- C++ -*-===//
+//===- Counters.h - What a call of an entry point costs ---------*- C++ -*-===//
 //
 // Deterministic counters of a compiled plan, per entry point (@train_step,
 // @eval_step, @predict): the kernels and GEMMs one call runs, its FLOPs and
@@ -52,8 +52,8 @@ struct FunctionCounters {
 struct Counters {
   int devices = 1;
   int queues = 1;
-  int64_t arenaBytes = 0;      ///< the largest device arena
-  int64_t persistentBytes = 0; ///< its persistent region
+  int64_t arenaBytes = 0;                  ///< the largest device arena
+  int64_t persistentBytes = 0;             ///< its persistent region
   std::vector<FunctionCounters> functions; ///< in plan order
 
   /// JSON with a fixed key order (functions in plan order, counters in the
@@ -63,8 +63,9 @@ struct Counters {
 
 /// Counts `p`; `cudaLaunches` (per program kernel, as gpu::Plan::kernels)
 /// adds FunctionCounters::cudaLaunches.
-Counters countPlan(const Program &p,
-                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches = nullptr);
+Counters
+countPlan(const Program &p,
+          const std::vector<std::vector<gpu::Launch>> *cudaLaunches = nullptr);
 
 } // namespace kiln::program
 

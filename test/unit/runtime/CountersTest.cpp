@@ -27,8 +27,9 @@ Program plan() {
   Program p;
   // 0: param (16 B), 1: input (32 B), 2: temp (64 B), 3: output (128 B),
   // 4: bias (8 B).
-  p.buffers = {buffer(0, 16, Role::Param), buffer(64, 32, Role::Input), buffer(128, 64),
-               buffer(192, 128, Role::Output), buffer(320, 8, Role::Param)};
+  p.buffers = {buffer(0, 16, Role::Param), buffer(64, 32, Role::Input),
+               buffer(128, 64), buffer(192, 128, Role::Output),
+               buffer(320, 8, Role::Param)};
   p.persistentBytes = 64;
   p.arenaBytes = 384;
   BufferPlan other = p; // device 1: a larger persistent region and arena
@@ -60,11 +61,11 @@ Program plan() {
   g.gemm.batch = 2;
   g.gemm.m = 3;
   g.gemm.n = 4;
-  g.gemm.k = 5; // 2 * 2*3*4*5 = 240 FLOPs
-  g.args = {1, 0, 2};          // 32 + 16 + 64 bytes
+  g.gemm.k = 5;       // 2 * 2*3*4*5 = 240 FLOPs
+  g.args = {1, 0, 2}; // 32 + 16 + 64 bytes
   g.epilogue = 1;
-  g.epilogueArgs = {2, 4, 3};  // 64 + 8 + 128 bytes
-  Step g2 = g;                 // the same with a library epilogue
+  g.epilogueArgs = {2, 4, 3}; // 64 + 8 + 128 bytes
+  Step g2 = g;                // the same with a library epilogue
   g2.lt.out = 3;
   g2.lt.bias = 4;
   Step c;
@@ -98,11 +99,13 @@ TEST(Counters, CountsEveryStepKind) {
   EXPECT_EQ(t.gemms, 2);
   EXPECT_EQ(t.copies, 1);
   EXPECT_EQ(t.flops, 10 + 2 * (240 + 100));
-  EXPECT_EQ(t.bytes, (32 + 64) + 2 * ((32 + 16 + 64) + (64 + 8 + 128)) + (128 + 16));
+  EXPECT_EQ(t.bytes,
+            (32 + 64) + 2 * ((32 + 16 + 64) + (64 + 8 + 128)) + (128 + 16));
   EXPECT_EQ(t.collectives, 1);
   EXPECT_EQ(t.collectiveBytes, 4096);
   EXPECT_EQ(t.peakBytes, 96 + 256);
-  EXPECT_EQ(t.fusedOps, 2 * 3); // the three-op epilogue, twice; relu is not fused
+  EXPECT_EQ(t.fusedOps,
+            2 * 3); // the three-op epilogue, twice; relu is not fused
   EXPECT_EQ(t.cudaLaunches, -1);
   const FunctionCounters &e = c.functions[1];
   EXPECT_EQ(e.function, "eval_step");
@@ -114,7 +117,8 @@ TEST(Counters, CountsEveryStepKind) {
 TEST(Counters, CudaLaunchesSkipLibraryEpilogues) {
   std::vector<std::vector<kiln::gpu::Launch>> launches(2);
   launches[0].resize(1); // relu: one launch
-  launches[1].resize(2); // the epilogue: two launches (e.g. a row pass and a column pass)
+  launches[1].resize(
+      2); // the epilogue: two launches (e.g. a row pass and a column pass)
   Counters c = countPlan(plan(), &launches);
   // kernel 1 + GEMM 1 + epilogue 2 + GEMM with library epilogue 1.
   EXPECT_EQ(c.functions[0].cudaLaunches, 1 + (1 + 2) + 1);
@@ -133,10 +137,12 @@ TEST(Counters, JsonKeepsItsKeyOrder) {
     counters.push_back(k);
   EXPECT_EQ(top, (std::vector<std::string>{"devices", "queues", "arena_bytes",
                                            "persistent_bytes", "functions"}));
-  EXPECT_EQ(counters, (std::vector<std::string>{"steps", "kernels", "gemms", "copies", "flops",
-                                                "bytes", "collectives", "collective_bytes",
-                                                "peak_bytes", "fused_ops"}));
-  EXPECT_EQ(j["functions"].begin().key(), "train_step"); // plan order, not sorted
+  EXPECT_EQ(counters,
+            (std::vector<std::string>{
+                "steps", "kernels", "gemms", "copies", "flops", "bytes",
+                "collectives", "collective_bytes", "peak_bytes", "fused_ops"}));
+  EXPECT_EQ(j["functions"].begin().key(),
+            "train_step"); // plan order, not sorted
   EXPECT_EQ(j["functions"]["train_step"]["flops"], 10 + 2 * (240 + 100));
 }
 
