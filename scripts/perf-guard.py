@@ -11,8 +11,8 @@ and compares them with the committed baseline, test/perf/baseline.json.
 
 Exit codes: 0 every counter as in the baseline or better (an improvement
 prints how to lock it in), 1 a counter got worse or a configuration has no
-baseline, 2 the guard itself could not run (kilnc failed, unreadable
-baseline). docs/testing.md "Performance guard" says what is counted.
+baseline, 2 the guard itself could not run (kilnc failed, a missing or
+unreadable baseline). docs/testing.md "Performance guard" says what is counted.
 Standard library only.
 """
 import argparse
@@ -157,9 +157,11 @@ def table(rows):
     return "\n".join(lines)
 
 
-def load_baseline(path):
+def load_baseline(path, update):
     if not os.path.exists(path):
-        return {}
+        if update:
+            return {}
+        raise GuardError(f"{path}: no such baseline; create it with --update")
     try:
         with open(path) as f:
             data = json.load(f)
@@ -221,7 +223,7 @@ def main(argv):
     baseline_path = args.baseline or os.path.join(ROOT, DEFAULT_BASELINE)
     try:
         kilnc = find_kilnc(args.kilnc)
-        baseline = load_baseline(baseline_path)
+        baseline = load_baseline(baseline_path, args.update)
         with tempfile.TemporaryDirectory(prefix="kiln-perf-guard-") as tmp:
             current = measure(kilnc, configs, tmp, args.timeout)
     except GuardError as e:
@@ -231,9 +233,11 @@ def main(argv):
     rows = compare(baseline, current)
     counted = sum(len(flatten(c)) for c in current.values())
     if args.update:
-        merged = dict(baseline)
+        # With --config the other configurations keep their entries; without,
+        # the baseline holds exactly today's configurations (a removed example
+        # leaves it).
+        merged = dict(baseline) if args.config else {}
         merged.update(current)
-        # The configurations' order, then any the list no longer has.
         order = [c[0] for c in CONFIGS if c[0] in merged]
         order += sorted(k for k in merged if k not in order)
         write_baseline(baseline_path, {k: merged[k] for k in order})
