@@ -3,6 +3,7 @@
 //   kilnc MODEL.kiln                 summary: ops, parameters, counts
 //   kilnc MODEL.kiln --emit=mlir     the verified kiln module
 //   kilnc MODEL.kiln --emit=plan     schedule and memory plan
+//   kilnc MODEL.kiln --emit=counters per-call counters (JSON) for the perf guard
 //   kilnc MODEL.kiln -o MODEL.kpack  the artifact kiln-run executes
 //
 // Exit codes: 0 success, 1 user error (bad model file or flags), 2 internal
@@ -16,6 +17,7 @@
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
 #include "frontend/Frontend.h"
+#include "runtime/core/Counters.h"
 #include "runtime/core/Log.h"
 
 #include "dialects/kiln/KilnDialect.h"
@@ -43,7 +45,7 @@ cl::OptionCategory kilncCategory("kilnc options");
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.kiln>"),
                                cl::Required, cl::cat(kilncCategory));
 
-enum class Emit { Summary, Mlir, Train, Fused, Plan, Kernels, LLVM, Cuda, Package };
+enum class Emit { Summary, Mlir, Train, Fused, Plan, Kernels, LLVM, Cuda, Package, Counters };
 cl::opt<Emit> emit(
     "emit", cl::desc("What to print"), cl::init(Emit::Summary),
     cl::values(clEnumValN(Emit::Summary, "summary",
@@ -64,7 +66,11 @@ cl::opt<Emit> emit(
                clEnumValN(Emit::Cuda, "cuda",
                           "the CUDA C++ of every kernel (with --target=cuda)"),
                clEnumValN(Emit::Package, "kpack",
-                          "the .kpack artifact (the default when -o ends in .kpack)")),
+                          "the .kpack artifact (the default when -o ends in .kpack)"),
+               clEnumValN(Emit::Counters, "counters",
+                          "per-call counters of each entry point as JSON (kernels, "
+                          "GEMMs, FLOPs, bytes, collectives, peak memory; CUDA "
+                          "launches with --target=cuda): scripts/perf-guard.py's input")),
     cl::cat(kilncCategory));
 
 cl::opt<bool> gradcheck(
@@ -393,7 +399,8 @@ int main(int argc, char **argv) {
   if (fusionReport)
     emit = Emit::Plan; // the report replaces the plan's listing below
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
-      emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused) {
+      emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused ||
+      emit == Emit::Counters) {
     if (!module->lookupSymbol("train_step") && mlir::failed(kiln::buildTrainProgram(*module))) {
       std::fprintf(stderr, "%s", mlirDiags.c_str());
       std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
@@ -482,6 +489,10 @@ int main(int argc, char **argv) {
       module->print(output->os());
     else if (emit == Emit::Cuda)
       output->os() << cuda->source;
+    else if (emit == Emit::Counters)
+      output->os() << kiln::program::countPlan(compiled->program,
+                                               cuda ? &cuda->kernels : nullptr)
+                          .toJson();
     else
       output->os() << compiled->llvmIR;
     output->keep();

@@ -1,0 +1,123 @@
+//===- Counters.cpp - What one call of an entry point costs, by count -----===//
+#include "runtime/core/Counters.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::program {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+int64_t argBytes(const Program &p, const std::vector<int> &args) {
+  int64_t b = 0;
+  for (int a : args)
+    if (a >= 0 && size_t(a) < p.buffers.size())
+      b += p.buffers[size_t(a)].bytes;
+  return b;
+}
+
+/// Adds one call of generated kernel `k` (its FLOPs and fused ops).
+void addKernel(const Program &p, int k, FunctionCounters &c) {
+  ++c.kernels;
+  if (k < 0 || size_t(k) >= p.kernels.size())
+    return;
+  const Kernel &kernel = p.kernels[size_t(k)];
+  c.flops += kernel.flops;
+  if (kernel.ops.size() > 1)
+    c.fusedOps += int64_t(kernel.ops.size());
+}
+
+int64_t launchesOf(const std::vector<std::vector<gpu::Launch>> &launches,
+                   int k) {
+  return k >= 0 && size_t(k) < launches.size()
+             ? int64_t(launches[size_t(k)].size())
+             : 0;
+}
+
+} // namespace
+
+Counters countPlan(const Program &p,
+                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches) {
+  Counters out;
+  out.devices = p.numDevices();
+  out.queues = p.queues;
+  int64_t persistent = 0;
+  for (int d = 0; d < p.numDevices(); ++d) {
+    const BufferPlan &bp = p.plan(d);
+    if (bp.arenaBytes > out.arenaBytes) {
+      out.arenaBytes = bp.arenaBytes;
+      out.persistentBytes = bp.persistentBytes;
+    }
+    persistent = std::max(persistent, bp.persistentBytes);
+  }
+  for (const Function &f : p.functions) {
+    FunctionCounters c;
+    c.function = f.name;
+    c.steps = int64_t(f.steps.size());
+    c.peakBytes = persistent + f.scratchBytes;
+    if (cudaLaunches)
+      c.cudaLaunches = 0;
+    for (const Step &s : f.steps) {
+      switch (s.kind) {
+      case Step::Kernel:
+        addKernel(p, s.kernel, c);
+        c.bytes += argBytes(p, s.args);
+        if (cudaLaunches)
+          c.cudaLaunches += launchesOf(*cudaLaunches, s.kernel);
+        break;
+      case Step::Gemm:
+        ++c.gemms;
+        c.flops += int64_t(gemmFlops(s.gemm));
+        c.bytes += argBytes(p, s.args);
+        if (cudaLaunches)
+          c.cudaLaunches += 1; // the library call
+        if (s.epilogue >= 0) {
+          addKernel(p, s.epilogue, c);
+          c.bytes += argBytes(p, s.epilogueArgs);
+          if (cudaLaunches && !s.lt.valid())
+            c.cudaLaunches += launchesOf(*cudaLaunches, s.epilogue);
+        }
+        break;
+      case Step::Copy:
+        ++c.copies;
+        c.bytes += argBytes(p, s.args);
+        break;
+      case Step::Collective:
+        ++c.collectives;
+        c.collectiveBytes += s.collective.bytes;
+        break;
+      }
+    }
+    out.functions.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string Counters::toJson() const {
+  json fs = json::object();
+  for (const FunctionCounters &c : functions) {
+    json f = {{"steps", c.steps},
+              {"kernels", c.kernels},
+              {"gemms", c.gemms},
+              {"copies", c.copies},
+              {"flops", c.flops},
+              {"bytes", c.bytes},
+              {"collectives", c.collectives},
+              {"collective_bytes", c.collectiveBytes},
+              {"peak_bytes", c.peakBytes},
+              {"fused_ops", c.fusedOps}};
+    if (c.cudaLaunches >= 0)
+      f["cuda_launches"] = c.cudaLaunches;
+    fs[c.function] = std::move(f);
+  }
+  json j = {{"devices", devices},
+            {"queues", queues},
+            {"arena_bytes", arenaBytes},
+            {"persistent_bytes", persistentBytes},
+            {"functions", std::move(fs)}};
+  return j.dump(2) + "\n";
+}
+
+} // namespace kiln::program
