@@ -35,8 +35,10 @@ static std::vector<int> ints(const std::string &s) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: loader MODEL.kpack DATA [--batches N] [--workers \"1 2\"] "
-                       "[--depth \"1 3 8\"] [--shuffle-buffer N] [--step-ms S]\n");
+    fmt::print(
+        stderr,
+        "usage: loader MODEL.kpack DATA [--batches N] [--workers \"1 2\"] "
+        "[--depth \"1 3 8\"] [--shuffle-buffer N] [--step-ms S]\n");
     return 1;
   }
   std::string kpack = argv[1], data = argv[2];
@@ -46,11 +48,16 @@ int main(int argc, char **argv) {
   double stepMs = 0;
   for (int i = 3; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--batches") batches = std::atoi(v.c_str());
-    else if (a == "--workers") workers = ints(v);
-    else if (a == "--depth") depths = ints(v);
-    else if (a == "--shuffle-buffer") shuffleBuffer = std::atoll(v.c_str());
-    else if (a == "--step-ms") stepMs = std::atof(v.c_str());
+    if (a == "--batches")
+      batches = std::atoi(v.c_str());
+    else if (a == "--workers")
+      workers = ints(v);
+    else if (a == "--depth")
+      depths = ints(v);
+    else if (a == "--shuffle-buffer")
+      shuffleBuffer = std::atoll(v.c_str());
+    else if (a == "--step-ms")
+      stepMs = std::atof(v.c_str());
   }
   auto model = train::Model::open(kpack);
   if (!model) {
@@ -58,8 +65,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   auto t0 = Clock::now();
-  auto src = train::openData(data, **model, "train_step", 1337, true, "training", {},
-                             shuffleBuffer);
+  auto src = train::openData(data, **model, "train_step", 1337, true,
+                             "training", {}, shuffleBuffer);
   double openS = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!src) {
     fmt::print(stderr, "{}\n", src.status().message());
@@ -68,11 +75,12 @@ int main(int argc, char **argv) {
   size_t bytes = 0;
   for (const std::string &b : (*src)->batch(0).bytes)
     bytes += b.size();
-  fmt::print("{}: {}\n  opened in {:.3f} s; {} KiB per batch; {} batches per run{}\n", kpack,
-             (*src)->describe(), openS, bytes / 1024, batches,
-             stepMs > 0 ? fmt::format("; a step of {} ms per batch", stepMs) : "");
-  fmt::print("  {:>7} {:>5} {:>11} {:>9} {:>10}\n", "workers", "depth", "batches/s", "MiB/s",
-             "waited");
+  fmt::print(
+      "{}: {}\n  opened in {:.3f} s; {} KiB per batch; {} batches per run{}\n",
+      kpack, (*src)->describe(), openS, bytes / 1024, batches,
+      stepMs > 0 ? fmt::format("; a step of {} ms per batch", stepMs) : "");
+  fmt::print("  {:>7} {:>5} {:>11} {:>9} {:>10}\n", "workers", "depth",
+             "batches/s", "MiB/s", "waited");
   for (int w : workers)
     for (int d : depths) {
       data::PrefetchOptions o;
@@ -80,7 +88,8 @@ int main(int argc, char **argv) {
       o.depth = size_t(d);
       const train::DataSource *s = src->get();
       uint64_t first = 1000; // the same batches in every configuration
-      data::Prefetcher<train::Batch> p([s](uint64_t i) { return s->batch(i); }, first, o);
+      data::Prefetcher<train::Batch> p([s](uint64_t i) { return s->batch(i); },
+                                       first, o);
       int waited = 0;
       auto start = Clock::now();
       for (int i = 0; i < batches; ++i) {
@@ -91,14 +100,17 @@ int main(int argc, char **argv) {
           return 1;
         }
         if (stepMs > 0) {
-          waited += std::chrono::duration<double, std::milli>(Clock::now() - w0).count() > 0.05;
-          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(stepMs));
+          waited += std::chrono::duration<double, std::milli>(Clock::now() - w0)
+                        .count() > 0.05;
+          std::this_thread::sleep_for(
+              std::chrono::duration<double, std::milli>(stepMs));
         }
       }
       double sec = std::chrono::duration<double>(Clock::now() - start).count();
-      fmt::print("  {:>7} {:>5} {:>11.0f} {:>9.1f} {:>10}\n", w, d, batches / sec,
-                 double(bytes) * batches / sec / (1 << 20),
-                 stepMs > 0 ? fmt::format("{:.0f}%", 100.0 * waited / batches) : "-");
+      fmt::print("  {:>7} {:>5} {:>11.0f} {:>9.1f} {:>10}\n", w, d,
+                 batches / sec, double(bytes) * batches / sec / (1 << 20),
+                 stepMs > 0 ? fmt::format("{:.0f}%", 100.0 * waited / batches)
+                            : "-");
     }
   return 0;
 }

@@ -14,9 +14,11 @@ int main(int argc, char **argv) {
   int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    auto f = kiln::data::TokenFile::open(argv[1], kiln::data::TokenFile::Width::U16, 64,
-                                         std::atoll(argv[2]));
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto f = kiln::data::TokenFile::open(
+        argv[1], kiln::data::TokenFile::Width::U16, 64, std::atoll(argv[2]));
+    double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     if (!f) {
       std::fprintf(stderr, "%s\n", f.status().message().c_str());
       return 1;

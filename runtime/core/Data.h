@@ -1,4 +1,5 @@
-//===- Data.h - Training data: token files, .npy arrays, batches -*- C++ -*-===//
+//===- Data.h - Training data: token files, .npy arrays, batches -*- C++
+//-*-===//
 //
 // The runtime's data pipeline (no MLIR, no LLVM):
 //   - prepareCharDataset: a text file -> character vocabulary (vocab.json),
@@ -189,8 +190,9 @@ public:
   /// The next batch, in step order, or why there is none.
   Expected<Batch> next() {
     using clock = std::chrono::steady_clock;
-    auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                       std::chrono::duration<double>(o_.timeoutSeconds));
+    auto deadline =
+        clock::now() + std::chrono::duration_cast<clock::duration>(
+                           std::chrono::duration<double>(o_.timeoutSeconds));
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       auto it = ready_.find(want_);
@@ -201,19 +203,21 @@ public:
         lock.unlock();
         cv_.notify_all();
         if (!slot.batch)
-          return Status::error("cannot make batch " + std::to_string(step) + " of " +
-                               o_.what + ": " + slot.error);
+          return Status::error("cannot make batch " + std::to_string(step) +
+                               " of " + o_.what + ": " + slot.error);
         return std::move(*slot.batch);
       }
       if (o_.cancel && o_.cancel->load())
-        return Status::error("stopped waiting for batch " + std::to_string(want_) + " of " +
-                             o_.what + ": the run was cancelled");
+        return Status::error("stopped waiting for batch " +
+                             std::to_string(want_) + " of " + o_.what +
+                             ": the run was cancelled");
       if (clock::now() >= deadline)
-        return Status::error(
-            "batch " + std::to_string(want_) + " of " + o_.what + " did not come within " +
-            std::to_string(int64_t(o_.timeoutSeconds)) +
-            " s: the data workers are stuck or far too slow (check the file system, "
-            "raise --data-workers)");
+        return Status::error("batch " + std::to_string(want_) + " of " +
+                             o_.what + " did not come within " +
+                             std::to_string(int64_t(o_.timeoutSeconds)) +
+                             " s: the data workers are stuck or far too slow "
+                             "(check the file system, "
+                             "raise --data-workers)");
       cv_.wait_for(lock, std::chrono::milliseconds(50));
     }
   }

@@ -165,6 +165,9 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     if (!s)
       return s;
   }
+  if (f.inOrder && f.shuffleBuffer > 0)
+    return Status::error("--shuffle-buffer shuffles .npy rows, --in-order keeps file order: "
+                         "give one of them");
   if (f.artifact.empty())
     return Status::error("no artifact given (MODEL.kpack, from kilnc MODEL.kiln -o MODEL.kpack)");
   if (f.threads == 0)

@@ -37,12 +37,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
-#include <stdexcept>
-#include <filesystem>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 using namespace kiln;
@@ -368,7 +368,8 @@ TEST(DataPipeline, ReplicasWithDataWorkersReadTheGlobalBatchOfOneDevice) {
     std::vector<std::unique_ptr<DataSource>> parts;
     std::vector<std::unique_ptr<data::Prefetcher<Batch>>> pipes;
     for (int r = 0; r < n; ++r) {
-      auto s = openData(dir, dev, "train_step", 7, true, "training", DataShard{r, n});
+      auto s = openData(dir, dev, "train_step", 7, true, "training",
+                        DataShard{r, n});
       ASSERT_TRUE(s) << s.status().message();
       parts.push_back(std::move(*s));
       data::PrefetchOptions po;
@@ -394,7 +395,8 @@ TEST(DataPipeline, ReplicasWithDataWorkersReadTheGlobalBatchOfOneDevice) {
 }
 
 /// The row indices (x's first feature times 40) of `n` consecutive batches.
-std::vector<int64_t> rowsOf(const DataSource &s, uint64_t first, uint64_t n, int64_t rows) {
+std::vector<int64_t> rowsOf(const DataSource &s, uint64_t first, uint64_t n,
+                            int64_t rows) {
   std::vector<int64_t> out;
   for (uint64_t i = first; i < first + n; ++i) {
     std::vector<float> v = floats(s.batch(i).bytes[0]);
@@ -404,7 +406,8 @@ std::vector<int64_t> rowsOf(const DataSource &s, uint64_t first, uint64_t n, int
   return out;
 }
 
-TEST(DataPipeline, TheShuffleBufferCoversEveryRowOncePerEpochDeterministically) {
+TEST(DataPipeline,
+     TheShuffleBufferCoversEveryRowOncePerEpochDeterministically) {
   std::string dir = tempDir();
   writeData(dir, 40);
   const int64_t rows = 4, window = 8; // an epoch: 10 batches of 4
@@ -414,8 +417,9 @@ TEST(DataPipeline, TheShuffleBufferCoversEveryRowOncePerEpochDeterministically) 
   auto again = openData(dir, m, "train_step", 7, true, "training", {}, window);
   auto seed8 = openData(dir, m, "train_step", 8, true, "training", {}, window);
   ASSERT_TRUE(plain && buf && again && seed8);
-  EXPECT_NE((*buf)->describe().find("shuffled per epoch with a buffer of 8 rows"),
-            std::string::npos)
+  EXPECT_NE(
+      (*buf)->describe().find("shuffled per epoch with a buffer of 8 rows"),
+      std::string::npos)
       << (*buf)->describe();
   std::vector<int64_t> fileOrder(40);
   std::iota(fileOrder.begin(), fileOrder.end(), 0);
@@ -428,7 +432,8 @@ TEST(DataPipeline, TheShuffleBufferCoversEveryRowOncePerEpochDeterministically) 
     EXPECT_EQ(sorted, fileOrder) << "epoch " << epoch;
     // tf.data's window: the row at position p is among file rows [0, p + 8).
     for (size_t p = 0; p < got.size(); ++p)
-      EXPECT_LT(got[p], int64_t(p) + window) << "epoch " << epoch << ", position " << p;
+      EXPECT_LT(got[p], int64_t(p) + window)
+          << "epoch " << epoch << ", position " << p;
     EXPECT_NE(got, fileOrder);
     EXPECT_NE(got, previous) << "epoch " << epoch << " repeats the last";
     // Deterministic in (seed, epoch): a fresh source, even read from the
@@ -441,7 +446,8 @@ TEST(DataPipeline, TheShuffleBufferCoversEveryRowOncePerEpochDeterministically) 
   // Without the flag: the uniform permutation of before (another order).
   EXPECT_NE(rowsOf(**plain, 0, 10, rows), rowsOf(**buf, 0, 10, rows));
   // Evaluation data (not shuffled) ignores it: file order.
-  auto ordered = openData(dir, m, "train_step", 7, false, "validation", {}, window);
+  auto ordered =
+      openData(dir, m, "train_step", 7, false, "validation", {}, window);
   ASSERT_TRUE(ordered);
   EXPECT_EQ(rowsOf(**ordered, 0, 10, rows), fileOrder);
 }
@@ -450,7 +456,8 @@ TEST(DataPipeline, TokenShardsOpenFromAListAGlobOrADirectory) {
   std::string dir = tempDir();
   std::filesystem::create_directories(dir + "/shards");
   for (int k = 0; k < 3; ++k) {
-    std::ofstream f(dir + fmt::format("/shards/train-{}.bin", k), std::ios::binary);
+    std::ofstream f(dir + fmt::format("/shards/train-{}.bin", k),
+                    std::ios::binary);
     for (int i = 0; i < 400 + 300 * k; ++i) {
       uint16_t t = uint16_t(random::bits(5, uint64_t(k), uint64_t(i)) % 60);
       f.write(reinterpret_cast<const char *>(&t), 2);
@@ -465,21 +472,23 @@ TEST(DataPipeline, TokenShardsOpenFromAListAGlobOrADirectory) {
   }
   Model m = modelOf(pkg);
   std::string s = dir + "/shards/train-";
-  auto list = openData(s + "0.bin," + s + "1.bin," + s + "2.bin", m, "train_step", 9, true,
-                       "training");
+  auto list = openData(s + "0.bin," + s + "1.bin," + s + "2.bin", m,
+                       "train_step", 9, true, "training");
   auto glob = openData(s + "*.bin", m, "train_step", 9, true, "training");
   auto whole = openData(dir + "/shards", m, "train_step", 9, true, "training");
   ASSERT_TRUE(list) << list.status().message();
   ASSERT_TRUE(glob) << glob.status().message();
   ASSERT_TRUE(whole) << whole.status().message();
-  EXPECT_NE((*glob)->describe().find("(3 shards, 2100 tokens; random windows of 16"),
-            std::string::npos)
+  EXPECT_NE(
+      (*glob)->describe().find("(3 shards, 2100 tokens; random windows of 16"),
+      std::string::npos)
       << (*glob)->describe();
   for (uint64_t i = 0; i < 20; ++i) {
     EXPECT_EQ((*list)->batch(i).bytes, (*glob)->batch(i).bytes);
     EXPECT_EQ((*list)->batch(i).bytes, (*whole)->batch(i).bytes);
   }
-  auto none = openData(dir + "/train-*.bin", m, "train_step", 9, true, "training");
+  auto none =
+      openData(dir + "/train-*.bin", m, "train_step", 9, true, "training");
   ASSERT_FALSE(none);
   EXPECT_NE(none.status().message().find("matches no file"), std::string::npos);
 }
@@ -492,7 +501,8 @@ TEST(DataPipeline, AFailingDataSourceStopsTheRunWithItsMessage) {
       if (i == 3)
         throw std::runtime_error("read error at byte 96");
       Batch b;
-      b.bytes = {std::string(size_t(2 * kFeatures * 4), '\0'), std::string(8, '\0')};
+      b.bytes = {std::string(size_t(2 * kFeatures * 4), '\0'),
+                 std::string(8, '\0')};
       return b;
     }
     std::string describe() const override { return "broken.npy"; }
@@ -507,12 +517,13 @@ TEST(DataPipeline, AFailingDataSourceStopsTheRunWithItsMessage) {
     o.quiet = true;
     o.dataWorkers = workers;
     o.checkpoint = tempDir() + "/c.safetensors";
-    auto t = Trainer::create(m, o, std::make_shared<Failing>(), nullptr, nullptr, {});
+    auto t = Trainer::create(m, o, std::make_shared<Failing>(), nullptr,
+                             nullptr, {});
     ASSERT_TRUE(t) << t.status().message();
     auto r = (*t)->run();
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.status().message(),
-              "cannot make batch 3 of the training data broken.npy: read error at byte 96");
+    EXPECT_EQ(r.status().message(), "cannot make batch 3 of the training data "
+                                    "broken.npy: read error at byte 96");
   }
 }
 
@@ -741,10 +752,13 @@ TEST(Replicas, DataWorkersAndPrefetchDepthDoNotChangeTraining) {
     RunOut base = trainDp(dir, n, 8 / n, 12);
     ASSERT_TRUE(base.status) << base.status.message();
     for (int prefetch : {1, 5}) {
-      RunOut w = trainDp(dir, n, 8 / n, 12, "", 0, 10, -1, /*dataWorkers=*/3, prefetch);
+      RunOut w = trainDp(dir, n, 8 / n, 12, "", 0, 10, -1, /*dataWorkers=*/3,
+                         prefetch);
       ASSERT_TRUE(w.status) << w.status.message();
-      EXPECT_EQ(w.losses, base.losses) << n << " devices, prefetch " << prefetch;
-      EXPECT_EQ(w.weights, base.weights) << n << " devices, prefetch " << prefetch;
+      EXPECT_EQ(w.losses, base.losses)
+          << n << " devices, prefetch " << prefetch;
+      EXPECT_EQ(w.weights, base.weights)
+          << n << " devices, prefetch " << prefetch;
     }
   }
 }
