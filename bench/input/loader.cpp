@@ -3,10 +3,12 @@
 // for a model's training data, for each worker count and prefetch depth,
 // with a consumer that takes batches as fast as they come (so the loader is
 // the bottleneck), and optionally a step of S ms of sleep per batch (the
-// fraction of steps that still had to wait).
+// fraction of steps that still had to wait) and a slow source (P ms of
+// sleep per batch in the worker, like KILN_FAULT_INJECT=slow-data@P: a
+// slow file system, whose latency workers overlap).
 //
 //   loader MODEL.kpack DATA [--batches N] [--workers "1 2"] [--depth "1 3 8"]
-//          [--shuffle-buffer N] [--step-ms S]
+//          [--shuffle-buffer N] [--step-ms S] [--slow-ms P]
 //
 // Built and run by bench/input/run.sh.
 #include "runtime/core/Data.h"
@@ -45,7 +47,7 @@ int main(int argc, char **argv) {
   int batches = 2000;
   std::vector<int> workers = {1, 2}, depths = {1, 3, 8};
   int64_t shuffleBuffer = 0;
-  double stepMs = 0;
+  double stepMs = 0, slowMs = 0;
   for (int i = 3; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--batches")
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
       shuffleBuffer = std::atoll(v.c_str());
     else if (a == "--step-ms")
       stepMs = std::atof(v.c_str());
+    else if (a == "--slow-ms")
+      slowMs = std::atof(v.c_str());
   }
   auto model = train::Model::open(kpack);
   if (!model) {
@@ -76,9 +80,11 @@ int main(int argc, char **argv) {
   for (const std::string &b : (*src)->batch(0).bytes)
     bytes += b.size();
   fmt::print(
-      "{}: {}\n  opened in {:.3f} s; {} KiB per batch; {} batches per run{}\n",
+      "{}: {}\n  opened in {:.3f} s; {} KiB per batch; {} batches per "
+      "run{}{}\n",
       kpack, (*src)->describe(), openS, bytes / 1024, batches,
-      stepMs > 0 ? fmt::format("; a step of {} ms per batch", stepMs) : "");
+      stepMs > 0 ? fmt::format("; a step of {} ms per batch", stepMs) : "",
+      slowMs > 0 ? fmt::format("; {} ms more to make each", slowMs) : "");
   fmt::print("  {:>7} {:>5} {:>11} {:>9} {:>10}\n", "workers", "depth",
              "batches/s", "MiB/s", "waited");
   for (int w : workers)
@@ -88,8 +94,14 @@ int main(int argc, char **argv) {
       o.depth = size_t(d);
       const train::DataSource *s = src->get();
       uint64_t first = 1000; // the same batches in every configuration
-      data::Prefetcher<train::Batch> p([s](uint64_t i) { return s->batch(i); },
-                                       first, o);
+      data::Prefetcher<train::Batch> p(
+          [s, slowMs](uint64_t i) {
+            if (slowMs > 0)
+              std::this_thread::sleep_for(
+                  std::chrono::duration<double, std::milli>(slowMs));
+            return s->batch(i);
+          },
+          first, o);
       int waited = 0;
       auto start = Clock::now();
       for (int i = 0; i < batches; ++i) {

@@ -9,7 +9,9 @@
 #   2. loader throughput (batches/s, bench/input/loader.cpp) for the CPU
 #      GPT's token windows (examples/shakespeare_char_cpu.kiln, batch 12 x
 #      context 64) and an .npy classification set (examples/mlp.kiln, batch
-#      128 x 64 features, 65536 rows), for each worker count and depth.
+#      128 x 64 features, 65536 rows), for each worker count and depth;
+#   3. a slow source (10 ms to make each GPT batch, a step of 5 ms): the
+#      share of steps that waited, by workers (1 2 4) at depth 8.
 #
 #   bench/input/run.sh [--before TREE] [--tokens N] [--batches N]
 #                      [--workers "1 2"] [--depth "1 3 8"]
@@ -62,3 +64,6 @@ echo "== loader throughput (the consumer takes batches as fast as they come)"
 "$W/loader" "$W/mlp.kpack" "$W/cls/train" --batches "$BATCHES" --workers "$WORKERS" --depth "$DEPTH"
 "$W/loader" "$W/mlp.kpack" "$W/cls/train" --batches "$BATCHES" --workers "$WORKERS" --depth "3" \
   --shuffle-buffer 1024
+echo "== a slow source: 10 ms to make a batch, 5 ms per step"
+"$W/loader" "$W/gpt.kpack" "$W/sc/train.bin" --batches 400 --workers "1 2 4" --depth 8 \
+  --slow-ms 10 --step-ms 5
