@@ -491,6 +491,40 @@ TEST(DataPipeline, TokenShardsOpenFromAListAGlobOrADirectory) {
       openData(dir + "/train-*.bin", m, "train_step", 9, true, "training");
   ASSERT_FALSE(none);
   EXPECT_NE(none.status().message().find("matches no file"), std::string::npos);
+  // Two replicas of 2 rows, each through 2 data workers: together the
+  // windows of the one device of 4 rows.
+  Package half = pkg;
+  half.program.mesh.axes.push_back({"dp", 2});
+  for (int id : {X, Y}) {
+    Buffer &b = half.program.buffers[size_t(id)];
+    b.shape = {2, 16};
+    b.bytes = 2 * 16 * 4;
+  }
+  Model dev = modelOf(half);
+  std::vector<std::unique_ptr<DataSource>> parts;
+  std::vector<std::unique_ptr<data::Prefetcher<Batch>>> pipes;
+  for (int r = 0; r < 2; ++r) {
+    auto p = openData(s + "*.bin", dev, "train_step", 9, true, "training",
+                      DataShard{r, 2});
+    ASSERT_TRUE(p) << p.status().message();
+    parts.push_back(std::move(*p));
+    const DataSource *src = parts.back().get();
+    data::PrefetchOptions po;
+    po.workers = 2;
+    pipes.push_back(std::make_unique<data::Prefetcher<Batch>>(
+        [src](uint64_t i) { return src->batch(i); }, 0, po));
+  }
+  for (uint64_t i = 0; i < 20; ++i) {
+    std::string x, y;
+    for (auto &p : pipes) {
+      auto b = p->next();
+      ASSERT_TRUE(b) << b.status().message();
+      x += b->bytes[0];
+      y += b->bytes[1];
+    }
+    EXPECT_EQ(x, (*glob)->batch(i).bytes[0]) << "batch " << i;
+    EXPECT_EQ(y, (*glob)->batch(i).bytes[1]) << "batch " << i;
+  }
 }
 
 TEST(DataPipeline, AFailingDataSourceStopsTheRunWithItsMessage) {
