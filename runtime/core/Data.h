@@ -147,6 +147,10 @@ struct PrefetchOptions {
   /// next() returns an error when its batch has not come within this many
   /// seconds (a stuck file system, a producer that never returns).
   double timeoutSeconds = 600;
+  /// The destructor waits this long for workers still in the producer,
+  /// then leaves them to finish on their own (detached: the producer must
+  /// own what it uses, e.g. hold the DataSource by shared_ptr).
+  double shutdownSeconds = 10;
   /// next() returns an error as soon as this is set (another replica
   /// failed); may be null.
   const std::atomic<bool> *cancel = nullptr;
@@ -158,31 +162,38 @@ struct PrefetchOptions {
 /// the consumer, and hands them out strictly in step order: batch s is
 /// producer(s) whichever worker made it, so what the consumer sees does not
 /// depend on the worker count or the depth. A producer that throws makes
-/// next() return an error naming the batch and the data at that step; no
-/// wait is unbounded (workers stop when the Prefetcher is destroyed, the
-/// consumer gives up after PrefetchOptions::timeoutSeconds or on cancel).
+/// next() return an error naming the batch and the data at that step. No
+/// wait is unbounded: the consumer gives up after
+/// PrefetchOptions::timeoutSeconds or on cancel, the destructor after
+/// shutdownSeconds (workers share the state with the Prefetcher, so one
+/// stuck in the producer may outlive it safely).
 template <typename Batch> class Prefetcher {
 public:
   using Producer = std::function<Batch(uint64_t step)>;
   Prefetcher(Producer producer, uint64_t firstStep, PrefetchOptions o)
-      : producer_(std::move(producer)), claim_(firstStep), want_(firstStep),
-        o_(std::move(o)) {
-    if (o_.depth < 1)
-      o_.depth = 1;
-    for (int k = 0; k < std::max(o_.workers, 1); ++k)
-      workers_.emplace_back([this] { work(); });
+      : s_(std::make_shared<State>()) {
+    s_->producer = std::move(producer);
+    s_->claim = s_->want = firstStep;
+    s_->o = std::move(o);
+    s_->o.depth = std::max<size_t>(s_->o.depth, 1);
+    s_->alive = std::max(s_->o.workers, 1);
+    for (int k = 0; k < s_->alive; ++k)
+      workers_.emplace_back([s = s_] { work(*s); });
   }
   /// One worker, `depth` ahead.
   Prefetcher(Producer producer, uint64_t firstStep, size_t depth = 2)
       : Prefetcher(std::move(producer), firstStep, PrefetchOptions{depth, 1}) {}
   ~Prefetcher() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->stop = true;
+    s_->cv.notify_all();
+    bool done = s_->cv.wait_for(
+        lock,
+        std::chrono::duration<double>(std::max(s_->o.shutdownSeconds, 0.0)),
+        [&] { return s_->alive == 0; });
+    lock.unlock();
     for (std::thread &t : workers_)
-      t.join();
+      done ? t.join() : t.detach();
   }
   Prefetcher(const Prefetcher &) = delete;
   Prefetcher &operator=(const Prefetcher &) = delete;
@@ -190,35 +201,35 @@ public:
   /// The next batch, in step order, or why there is none.
   Expected<Batch> next() {
     using clock = std::chrono::steady_clock;
+    State &s = *s_;
     auto deadline =
         clock::now() + std::chrono::duration_cast<clock::duration>(
-                           std::chrono::duration<double>(o_.timeoutSeconds));
-    std::unique_lock<std::mutex> lock(mu_);
+                           std::chrono::duration<double>(s.o.timeoutSeconds));
+    std::unique_lock<std::mutex> lock(s.mu);
     while (true) {
-      auto it = ready_.find(want_);
-      if (it != ready_.end()) {
+      auto it = s.ready.find(s.want);
+      if (it != s.ready.end()) {
         Slot slot = std::move(it->second);
-        ready_.erase(it);
-        uint64_t step = want_++;
+        s.ready.erase(it);
+        uint64_t step = s.want++;
         lock.unlock();
-        cv_.notify_all();
+        s.cv.notify_all();
         if (!slot.batch)
           return Status::error("cannot make batch " + std::to_string(step) +
-                               " of " + o_.what + ": " + slot.error);
+                               " of " + s.o.what + ": " + slot.error);
         return std::move(*slot.batch);
       }
-      if (o_.cancel && o_.cancel->load())
+      if (s.o.cancel && s.o.cancel->load())
         return Status::error("stopped waiting for batch " +
-                             std::to_string(want_) + " of " + o_.what +
+                             std::to_string(s.want) + " of " + s.o.what +
                              ": the run was cancelled");
       if (clock::now() >= deadline)
-        return Status::error("batch " + std::to_string(want_) + " of " +
-                             o_.what + " did not come within " +
-                             std::to_string(int64_t(o_.timeoutSeconds)) +
+        return Status::error("batch " + std::to_string(s.want) + " of " +
+                             s.o.what + " did not come within " +
+                             std::to_string(int64_t(s.o.timeoutSeconds)) +
                              " s: the data workers are stuck or far too slow "
-                             "(check the file system, "
-                             "raise --data-workers)");
-      cv_.wait_for(lock, std::chrono::milliseconds(50));
+                             "(check the file system, raise --data-workers)");
+      s.cv.wait_for(lock, std::chrono::milliseconds(50));
     }
   }
 
@@ -227,40 +238,48 @@ private:
     std::optional<Batch> batch;
     std::string error;
   };
-  void work() {
+  /// What the workers share with the Prefetcher (and keep alive).
+  struct State {
+    Producer producer;
+    uint64_t claim = 0; ///< the next step a worker takes
+    uint64_t want = 0;  ///< the next step the consumer takes
+    PrefetchOptions o;
+    std::map<uint64_t, Slot> ready;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    int alive = 0; ///< workers not yet returned
+  };
+  static void work(State &s) {
     while (true) {
       uint64_t step;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || claim_ < want_ + o_.depth; });
-        if (stop_)
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.cv.wait(lock, [&] { return s.stop || s.claim < s.want + s.o.depth; });
+        if (s.stop) {
+          --s.alive;
+          s.cv.notify_all();
           return;
-        step = claim_++;
+        }
+        step = s.claim++;
       }
       Slot slot;
       try {
-        slot.batch.emplace(producer_(step));
+        slot.batch.emplace(s.producer(step));
       } catch (const std::exception &e) {
         slot.error = e.what();
       } catch (...) {
         slot.error = "unknown exception in a data worker";
       }
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        ready_.emplace(step, std::move(slot));
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.ready.emplace(step, std::move(slot));
       }
-      cv_.notify_all();
+      s.cv.notify_all();
     }
   }
 
-  Producer producer_;
-  uint64_t claim_; ///< the next step a worker takes
-  uint64_t want_;  ///< the next step the consumer takes
-  PrefetchOptions o_;
-  std::map<uint64_t, Slot> ready_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  std::shared_ptr<State> s_;
   std::vector<std::thread> workers_;
 };
 

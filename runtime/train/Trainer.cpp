@@ -231,7 +231,8 @@ Expected<TrainResult> Trainer::run() {
   po.timeoutSeconds = o_.dataTimeout;
   po.cancel = o_.cancel;
   po.what = "the training data " + train.describe();
-  data::Prefetcher<Batch> prefetch([&](uint64_t step) { return train.batch(step); },
+  // The workers hold the source: one stuck in a read may outlive the run.
+  data::Prefetcher<Batch> prefetch([src = train_](uint64_t step) { return src->batch(step); },
                                    uint64_t(start_), po);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now(), tLog = t0;

@@ -277,6 +277,33 @@ TEST(Data, PrefetcherWaitsEndAtTheDeadlineOrOnCancel) {
   }
 }
 
+TEST(Data, APrefetcherWithAStuckWorkerIsLeftBehindNotWaitedFor) {
+  // The producer never returns while the Prefetcher lives: the destructor
+  // gives up after shutdownSeconds and leaves the worker, which owns what it
+  // touches (the flag here is shared, not the test's stack).
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  {
+    PrefetchOptions o;
+    o.timeoutSeconds = 0.1;
+    o.shutdownSeconds = 0.1;
+    Prefetcher<uint64_t> p(
+        [release, finished](uint64_t s) {
+          while (!release->load())
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          *finished = true;
+          return s;
+        },
+        0, o);
+    EXPECT_FALSE(p.next());
+  } // returns although the worker is still in the producer
+  EXPECT_FALSE(finished->load());
+  *release = true; // the left worker ends on its own
+  for (int k = 0; k < 1000 && !finished->load(); ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(finished->load());
+}
+
 // --- Memory-mapped token files and shards ---------------------------------
 
 /// The loader before mmap: the whole file read and decoded into a vector.
