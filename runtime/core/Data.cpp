@@ -12,7 +12,11 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace kiln::data {
 namespace {
@@ -152,35 +156,75 @@ Expected<std::string> readVocab(const std::string &path) {
   return Status::error(fmt::format("'{}' is truncated (no closing ']')", path));
 }
 
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "token files are little-endian and read in place (TokenFile)");
+
 Expected<TokenFile> TokenFile::open(const std::string &path, Width width,
                                     int64_t context, int64_t vocabSize) {
-  Expected<std::string> bytes = readWhole(path);
-  if (!bytes)
-    return bytes.status();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status::error(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = errno;
+    ::close(fd);
+    return Status::error(fmt::format("cannot read '{}': {}", path,
+                                     S_ISDIR(st.st_mode) ? "it is a directory"
+                                                         : std::strerror(err)));
+  }
+  size_t bytes = size_t(st.st_size);
   size_t w = size_t(width);
-  if (bytes->size() % w != 0)
+  if (bytes % w != 0) {
+    ::close(fd);
     return Status::error(fmt::format(
         "'{}' has {} bytes, not a multiple of {} (is it a uint{} token file?)",
-        path, bytes->size(), w, w * 8));
-  TokenFile f;
-  f.path_ = path;
-  size_t n = bytes->size() / w;
-  if (int64_t(n) < context + 1)
+        path, bytes, w, w * 8));
+  }
+  size_t n = bytes / w;
+  if (int64_t(n) < context + 1) {
+    ::close(fd);
     return Status::error(fmt::format(
         "'{}' holds {} tokens but one training window needs {} (context + 1)",
         path, n, context + 1));
-  f.tokens_.resize(n);
-  const unsigned char *p = reinterpret_cast<const unsigned char *>(bytes->data());
-  for (size_t k = 0; k < n; ++k) {
-    uint32_t t = w == 2 ? uint32_t(p[2 * k]) | uint32_t(p[2 * k + 1]) << 8
-                        : uint32_t(p[4 * k]) | uint32_t(p[4 * k + 1]) << 8 |
-                              uint32_t(p[4 * k + 2]) << 16 | uint32_t(p[4 * k + 3]) << 24;
-    if (vocabSize > 0 && int64_t(t) >= vocabSize)
-      return Status::error(fmt::format(
-          "'{}': token {} at position {} is outside the model's vocabulary of "
-          "{} (was the file made for another vocabulary or as uint{}?)",
-          path, t, k, vocabSize, w == 2 ? 32 : 16));
-    f.tokens_[k] = t;
+  }
+  void *p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd); // the mapping keeps the file
+  if (p == MAP_FAILED)
+    return Status::error(fmt::format("cannot map '{}' ({} bytes): {}", path, bytes,
+                                     std::strerror(err)));
+  TokenFile f;
+  f.path_ = path;
+  f.map_ = std::shared_ptr<const void>(p, [bytes](const void *q) {
+    ::munmap(const_cast<void *>(q), bytes);
+  });
+  f.data_ = static_cast<const unsigned char *>(p);
+  f.size_ = int64_t(n);
+  f.width_ = width;
+  if (vocabSize > 0) {
+    // One pass over the mapping (the largest token), a second only to say
+    // where the first bad one is.
+    ::madvise(p, bytes, MADV_SEQUENTIAL);
+    uint32_t largest = 0;
+    if (width == Width::U16) {
+      const uint16_t *t = static_cast<const uint16_t *>(p);
+      uint16_t m = 0;
+      for (size_t k = 0; k < n; ++k)
+        m = std::max(m, t[k]);
+      largest = m;
+    } else {
+      const uint32_t *t = static_cast<const uint32_t *>(p);
+      for (size_t k = 0; k < n; ++k)
+        largest = std::max(largest, t[k]);
+    }
+    if (int64_t(largest) >= vocabSize)
+      for (size_t k = 0; k < n; ++k)
+        if (int64_t(f[int64_t(k)]) >= vocabSize)
+          return Status::error(fmt::format(
+              "'{}': token {} at position {} is outside the model's vocabulary of "
+              "{} (was the file made for another vocabulary or as uint{}?)",
+              path, f[int64_t(k)], k, vocabSize, w == 2 ? 32 : 16));
+    ::madvise(p, bytes, MADV_RANDOM);
   }
   return f;
 }
@@ -195,8 +239,120 @@ void TokenFile::sampleWindows(uint64_t seed, uint64_t step, int64_t batch,
     uint64_t start = random::bits(seed, 0x6b696c6e /* "kiln" */,
                                   step * uint64_t(batch) + uint64_t(b)) % windows;
     for (int64_t t = 0; t < context; ++t) {
-      x[size_t(b * context + t)] = int32_t(tokens_[start + t]);
-      y[size_t(b * context + t)] = int32_t(tokens_[start + t + 1]);
+      x[size_t(b * context + t)] = int32_t((*this)[int64_t(start) + t]);
+      y[size_t(b * context + t)] = int32_t((*this)[int64_t(start) + t + 1]);
+    }
+  }
+}
+
+TokenFile::Width tokenWidthOf(const std::string &path) {
+  auto ends = [&](const char *suffix) {
+    size_t n = std::strlen(suffix);
+    return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
+  };
+  return ends(".u32") || ends(".u32.bin") ? TokenFile::Width::U32 : TokenFile::Width::U16;
+}
+
+Expected<std::vector<std::string>> expandTokenPaths(const std::string &spec) {
+  std::vector<std::string> out;
+  std::stringstream entries(spec);
+  std::string entry;
+  while (std::getline(entries, entry, ',')) {
+    if (entry.empty())
+      continue;
+    std::error_code ec;
+    if (entry.find_first_of("*?[") != std::string::npos) {
+      glob_t g{};
+      int rc = ::glob(entry.c_str(), 0, nullptr, &g);
+      if (rc == GLOB_NOMATCH) {
+        ::globfree(&g);
+        return Status::error(fmt::format(
+            "'{}' matches no file; name token files as a comma-separated list, a glob "
+            "or a directory of *.bin shards", entry));
+      }
+      if (rc != 0) {
+        ::globfree(&g);
+        return Status::error(fmt::format("cannot expand '{}' (glob error {})", entry, rc));
+      }
+      for (size_t k = 0; k < g.gl_pathc; ++k)
+        if (!std::filesystem::is_directory(g.gl_pathv[k], ec))
+          out.push_back(g.gl_pathv[k]);
+      ::globfree(&g);
+    } else if (std::filesystem::is_directory(entry, ec)) {
+      std::vector<std::string> found;
+      for (const auto &e : std::filesystem::directory_iterator(entry, ec)) {
+        std::string name = e.path().filename().string();
+        auto ends = [&](const char *x) {
+          size_t n = std::strlen(x);
+          return name.size() >= n && name.compare(name.size() - n, n, x) == 0;
+        };
+        if (e.is_regular_file(ec) && (ends(".bin") || ends(".u32")))
+          found.push_back(e.path().string());
+      }
+      if (found.empty())
+        return Status::error(fmt::format(
+            "directory '{}' holds no token shards (*.bin or *.u32 files)", entry));
+      std::sort(found.begin(), found.end());
+      out.insert(out.end(), found.begin(), found.end());
+    } else {
+      if (!std::filesystem::exists(entry, ec))
+        return Status::error(fmt::format("token file '{}' does not exist{}", entry,
+                                         spec.find(',') != std::string::npos
+                                             ? fmt::format(" (an entry of '{}')", spec)
+                                             : ""));
+      out.push_back(entry);
+    }
+  }
+  if (out.empty())
+    return Status::error(fmt::format("'{}' names no token file", spec));
+  return out;
+}
+
+Expected<TokenShards> TokenShards::open(const std::vector<std::string> &paths,
+                                        int64_t context, int64_t vocabSize) {
+  if (paths.empty())
+    return Status::internal("TokenShards::open: no files");
+  TokenShards s;
+  TokenFile::Width width = tokenWidthOf(paths[0]);
+  for (const std::string &p : paths) {
+    if (tokenWidthOf(p) != width)
+      return Status::error(fmt::format(
+          "token shards of mixed widths: '{}' holds uint{} tokens but '{}' uint{} (by its "
+          "name: *.u32 and *.u32.bin are uint32, others uint16); write every shard with one "
+          "width", paths[0], 8 * int(width), p, 8 * int(tokenWidthOf(p))));
+    auto f = TokenFile::open(p, width, context, vocabSize);
+    if (!f)
+      return f.status();
+    s.firstWindow_.push_back(s.windows_);
+    s.windows_ += uint64_t(f->size() - context);
+    s.files_.push_back(std::move(*f));
+  }
+  return s;
+}
+
+int64_t TokenShards::tokens() const {
+  int64_t n = 0;
+  for (const TokenFile &f : files_)
+    n += f.size();
+  return n;
+}
+
+void TokenShards::sampleWindows(uint64_t seed, uint64_t step, int64_t batch,
+                                int64_t context, std::vector<int32_t> &x,
+                                std::vector<int32_t> &y) const {
+  x.resize(size_t(batch * context));
+  y.resize(size_t(batch * context));
+  for (int64_t b = 0; b < batch; ++b) {
+    // The draw of TokenFile::sampleWindows, over all shards' windows.
+    uint64_t w = random::bits(seed, 0x6b696c6e /* "kiln" */,
+                              step * uint64_t(batch) + uint64_t(b)) % windows_;
+    size_t k = size_t(std::upper_bound(firstWindow_.begin(), firstWindow_.end(), w) -
+                      firstWindow_.begin()) - 1;
+    const TokenFile &f = files_[k];
+    int64_t start = int64_t(w - firstWindow_[k]);
+    for (int64_t t = 0; t < context; ++t) {
+      x[size_t(b * context + t)] = int32_t(f[start + t]);
+      y[size_t(b * context + t)] = int32_t(f[start + t + 1]);
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <numeric>
 
@@ -73,8 +74,9 @@ std::string shardNote(const DataShard &s, int64_t rows) {
                      s.count, s.index * rows, (s.index + 1) * rows - 1, rows * s.count);
 }
 
-/// Random (x, y) windows of a token file: x is the first data input, y the
-/// second (y[i] = x[i + 1]); windows depend only on (seed, index).
+/// Random (x, y) windows of token files (one, or shards read as one:
+/// data::TokenShards): x is the first data input, y the second
+/// (y[i] = x[i + 1]); windows depend only on (seed, index).
 class TokenSource : public DataSource {
 public:
   static Expected<std::unique_ptr<DataSource>> open(const std::string &path,
@@ -106,18 +108,20 @@ public:
     for (int id : inputs)
       if (auto r = m.pkg.inputRanges.find(bufs[id].name); r != m.pkg.inputRanges.end())
         limit = limit ? std::min(limit, r->second.hi) : r->second.hi;
-    auto file = data::TokenFile::open(path, data::TokenFile::Width::U16, src->context_,
-                                      limit ? limit : m.vocabSize());
-    if (!file)
-      return file.status();
-    src->file_ = std::make_unique<data::TokenFile>(std::move(*file));
+    auto paths = data::expandTokenPaths(path);
+    if (!paths)
+      return paths.status();
+    auto shards = data::TokenShards::open(*paths, src->context_, limit ? limit : m.vocabSize());
+    if (!shards)
+      return shards.status();
+    src->shards_ = std::make_unique<data::TokenShards>(std::move(*shards));
     return std::unique_ptr<DataSource>(std::move(src));
   }
   Batch batch(uint64_t index) const override {
     std::vector<int32_t> x, y;
     // Global window (index * count + shard) * batch_ + b: the windows of
     // one device reading count * batch_ rows per step.
-    file_->sampleWindows(seed_, index * uint64_t(shard_.count) + uint64_t(shard_.index),
+    shards_->sampleWindows(seed_, index * uint64_t(shard_.count) + uint64_t(shard_.index),
                          batch_, context_, x, y);
     Batch b;
     for (int k = 0; k < 2; ++k) {
@@ -132,13 +136,22 @@ public:
     return b;
   }
   std::string describe() const override {
-    return fmt::format("{} ({} tokens; random windows of {}{})", file_->path(),
-                       file_->size(), context_, shardNote(shard_, batch_));
+    const auto &files = shards_->files();
+    if (files.size() == 1)
+      return fmt::format("{} ({} tokens; random windows of {}{})", files[0].path(),
+                         files[0].size(), context_, shardNote(shard_, batch_));
+    std::vector<std::string> names;
+    for (const data::TokenFile &f : files)
+      names.push_back(f.path());
+    return fmt::format("{} ({} shards, {} tokens; random windows of {}, a shard drawn in "
+                       "proportion to its size{})",
+                       fmt::join(names, ", "), files.size(), shards_->tokens(), context_,
+                       shardNote(shard_, batch_));
   }
   bool countsTokens() const override { return true; }
 
 private:
-  std::unique_ptr<data::TokenFile> file_;
+  std::unique_ptr<data::TokenShards> shards_;
   int64_t batch_ = 0, context_ = 0;
   uint64_t seed_ = 0;
   DataShard shard_;
@@ -155,11 +168,12 @@ public:
                                                     const Model &m,
                                                     const std::vector<int> &inputs,
                                                     uint64_t seed, bool shuffle,
-                                                    DataShard shard) {
+                                                    DataShard shard, int64_t shuffleBuffer) {
     auto src = std::make_unique<NpySource>();
     src->seed_ = seed;
     src->shard_ = shard;
     src->shuffle_ = shuffle;
+    src->shuffleBuffer_ = shuffle ? shuffleBuffer : 0;
     for (int id : inputs) {
       const Buffer &b = m.prog().buffers[id];
       std::string path = dir + "/" + b.name + ".npy";
@@ -206,12 +220,15 @@ public:
   Batch batch(uint64_t index) const override {
     Batch out;
     out.bytes.resize(arrays_.size());
+    std::shared_ptr<const std::vector<int64_t>> perm;
+    int64_t permEpoch = -1;
     for (int64_t r = 0; r < batch_; ++r) {
       // Position (index * count + shard) * batch_ + r of the row stream:
       // this replica's block of the global batch.
       int64_t row = rowAt((index * uint64_t(shard_.count) + uint64_t(shard_.index)) *
                               uint64_t(batch_) +
-                          uint64_t(r));
+                          uint64_t(r),
+                          perm, permEpoch);
       for (size_t k = 0; k < arrays_.size(); ++k) {
         const data::NpyArray &a = arrays_[k];
         int64_t n = rowElems_[k];
@@ -230,26 +247,69 @@ public:
   }
   std::string describe() const override {
     return fmt::format("{} ({} rows{}{})", fmt::join(paths_, ", "), rows_,
-                       shuffle_ ? ", shuffled per epoch" : "", shardNote(shard_, batch_));
+                       !shuffle_ ? ""
+                       : shuffleBuffer_ > 0
+                           ? fmt::format(", shuffled per epoch with a buffer of {} rows",
+                                         shuffleBuffer_)
+                           : ", shuffled per epoch",
+                       shardNote(shard_, batch_));
   }
   int64_t epochBatches() const override { return rows_ / (batch_ * shard_.count); }
 
 private:
-  int64_t rowAt(uint64_t position) const {
+  /// The row at `position` of the row stream; `perm` caches the epoch's
+  /// order between calls of one batch.
+  int64_t rowAt(uint64_t position, std::shared_ptr<const std::vector<int64_t>> &perm,
+                int64_t &permEpoch) const {
     uint64_t epoch = position / uint64_t(rows_), at = position % uint64_t(rows_);
     if (!shuffle_)
       return int64_t(at);
+    if (permEpoch != int64_t(epoch)) {
+      perm = order(epoch);
+      permEpoch = int64_t(epoch);
+    }
+    return (*perm)[size_t(at)];
+  }
+  /// The rows of `epoch` in the order they are read: a uniform permutation
+  /// drawn from (seed, epoch), or with a shuffle buffer of N rows tf.data's
+  /// Dataset.shuffle(N) over file order (fill a window with the next N rows,
+  /// take one uniformly, refill its place with the next row; at the end,
+  /// drain the window likewise). Cached for the last few epochs, which
+  /// concurrent data workers may be in.
+  std::shared_ptr<const std::vector<int64_t>> order(uint64_t epoch) const {
     std::lock_guard<std::mutex> lock(mu_);
-    if (permEpoch_ != int64_t(epoch)) {
-      perm_.resize(size_t(rows_));
-      std::iota(perm_.begin(), perm_.end(), 0);
+    for (const auto &[e, p] : perms_)
+      if (e == epoch)
+        return p;
+    auto perm = std::make_shared<std::vector<int64_t>>(size_t(rows_));
+    std::vector<int64_t> &v = *perm;
+    if (shuffleBuffer_ <= 0) {
+      std::iota(v.begin(), v.end(), 0);
       for (int64_t i = rows_ - 1; i > 0; --i) {
         uint64_t r = random::bits(seed_, 0x5eedda7aULL + epoch, uint64_t(i));
-        std::swap(perm_[size_t(i)], perm_[size_t(r % uint64_t(i + 1))]);
+        std::swap(v[size_t(i)], v[size_t(r % uint64_t(i + 1))]);
       }
-      permEpoch_ = int64_t(epoch);
+    } else {
+      std::vector<int64_t> window;
+      int64_t next = 0;
+      for (; next < std::min(shuffleBuffer_, rows_); ++next)
+        window.push_back(next);
+      for (int64_t out = 0; out < rows_; ++out) {
+        uint64_t r = random::bits(seed_, 0x5b0ffe40ULL + epoch, uint64_t(out));
+        size_t k = size_t(r % uint64_t(window.size()));
+        v[size_t(out)] = window[k];
+        if (next < rows_) {
+          window[k] = next++;
+        } else {
+          window[k] = window.back();
+          window.pop_back();
+        }
+      }
     }
-    return perm_[size_t(at)];
+    perms_.emplace_back(epoch, perm);
+    if (perms_.size() > 4)
+      perms_.erase(perms_.begin());
+    return perm;
   }
   std::vector<data::NpyArray> arrays_;
   std::vector<DType> dtypes_;
@@ -259,9 +319,9 @@ private:
   uint64_t seed_ = 0;
   DataShard shard_;
   bool shuffle_ = true;
+  int64_t shuffleBuffer_ = 0; ///< 0: a uniform permutation per epoch
   mutable std::mutex mu_;
-  mutable std::vector<int64_t> perm_;
-  mutable int64_t permEpoch_ = -1;
+  mutable std::vector<std::pair<uint64_t, std::shared_ptr<const std::vector<int64_t>>>> perms_;
 };
 
 } // namespace
@@ -269,7 +329,7 @@ private:
 Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Model &m,
                                                const std::string &fn, uint64_t seed,
                                                bool shuffle, const char *what,
-                                               DataShard shard) {
+                                               DataShard shard, int64_t shuffleBuffer) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     return Status::internal(fmt::format("openData: replica {} of {}", shard.index, shard.count));
   if (path.empty())
@@ -278,6 +338,23 @@ Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Mo
         "--{} PATH (a token file, or a directory of .npy arrays named after the inputs)",
         what, std::string(what) == "training" ? "data" : "val_data",
         std::string(what) == "training" ? "data" : "val-data"));
+  std::vector<int> inputs = m.dataInputs(fn);
+  // Several token files: a comma-separated list, a glob, or a directory of
+  // *.bin / *.u32 shards (and no .npy arrays).
+  bool tokenDir = false;
+  if (isDirectory(path)) {
+    std::error_code ec;
+    bool npy = false, bin = false;
+    for (const auto &e : std::filesystem::directory_iterator(path, ec)) {
+      std::string ext = e.path().extension().string();
+      npy |= ext == ".npy";
+      bin |= ext == ".bin" || ext == ".u32";
+    }
+    tokenDir = bin && !npy;
+  }
+  if (path.find(',') != std::string::npos || path.find_first_of("*?[") != std::string::npos ||
+      tokenDir)
+    return TokenSource::open(path, m, inputs, seed, shard);
   if (!pathExists(path))
     return Status::error(fmt::format(
         "{} data '{}' does not exist{}", what, path,
@@ -285,9 +362,8 @@ Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Mo
             ? "; for the shakespeare_char examples run: kiln-run prepare "
               "examples/data/tinyshakespeare.txt data/shakespeare_char"
             : ""));
-  std::vector<int> inputs = m.dataInputs(fn);
   if (isDirectory(path))
-    return NpySource::open(path, m, inputs, seed, shuffle, shard);
+    return NpySource::open(path, m, inputs, seed, shuffle, shard, shuffleBuffer);
   return TokenSource::open(path, m, inputs, seed, shard);
 }
 

@@ -52,12 +52,17 @@ struct DataShard {
 };
 
 /// Opens the data at `path` for the data inputs of entry point `fn`: a token
-/// file (uint16) or a directory of .npy arrays named after the inputs.
-/// `what` ("training", "validation") names it in messages.
+/// file (uint16; uint32 when named *.u32), several token files read as one
+/// (a comma-separated list, a glob, or a directory of *.bin shards:
+/// data::TokenShards), or a directory of .npy arrays named after the inputs.
+/// `what` ("training", "validation") names it in messages. A shuffled .npy
+/// source draws a uniform permutation per epoch, or with `shuffleBuffer` N >
+/// 0 shuffles file order through a window of N rows (tf.data's shuffle).
 Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Model &m,
                                                const std::string &fn, uint64_t seed,
                                                bool shuffle, const char *what,
-                                               DataShard shard = {});
+                                               DataShard shard = {},
+                                               int64_t shuffleBuffer = 0);
 
 /// Copies a batch into the buffers `inputs` (in the order of Batch::bytes).
 Status copyBatch(Backend &e, const std::vector<int> &inputs, const Batch &b);

@@ -89,7 +89,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
   const TrainConfig &tc = m.pkg.train;
   std::string trainPath = resolvePath(o.data.empty() ? tc.data : o.data, m.pkg);
   auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training",
-                        dataShard(m));
+                        dataShard(m), o.shuffleBuffer);
   if (!train)
     return train.status();
   std::shared_ptr<const DataSource> val;
@@ -225,8 +225,15 @@ bool Trainer::injectFault(int64_t step) {
 Expected<TrainResult> Trainer::run() {
   Model &m = m_;
   const DataSource &train = *train_;
-  data::Prefetcher<Batch> prefetch([&](uint64_t step) { return train.batch(step); },
-                                   uint64_t(start_), 3);
+  data::PrefetchOptions po;
+  po.depth = size_t(std::max(o_.prefetch, 1));
+  po.workers = std::max(o_.dataWorkers, 1);
+  po.timeoutSeconds = o_.dataTimeout;
+  po.cancel = o_.cancel;
+  po.what = "the training data " + train.describe();
+  // The workers hold the source: one stuck in a read may outlive the run.
+  data::Prefetcher<Batch> prefetch([src = train_](uint64_t step) { return src->batch(step); },
+                                   uint64_t(start_), po);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now(), tLog = t0;
   bool interrupted = false;
@@ -252,7 +259,12 @@ Expected<TrainResult> Trainer::run() {
     Batch b;
     {
       SpanScope wait(tracer, Span::DataWait, "data wait");
-      b = prefetch.next();
+      auto next = prefetch.next();
+      if (!next)
+        return o_.worldSize > 1 ? Status::error(fmt::format("rank {}: {}", o_.rank,
+                                                            next.status().message()))
+                                : next.status();
+      b = std::move(*next);
     }
     batchReady = true;
     SpanScope copy(tracer, Span::HostToDevice, "host to device");

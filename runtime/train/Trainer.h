@@ -105,6 +105,14 @@ struct TrainOptions {
   /// Set by whoever runs several replicas when one of them failed: the
   /// others stop waiting (a stalled replica of a fault test wakes).
   const std::atomic<bool> *cancel = nullptr;
+  /// The input pipeline (docs/runtime.md "The input pipeline"): batches
+  /// the loader runs ahead of the step, and threads making them (results
+  /// do not depend on either); .npy training rows shuffled through a window
+  /// of this many rows (0: a uniform permutation per epoch, as without it);
+  /// seconds a step waits for its batch before the run fails.
+  int prefetch = 3, dataWorkers = 1;
+  int64_t shuffleBuffer = 0;
+  double dataTimeout = 600;
 };
 
 struct TrainResult {

@@ -84,6 +84,7 @@ struct Flags {
   bool seedSet = false, profile = false, noCache = false, quiet = false;
   bool inOrder = false; ///< .npy training data in file order, no shuffling
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
+  int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
 };
 
 Status parseFlags(const std::vector<std::string> &args, Flags &f) {
@@ -114,6 +115,9 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--checkpoint-every") { if ((s = value(v))) s = intArg(a, v, 0, f.checkpointEvery); }
     else if (a == "--tokens") { if ((s = value(v))) s = intArg(a, v, 1, f.tokens); }
     else if (a == "--top-k") { if ((s = value(v))) s = intArg(a, v, 0, f.topK); }
+    else if (a == "--prefetch") { if ((s = value(v))) s = intArg(a, v, 1, f.prefetch); }
+    else if (a == "--data-workers") { if ((s = value(v))) s = intArg(a, v, 1, f.dataWorkers); }
+    else if (a == "--shuffle-buffer") { if ((s = value(v))) s = intArg(a, v, 1, f.shuffleBuffer); }
     else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.threads = int(n); f.threadsSet = true; } }
     else if (a == "--collective-timeout") {
       if ((s = value(v))) {
@@ -164,6 +168,9 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     if (!s)
       return s;
   }
+  if (f.inOrder && f.shuffleBuffer > 0)
+    return Status::error("--shuffle-buffer shuffles .npy rows, --in-order keeps file order: "
+                         "give one of them");
   if (f.artifact.empty())
     return Status::error("no artifact given (MODEL.kpack, from kilnc MODEL.kiln -o MODEL.kpack)");
   if (f.threads == 0)
@@ -399,6 +406,9 @@ int trainCommand(const std::vector<std::string> &args) {
   o.lossLog = f.lossLog;
   o.seed = seedOf(f);
   o.inOrder = f.inOrder;
+  o.prefetch = int(f.prefetch);
+  o.dataWorkers = int(f.dataWorkers);
+  o.shuffleBuffer = f.shuffleBuffer;
   o.quiet = f.quiet;
   o.profile = f.profile;
   o.stop = &gInterrupted;

@@ -37,9 +37,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 using namespace kiln;
@@ -348,6 +351,216 @@ TEST(DataShards, TooFewRowsForTheGlobalBatchIsAnError) {
       << s.status().message();
 }
 
+// --- The input pipeline: workers, shuffle buffer, token shards ---------------
+
+TEST(DataPipeline, ReplicasWithDataWorkersReadTheGlobalBatchOfOneDevice) {
+  // Each replica's batches through a Prefetcher with several workers and
+  // another depth: together still exactly one device's batches, read with
+  // one worker (the trainer's pipeline for every replica).
+  std::string dir = tempDir();
+  writeData(dir, 40);
+  const int n = 2, rows = 3;
+  Model one = modelOf(dpPackage(rows * n, 1));
+  auto whole = openData(dir, one, "train_step", 7, true, "training");
+  ASSERT_TRUE(whole) << whole.status().message();
+  Model dev = modelOf(dpPackage(rows, n));
+  for (int workers : {1, 3}) {
+    std::vector<std::unique_ptr<DataSource>> parts;
+    std::vector<std::unique_ptr<data::Prefetcher<Batch>>> pipes;
+    for (int r = 0; r < n; ++r) {
+      auto s = openData(dir, dev, "train_step", 7, true, "training",
+                        DataShard{r, n});
+      ASSERT_TRUE(s) << s.status().message();
+      parts.push_back(std::move(*s));
+      data::PrefetchOptions po;
+      po.workers = workers;
+      po.depth = size_t(2 + r * 3);
+      const DataSource *src = parts.back().get();
+      pipes.push_back(std::make_unique<data::Prefetcher<Batch>>(
+          [src](uint64_t i) { return src->batch(i); }, 5, po));
+    }
+    for (uint64_t i = 5; i < 40; ++i) { // past several epochs of 6-row steps
+      Batch g = (*whole)->batch(i);
+      std::string x, y;
+      for (auto &p : pipes) {
+        auto b = p->next();
+        ASSERT_TRUE(b) << b.status().message();
+        x += b->bytes[0];
+        y += b->bytes[1];
+      }
+      ASSERT_EQ(x, g.bytes[0]) << workers << " workers, batch " << i;
+      ASSERT_EQ(y, g.bytes[1]) << workers << " workers, batch " << i;
+    }
+  }
+}
+
+/// The row indices (x's first feature times 40) of `n` consecutive batches.
+std::vector<int64_t> rowsOf(const DataSource &s, uint64_t first, uint64_t n,
+                            int64_t rows) {
+  std::vector<int64_t> out;
+  for (uint64_t i = first; i < first + n; ++i) {
+    std::vector<float> v = floats(s.batch(i).bytes[0]);
+    for (int64_t r = 0; r < rows; ++r)
+      out.push_back(int64_t(std::lround(v[size_t(r * kFeatures)] * 40)));
+  }
+  return out;
+}
+
+TEST(DataPipeline,
+     TheShuffleBufferCoversEveryRowOncePerEpochDeterministically) {
+  std::string dir = tempDir();
+  writeData(dir, 40);
+  const int64_t rows = 4, window = 8; // an epoch: 10 batches of 4
+  Model m = modelOf(dpPackage(rows, 1));
+  auto plain = openData(dir, m, "train_step", 7, true, "training");
+  auto buf = openData(dir, m, "train_step", 7, true, "training", {}, window);
+  auto again = openData(dir, m, "train_step", 7, true, "training", {}, window);
+  auto seed8 = openData(dir, m, "train_step", 8, true, "training", {}, window);
+  ASSERT_TRUE(plain && buf && again && seed8);
+  EXPECT_NE(
+      (*buf)->describe().find("shuffled per epoch with a buffer of 8 rows"),
+      std::string::npos)
+      << (*buf)->describe();
+  std::vector<int64_t> fileOrder(40);
+  std::iota(fileOrder.begin(), fileOrder.end(), 0);
+  std::vector<int64_t> previous;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int64_t> got = rowsOf(**buf, epoch * 10, 10, rows);
+    // Coverage: every row exactly once in the epoch.
+    std::vector<int64_t> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, fileOrder) << "epoch " << epoch;
+    // tf.data's window: the row at position p is among file rows [0, p + 8).
+    for (size_t p = 0; p < got.size(); ++p)
+      EXPECT_LT(got[p], int64_t(p) + window)
+          << "epoch " << epoch << ", position " << p;
+    EXPECT_NE(got, fileOrder);
+    EXPECT_NE(got, previous) << "epoch " << epoch << " repeats the last";
+    // Deterministic in (seed, epoch): a fresh source, even read from the
+    // middle (a resumed run), draws the same; another seed does not.
+    EXPECT_EQ(rowsOf(**again, epoch * 10 + 3, 7, rows),
+              std::vector<int64_t>(got.begin() + 12, got.end()));
+    EXPECT_NE(rowsOf(**seed8, epoch * 10, 10, rows), got);
+    previous = got;
+  }
+  // Without the flag: the uniform permutation of before (another order).
+  EXPECT_NE(rowsOf(**plain, 0, 10, rows), rowsOf(**buf, 0, 10, rows));
+  // Evaluation data (not shuffled) ignores it: file order.
+  auto ordered =
+      openData(dir, m, "train_step", 7, false, "validation", {}, window);
+  ASSERT_TRUE(ordered);
+  EXPECT_EQ(rowsOf(**ordered, 0, 10, rows), fileOrder);
+}
+
+TEST(DataPipeline, TokenShardsOpenFromAListAGlobOrADirectory) {
+  std::string dir = tempDir();
+  std::filesystem::create_directories(dir + "/shards");
+  for (int k = 0; k < 3; ++k) {
+    std::ofstream f(dir + fmt::format("/shards/train-{}.bin", k),
+                    std::ios::binary);
+    for (int i = 0; i < 400 + 300 * k; ++i) {
+      uint16_t t = uint16_t(random::bits(5, uint64_t(k), uint64_t(i)) % 60);
+      f.write(reinterpret_cast<const char *>(&t), 2);
+    }
+  }
+  Package pkg = dpPackage(1, 1);
+  for (int id : {X, Y}) {
+    Buffer &b = pkg.program.buffers[size_t(id)];
+    b.dtype = DType::I32;
+    b.shape = {4, 16};
+    b.bytes = 4 * 16 * 4;
+  }
+  Model m = modelOf(pkg);
+  std::string s = dir + "/shards/train-";
+  auto list = openData(s + "0.bin," + s + "1.bin," + s + "2.bin", m,
+                       "train_step", 9, true, "training");
+  auto glob = openData(s + "*.bin", m, "train_step", 9, true, "training");
+  auto whole = openData(dir + "/shards", m, "train_step", 9, true, "training");
+  ASSERT_TRUE(list) << list.status().message();
+  ASSERT_TRUE(glob) << glob.status().message();
+  ASSERT_TRUE(whole) << whole.status().message();
+  EXPECT_NE(
+      (*glob)->describe().find("(3 shards, 2100 tokens; random windows of 16"),
+      std::string::npos)
+      << (*glob)->describe();
+  for (uint64_t i = 0; i < 20; ++i) {
+    EXPECT_EQ((*list)->batch(i).bytes, (*glob)->batch(i).bytes);
+    EXPECT_EQ((*list)->batch(i).bytes, (*whole)->batch(i).bytes);
+  }
+  auto none =
+      openData(dir + "/train-*.bin", m, "train_step", 9, true, "training");
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.status().message().find("matches no file"), std::string::npos);
+  // Two replicas of 2 rows, each through 2 data workers: together the
+  // windows of the one device of 4 rows.
+  Package half = pkg;
+  half.program.mesh.axes.push_back({"dp", 2});
+  for (int id : {X, Y}) {
+    Buffer &b = half.program.buffers[size_t(id)];
+    b.shape = {2, 16};
+    b.bytes = 2 * 16 * 4;
+  }
+  Model dev = modelOf(half);
+  std::vector<std::unique_ptr<DataSource>> parts;
+  std::vector<std::unique_ptr<data::Prefetcher<Batch>>> pipes;
+  for (int r = 0; r < 2; ++r) {
+    auto p = openData(s + "*.bin", dev, "train_step", 9, true, "training",
+                      DataShard{r, 2});
+    ASSERT_TRUE(p) << p.status().message();
+    parts.push_back(std::move(*p));
+    const DataSource *src = parts.back().get();
+    data::PrefetchOptions po;
+    po.workers = 2;
+    pipes.push_back(std::make_unique<data::Prefetcher<Batch>>(
+        [src](uint64_t i) { return src->batch(i); }, 0, po));
+  }
+  for (uint64_t i = 0; i < 20; ++i) {
+    std::string x, y;
+    for (auto &p : pipes) {
+      auto b = p->next();
+      ASSERT_TRUE(b) << b.status().message();
+      x += b->bytes[0];
+      y += b->bytes[1];
+    }
+    EXPECT_EQ(x, (*glob)->batch(i).bytes[0]) << "batch " << i;
+    EXPECT_EQ(y, (*glob)->batch(i).bytes[1]) << "batch " << i;
+  }
+}
+
+TEST(DataPipeline, AFailingDataSourceStopsTheRunWithItsMessage) {
+  // A source whose batch 3 throws (a read error): the trainer returns the
+  // error naming the data, with 1 or 3 workers, and does not hang.
+  struct Failing : DataSource {
+    Batch batch(uint64_t i) const override {
+      if (i == 3)
+        throw std::runtime_error("read error at byte 96");
+      Batch b;
+      b.bytes = {std::string(size_t(2 * kFeatures * 4), '\0'),
+                 std::string(8, '\0')};
+      return b;
+    }
+    std::string describe() const override { return "broken.npy"; }
+  };
+  for (int workers : {1, 3}) {
+    Model m = modelOf(dpPackage(2, 1));
+    ASSERT_TRUE(m.attach(std::make_unique<DpBackend>(m.pkg.program, nullptr)));
+    TrainOptions o;
+    o.artifact = "dp.kpack";
+    o.steps = 10;
+    o.evalInterval = 0;
+    o.quiet = true;
+    o.dataWorkers = workers;
+    o.checkpoint = tempDir() + "/c.safetensors";
+    auto t = Trainer::create(m, o, std::make_shared<Failing>(), nullptr,
+                             nullptr, {});
+    ASSERT_TRUE(t) << t.status().message();
+    auto r = (*t)->run();
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status().message(), "cannot make batch 3 of the training data "
+                                    "broken.npy: read error at byte 96");
+  }
+}
+
 // --- ZeRO-sharded state and logical checkpoints
 // ---------------------------------
 
@@ -464,7 +677,8 @@ struct RunOut {
 /// threads through the fake communicator; one device trains alone.
 RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
                const std::string &resume = "", int64_t checkpointEvery = 0,
-               double timeout = 10, int64_t stopAt = -1) {
+               double timeout = 10, int64_t stopAt = -1, int dataWorkers = 1,
+               int prefetch = 3) {
   RunOut out;
   Package pkg = dpPackage(rows, devices);
   auto comms = test::FakeComm::world(devices, timeout);
@@ -479,6 +693,8 @@ RunOut trainDp(const std::string &dir, int devices, int64_t rows, int64_t steps,
   o.train.checkpoint = dir + "/c.safetensors";
   o.train.resume = resume;
   o.train.quiet = true;
+  o.train.dataWorkers = dataWorkers;
+  o.train.prefetch = prefetch;
   // A Ctrl-C that one replica sees later than the others: the last to
   // finish step `stopAt` raises the shared flag, when the others have
   // most likely checked it already.
@@ -558,6 +774,26 @@ TEST(Replicas, DataParallelReplicasTrainLikeOneDeviceOnTheGlobalBatch) {
     ASSERT_TRUE(again.status);
     EXPECT_EQ(again.losses, dp.losses);
     EXPECT_EQ(again.weights, dp.weights);
+  }
+}
+
+TEST(Replicas, DataWorkersAndPrefetchDepthDoNotChangeTraining) {
+  // Bit for bit: the same losses and weights with 3 data workers and
+  // another depth, on one device and on 2 replicas.
+  std::string dir = tempDir();
+  writeData(dir, 64);
+  for (int n : {1, 2}) {
+    RunOut base = trainDp(dir, n, 8 / n, 12);
+    ASSERT_TRUE(base.status) << base.status.message();
+    for (int prefetch : {1, 5}) {
+      RunOut w = trainDp(dir, n, 8 / n, 12, "", 0, 10, -1, /*dataWorkers=*/3,
+                         prefetch);
+      ASSERT_TRUE(w.status) << w.status.message();
+      EXPECT_EQ(w.losses, base.losses)
+          << n << " devices, prefetch " << prefetch;
+      EXPECT_EQ(w.weights, base.weights)
+          << n << " devices, prefetch " << prefetch;
+    }
   }
 }
 
