@@ -81,6 +81,14 @@ RankFault RankFault::parse(const char *spec) {
   return f;
 }
 
+DataFault DataFault::parse(const char *spec) {
+  DataFault f;
+  std::string s(spec ? spec : "");
+  if (s.rfind("slow-data@", 0) == 0)
+    f.slowMs = std::max<long long>(std::strtoll(s.c_str() + 10, nullptr, 10), 0);
+  return f;
+}
+
 Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o,
                                                  const BackendFactory &make, Sink out) {
   if (Status s = noTrainStep(m, o); !s)
@@ -147,6 +155,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->stepIn_ = m.stepInput("train_step");
   t->replicaIn_ = m.replicaInput("train_step");
   t->fault_ = RankFault::parse(std::getenv("KILN_FAULT_INJECT"));
+  t->dataFault_ = DataFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->lossId_ = m.result("train_step", "loss");
   t->normId_ = m.result("train_step", "grad_norm");
   t->lrId_ = m.result("train_step", "lr");
@@ -225,8 +234,14 @@ bool Trainer::injectFault(int64_t step) {
 Expected<TrainResult> Trainer::run() {
   Model &m = m_;
   const DataSource &train = *train_;
-  data::Prefetcher<Batch> prefetch([&](uint64_t step) { return train.batch(step); },
-                                   uint64_t(start_), 3);
+  int64_t slowMs = dataFault_.slowMs;
+  data::Prefetcher<Batch> prefetch(
+      [&, slowMs](uint64_t step) {
+        if (slowMs > 0) // KILN_FAULT_INJECT=slow-data@MS
+          std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));
+        return train.batch(step);
+      },
+      uint64_t(start_), 3);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now(), tLog = t0;
   bool interrupted = false;
@@ -246,7 +261,8 @@ Expected<TrainResult> Trainer::run() {
     if (!tracer)
       return;
     tracer->setStep(at);
-    tracer->setEnabled(at >= o_.traceFrom && at < o_.traceTo);
+    tracer->setEnabled(at >= std::max(o_.traceFrom, start_ + o_.traceWarmup) &&
+                       at < o_.traceTo);
   };
   auto writeNext = [&]() -> Status {
     Batch b;
