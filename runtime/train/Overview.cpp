@@ -88,6 +88,17 @@ std::string join(const std::vector<std::string> &v, const char *sep) {
   return out;
 }
 
+/// " [kiln.mul + kiln.add]"; long lists by their ends: " [22 ops: kiln.cast
+/// + kiln.add + ... + kiln.sub]" (--stats-csv has them all).
+std::string fusedOps(const KernelStat &k) {
+  if (k.ops.size() < 2)
+    return "";
+  if (k.ops.size() <= 5)
+    return " [" + join(k.ops, " + ") + "]";
+  return fmt::format(" [{} ops: {} + {} + ... + {}]", k.ops.size(), k.ops[0], k.ops[1],
+                     k.ops.back());
+}
+
 /// The top row of the kind (kinds: "kernel", "gemm"), or null.
 const KernelStat *top(const std::vector<KernelStat> &stats, const char *kind) {
   for (const KernelStat &k : stats)
@@ -353,7 +364,7 @@ std::string formatOverview(const Breakdown &b, const std::vector<KernelStat> &st
                      fmt::format("{:g}", double(k.calls) / steps), k.seconds * 1e3 / steps,
                      k.mean() * 1e6, pct(k.stepShare, 1), k.gflops(), k.gbps(),
                      k.peakShare > 0 ? pct(k.peakShare, 1) : "-", firstLine(k),
-                     k.ops.size() > 1 ? " [" + join(k.ops, " + ") + "]" : "");
+                     fusedOps(k));
   }
   if (stats.size() > n) {
     double rest = 0;
