@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <tuple>
 
@@ -107,6 +108,42 @@ const KernelStat *top(const std::vector<KernelStat> &stats, const char *kind) {
   return nullptr;
 }
 
+/// A stretch of time in which inter-op workers ran something: rank 0 (a
+/// GEMM), 1 (a kernel) or 2 (only copies).
+struct Segment {
+  double start, end;
+  int rank;
+};
+
+/// The stretches of [a, e] in which some worker span of `workers` (sorted
+/// by start; none longer than `longest` seconds) ran, split where the highest-ranked kind running changes.
+std::vector<Segment> workerSegments(const std::vector<const Span *> &workers, double longest,
+                                    double a, double e) {
+  std::vector<std::pair<double, int>> events; // (time, +-(rank + 1))
+  auto from = std::lower_bound(workers.begin(), workers.end(), a - longest - kEps,
+                               [](const Span *x, double t) { return x->start < t; });
+  for (auto it = from; it != workers.end() && (*it)->start < e; ++it) {
+    double s0 = std::max((*it)->start, a), s1 = std::min((*it)->start + (*it)->seconds, e);
+    if (s1 <= s0)
+      continue;
+    int r = (*it)->kind == Span::Gemm ? 0 : (*it)->kind == Span::Kernel ? 1 : 2;
+    events.push_back({s0, r + 1});
+    events.push_back({s1, -(r + 1)});
+  }
+  std::sort(events.begin(), events.end());
+  std::vector<Segment> out;
+  int count[3] = {0, 0, 0};
+  double at = a;
+  for (const auto &[t, ev] : events) {
+    int r = count[0] ? 0 : count[1] ? 1 : count[2] ? 2 : -1;
+    if (r >= 0 && t > at)
+      out.push_back({at, t, r});
+    at = t;
+    count[std::abs(ev) - 1] += ev > 0 ? 1 : -1;
+  }
+  return out;
+}
+
 } // namespace
 
 Breakdown breakdown(const std::vector<Span> &spans) {
@@ -119,6 +156,15 @@ Breakdown breakdown(const std::vector<Span> &spans) {
   std::sort(line.begin(), line.end(), [](const Span *x, const Span *y) {
     return std::make_tuple(x->start, -x->seconds) < std::make_tuple(y->start, -y->seconds);
   });
+  std::vector<const Span *> workers; // inter-op workers' kernels, GEMMs, copies
+  for (const Span &s : spans)
+    if (s.thread != 0 && (s.kind == Span::Kernel || s.kind == Span::Gemm || s.kind == Span::Copy))
+      workers.push_back(&s);
+  std::sort(workers.begin(), workers.end(),
+            [](const Span *x, const Span *y) { return x->start < y->start; });
+  double longest = 0;
+  for (const Span *w : workers)
+    longest = std::max(longest, w->seconds);
   std::vector<const Span *> runs; // collectives' run times, by start
   for (const Span &s : spans)
     if (s.kind == Span::Collective)
@@ -149,6 +195,7 @@ Breakdown breakdown(const std::vector<Span> &spans) {
       parts.push_back({(*it)->kind, s0, s1, s1 - s0});
     }
     std::vector<size_t> open;
+    std::vector<std::pair<double, double>> gaps; // on the loop's thread
     double covered = a;
     for (size_t i = 0; i < parts.size(); ++i) {
       Part &p = parts[i];
@@ -159,11 +206,33 @@ Breakdown breakdown(const std::vector<Span> &spans) {
       open.push_back(i);
       // Idle: the gap since everything before it ended.
       if (p.start > covered)
-        b.idle += p.start - covered;
+        gaps.push_back({covered, p.start});
       covered = std::max(covered, p.end);
     }
     if (e > covered)
-      b.idle += e - covered;
+      gaps.push_back({covered, e});
+    // Inter-op workers: where the loop's thread has a gap while a worker
+    // runs a kernel, GEMM or copy, the step computes (a GEMM where one
+    // runs, else a kernel, else a copy); the rest of the gap is idle.
+    double filled[3] = {0, 0, 0}; // gemm, kernel, copy
+    std::vector<Segment> work = workerSegments(workers, longest, a, e);
+    size_t w = 0;
+    for (const auto &[g0, g1] : gaps) {
+      double busy = 0;
+      while (w < work.size() && work[w].end <= g0)
+        ++w;
+      for (size_t j = w; j < work.size() && work[j].start < g1; ++j) {
+        double t = std::min(work[j].end, g1) - std::max(work[j].start, g0);
+        if (t > 0) {
+          filled[work[j].rank] += t;
+          busy += t;
+        }
+      }
+      b.idle += (g1 - g0) - busy;
+    }
+    b.gemm += filled[0];
+    b.kernel += filled[1];
+    b.copy += filled[2];
     double exposed = 0;
     for (const Part &p : parts) {
       double t = std::max(p.self, 0.0);

@@ -8,7 +8,9 @@
 //     GEMMs, in generated kernels, in copies and waiting for collectives
 //     (exposed communication), each from its spans (a span's time less the
 //     spans nested in it), and idle: the gaps between consecutive spans of
-//     the loop's thread inside the step, MEASURED, not a remainder. So the
+//     the loop's thread inside the step, MEASURED, not a remainder (where
+//     inter-op workers ran kernels during such a gap, that part of it is
+//     compute: Span::thread > 0). So the
 //     parts adding up to the measured step (the mean Step span) is a check
 //     of the spans, printed with the breakdown ("parts add up to 99.2% of
 //     the measured 41.3 ms/step"). Collectives' time that ran alongside

@@ -154,6 +154,23 @@ TEST(Overview, InterOpThreadsStayOffTheLoopTimeline) {
   EXPECT_EQ(kernelStats(spans, p, b, {}).size(), 2u);
 }
 
+TEST(Overview, InterOpWorkersFillTheLoopThreadsGaps) {
+  // The loop thread runs 0..2 and 8..10 and waits 2..8 while worker 1 runs
+  // a GEMM 2..6 and worker 2 a kernel 3..7: that wait is 4 ms of GEMM
+  // (2..6), 1 ms of kernel (6..7) and 1 ms idle (7..8).
+  Span g = span(Span::Gemm, 2, 4, "gemm 8x8x8 NN");
+  g.thread = 1;
+  Span k = span(Span::Kernel, 3, 4, "k2");
+  k.thread = 2;
+  std::vector<Span> spans = {step(1, 0, 10), span(Span::Kernel, 0, 2, "k0"), g, k,
+                             span(Span::Kernel, 8, 2, "k1")};
+  Breakdown b = breakdown(spans);
+  EXPECT_NEAR(b.gemm, 4 * ms, tol);
+  EXPECT_NEAR(b.kernel, 5 * ms, tol);
+  EXPECT_NEAR(b.idle, 1 * ms, tol);
+  EXPECT_NEAR(b.coverage(), 1.0, 1e-9);
+}
+
 program::Program twoKernelProgram() {
   program::Program p;
   program::Kernel k;
