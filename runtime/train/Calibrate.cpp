@@ -48,8 +48,7 @@ Expected<MachinePeak> measureCpuPeak(int threads) {
   int bestN = 0;
   for (int n : {256, 512}) {
     size_t nn = size_t(n) * size_t(n);
-    std::vector<float> a(nn * size_t(threads)), b(nn * size_t(threads)),
-        c(nn * size_t(threads));
+    std::vector<float> a(nn * size_t(threads)), b(nn * size_t(threads)), c(nn * size_t(threads));
     for (size_t i = 0; i < a.size(); ++i) {
       a[i] = float(i % 7) * 0.25f - 0.75f;
       b[i] = float(i % 5) * 0.5f - 1.0f;

@@ -116,7 +116,8 @@ struct Segment {
 };
 
 /// The stretches of [a, e] in which some worker span of `workers` (sorted
-/// by start; none longer than `longest` seconds) ran, split where the highest-ranked kind running changes.
+/// by start; none longer than `longest` seconds) ran, split where the highest-ranked kind running
+/// changes.
 std::vector<Segment> workerSegments(const std::vector<const Span *> &workers, double longest,
                                     double a, double e) {
   std::vector<std::pair<double, int>> events; // (time, +-(rank + 1))
@@ -237,13 +238,26 @@ Breakdown breakdown(const std::vector<Span> &spans) {
     for (const Part &p : parts) {
       double t = std::max(p.self, 0.0);
       switch (p.kind) {
-      case Span::DataWait: b.input += t; break;
-      case Span::HostToDevice: b.hostToDevice += t; break;
-      case Span::Gemm: b.gemm += t; break;
-      case Span::Kernel: b.kernel += t; break;
-      case Span::Copy: b.copy += t; break;
-      case Span::CollectiveWait: exposed += t; break;
-      default: break;
+      case Span::DataWait:
+        b.input += t;
+        break;
+      case Span::HostToDevice:
+        b.hostToDevice += t;
+        break;
+      case Span::Gemm:
+        b.gemm += t;
+        break;
+      case Span::Kernel:
+        b.kernel += t;
+        break;
+      case Span::Copy:
+        b.copy += t;
+        break;
+      case Span::CollectiveWait:
+        exposed += t;
+        break;
+      default:
+        break;
       }
     }
     b.commExposed += exposed;
@@ -377,8 +391,9 @@ std::string recommend(const Breakdown &b, const std::vector<KernelStat> &stats,
                                          : "",
                         !gemms && k->ops.size() > 1 ? ", fusing " + join(k->ops, " + ") : "")
           : "";
-    return fmt::format("compute-bound in {}: {} of the step{}", gemms ? "GEMMs" : "generated kernels",
-                       pct(gemms ? b.gemm : b.kernel, S), which);
+    return fmt::format("compute-bound in {}: {} of the step{}",
+                       gemms ? "GEMMs" : "generated kernels", pct(gemms ? b.gemm : b.kernel, S),
+                       which);
   }
   return fmt::format("no single part dominates (compute {}, input {}, exposed communication "
                      "{}, idle {})",
@@ -389,6 +404,8 @@ std::string formatOverview(const Breakdown &b, const std::vector<KernelStat> &st
                            const MachinePeak &peak, const std::string &who, size_t topN) {
   std::string o;
   double S = b.step;
+  if (b.steps == 0)
+    return fmt::format("profile: {}\n", recommend(b, stats));
   o += fmt::format("profile of steps {}..{} ({} steps{}{}):\n", b.firstStep, b.lastStep, b.steps,
                    who.empty() ? "" : ", ", who);
   if (!peak.how.empty())
@@ -407,19 +424,19 @@ std::string formatOverview(const Breakdown &b, const std::vector<KernelStat> &st
   row("idle (gaps between spans)", b.idle);
   o += fmt::format("  {:<30} {:>10}  (alongside compute; not in the sum)\n",
                    "communication (overlapped)", ms(b.commOverlapped));
-  o += fmt::format("  parts add up to {:.1f}% of the measured {:.3f} ms/step\n",
-                   100 * b.coverage(), S * 1e3);
+  o += fmt::format("  parts add up to {:.1f}% of the measured {:.3f} ms/step\n", 100 * b.coverage(),
+                   S * 1e3);
   if (b.evals)
     o += fmt::format("  between steps: {} evaluation{}, {} each\n", b.evals,
                      b.evals == 1 ? "" : "s", ms(b.evalSeconds / double(b.evals)));
   if (b.checkpoints)
-    o += fmt::format("  between steps: {} checkpoint write{}, {} each\n", b.checkpoints,
-                     b.checkpoints == 1 ? "" : "s",
-                     ms(b.checkpointSeconds / double(b.checkpoints)));
+    o +=
+        fmt::format("  between steps: {} checkpoint write{}, {} each\n", b.checkpoints,
+                    b.checkpoints == 1 ? "" : "s", ms(b.checkpointSeconds / double(b.checkpoints)));
   o += "recommendation: " + recommend(b, stats) + "\n";
   size_t n = std::min(topN, stats.size());
-  o += fmt::format("kernel stats (top {} of {} by total time; --stats-csv FILE writes all):\n",
-                   n, stats.size());
+  o += fmt::format("kernel stats (top {} of {} by total time; --stats-csv FILE writes all):\n", n,
+                   stats.size());
   o += fmt::format("  {:<10} {:<34} {:>10} {:>8} {:>9} {:>6} {:>8} {:>7} {:>7}  {}\n", "kind",
                    "name", "calls/step", "ms/step", "mean us", "step", "GFLOP/s", "GB/s", "peak",
                    "model line");
@@ -432,8 +449,7 @@ std::string formatOverview(const Breakdown &b, const std::vector<KernelStat> &st
                      k.kind == "collective wait" ? "comm wait" : k.kind, name,
                      fmt::format("{:g}", double(k.calls) / steps), k.seconds * 1e3 / steps,
                      k.mean() * 1e6, pct(k.stepShare, 1), k.gflops(), k.gbps(),
-                     k.peakShare > 0 ? pct(k.peakShare, 1) : "-", firstLine(k),
-                     fusedOps(k));
+                     k.peakShare > 0 ? pct(k.peakShare, 1) : "-", firstLine(k), fusedOps(k));
   }
   if (stats.size() > n) {
     double rest = 0;
@@ -459,10 +475,11 @@ Status writeStatsCsv(const std::string &path, const std::vector<KernelStat> &sta
   std::string out = "kind,name,calls,total_s,mean_s,step_share,flops,bytes,gflops_per_s,"
                     "gbytes_per_s,peak_share,bound,model_lines,fused_ops\n";
   for (const KernelStat &k : stats)
-    out += fmt::format("{},{},{},{:.9g},{:.9g},{:.6g},{:.9g},{:.9g},{:.6g},{:.6g},{:.6g},{},{},{}\n",
-                       quote(k.kind), quote(k.name), k.calls, k.seconds, k.mean(), k.stepShare,
-                       k.flops, k.bytes, k.gflops(), k.gbps(), k.peakShare, quote(k.bound),
-                       quote(join(k.lines, ";")), quote(join(k.ops, ";")));
+    out +=
+        fmt::format("{},{},{},{:.9g},{:.9g},{:.6g},{:.9g},{:.9g},{:.6g},{:.6g},{:.6g},{},{},{}\n",
+                    quote(k.kind), quote(k.name), k.calls, k.seconds, k.mean(), k.stepShare,
+                    k.flops, k.bytes, k.gflops(), k.gbps(), k.peakShare, quote(k.bound),
+                    quote(join(k.lines, ";")), quote(join(k.ops, ";")));
   bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
   ok = std::fclose(f) == 0 && ok;
   if (!ok)

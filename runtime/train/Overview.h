@@ -59,26 +59,24 @@ struct MachinePeak {
 
 /// Mean seconds per profiled step of each part (Overview.h's header).
 struct Breakdown {
-  int64_t steps = 0;          ///< profiled steps (Step spans)
+  int64_t steps = 0; ///< profiled steps (Step spans)
   int64_t firstStep = -1, lastStep = -1;
-  double step = 0;            ///< mean Step span
-  double input = 0;           ///< DataWait
-  double hostToDevice = 0;    ///< HostToDevice
-  double gemm = 0;            ///< Gemm
-  double kernel = 0;          ///< Kernel
-  double copy = 0;            ///< Copy
-  double commExposed = 0;     ///< CollectiveWait
-  double commOverlapped = 0;  ///< Collective run time - exposed (not summed)
-  double idle = 0;            ///< gaps on the loop's thread inside the step
+  double step = 0;           ///< mean Step span
+  double input = 0;          ///< DataWait
+  double hostToDevice = 0;   ///< HostToDevice
+  double gemm = 0;           ///< Gemm
+  double kernel = 0;         ///< Kernel
+  double copy = 0;           ///< Copy
+  double commExposed = 0;    ///< CollectiveWait
+  double commOverlapped = 0; ///< Collective run time - exposed (not summed)
+  double idle = 0;           ///< gaps on the loop's thread inside the step
   /// Kernel and GEMM calls per step, and their mean time.
   double kernelsPerStep = 0, meanKernel = 0;
   /// Between steps (not in the sum): evaluations and checkpoint writes.
   int64_t evals = 0, checkpoints = 0;
   double evalSeconds = 0, checkpointSeconds = 0; ///< totals
   /// The parts that add up to the step (every part but commOverlapped).
-  double sum() const {
-    return input + hostToDevice + gemm + kernel + copy + commExposed + idle;
-  }
+  double sum() const { return input + hostToDevice + gemm + kernel + copy + commExposed + idle; }
   /// sum() / step (1 when the spans tile the step exactly).
   double coverage() const { return step > 0 ? sum() / step : 0; }
 };
@@ -89,15 +87,15 @@ Breakdown breakdown(const std::vector<Span> &spans);
 
 /// One row of the kernel stats.
 struct KernelStat {
-  std::string kind;  ///< "kernel", "gemm", "copy", "collective", "collective wait"
-  std::string name;  ///< symbol, GEMM label, "copy", collective op
+  std::string kind; ///< "kernel", "gemm", "copy", "collective", "collective wait"
+  std::string name; ///< symbol, GEMM label, "copy", collective op
   int64_t calls = 0;
-  double seconds = 0;       ///< total over the profiled steps
-  double flops = 0;         ///< total estimated FLOPs (0: none)
-  double bytes = 0;         ///< total bytes (kernel arguments, collective bytes)
-  double stepShare = 0;     ///< seconds / (profiled steps x mean step)
-  double peakShare = 0;     ///< roofline bound / seconds (0: no peak measured)
-  std::string bound;        ///< "compute" or "memory": which roof bounds it
+  double seconds = 0;             ///< total over the profiled steps
+  double flops = 0;               ///< total estimated FLOPs (0: none)
+  double bytes = 0;               ///< total bytes (kernel arguments, collective bytes)
+  double stepShare = 0;           ///< seconds / (profiled steps x mean step)
+  double peakShare = 0;           ///< roofline bound / seconds (0: no peak measured)
+  std::string bound;              ///< "compute" or "memory": which roof bounds it
   std::vector<std::string> lines; ///< model-file locations it serves
   std::vector<std::string> ops;   ///< ops it computes (fused), in order
   double mean() const { return calls ? seconds / double(calls) : 0; }

@@ -23,8 +23,7 @@ namespace {
 
 constexpr double ms = 1e-3, tol = 1e-12;
 
-Span span(Span::Kind k, double startMs, double lenMs, std::string name = "",
-          int queue = 0) {
+Span span(Span::Kind k, double startMs, double lenMs, std::string name = "", int queue = 0) {
   Span s;
   s.kind = k;
   s.start = startMs * ms;
@@ -42,9 +41,7 @@ Span step(int64_t n, double startMs, double lenMs) {
 
 TEST(Overview, GapsAreIdleAndThePartsAddUp) {
   std::vector<Span> spans = {
-      step(1, 0, 10),
-      span(Span::DataWait, 0, 1),
-      span(Span::Kernel, 1, 2, "k0"),
+      step(1, 0, 10), span(Span::DataWait, 0, 1), span(Span::Kernel, 1, 2, "k0"),
       // gap 3..4
       span(Span::Gemm, 4, 4, "gemm 8x8x8 NN"),
       // gap 8..10 (reading the loss back)
@@ -106,11 +103,14 @@ TEST(Overview, OverlappedCollectivesAreShownNotSummed) {
 
 TEST(Overview, MeansOverStepsAndBetweenStepsApart) {
   std::vector<Span> spans = {
-      step(1, 0, 10), span(Span::Kernel, 0, 10, "k0"),
+      step(1, 0, 10),
+      span(Span::Kernel, 0, 10, "k0"),
       // An evaluation between the steps runs kernels: not part of a step.
-      span(Span::Eval, 10, 5), span(Span::Kernel, 11, 3, "k0"),
+      span(Span::Eval, 10, 5),
+      span(Span::Kernel, 11, 3, "k0"),
       span(Span::Checkpoint, 15, 5),
-      step(2, 20, 20), span(Span::Kernel, 20, 16, "k0"),
+      step(2, 20, 20),
+      span(Span::Kernel, 20, 16, "k0"),
   };
   Breakdown b = breakdown(spans);
   EXPECT_EQ(b.steps, 2);
@@ -136,8 +136,7 @@ TEST(Overview, SpansThatOverlapOnTheLoopThreadFailTheCheck) {
   Breakdown b = breakdown(spans);
   EXPECT_NEAR(b.coverage(), 1.2, 1e-9);
   std::string text = formatOverview(b, {}, {}, "");
-  EXPECT_NE(text.find("parts add up to 120.0% of the measured 10.000 ms/step"),
-            std::string::npos)
+  EXPECT_NE(text.find("parts add up to 120.0% of the measured 10.000 ms/step"), std::string::npos)
       << text;
 }
 
@@ -237,8 +236,7 @@ Breakdown parts(double input, double gemm, double kernel, double exposed, double
 }
 
 TEST(Overview, OneRecommendation) {
-  EXPECT_EQ(recommend(parts(30, 50, 10, 0, 10), {}).rfind("input-bound: 30.0% of the step", 0),
-            0u);
+  EXPECT_EQ(recommend(parts(30, 50, 10, 0, 10), {}).rfind("input-bound: 30.0% of the step", 0), 0u);
   EXPECT_NE(recommend(parts(30, 50, 10, 0, 10), {}).find("--prefetch or --data-workers"),
             std::string::npos);
   // Just under the threshold (20%): not input-bound.
