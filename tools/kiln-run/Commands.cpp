@@ -28,7 +28,6 @@
 #include <fstream>
 #include <iterator>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -425,9 +424,9 @@ int trainCommand(const std::vector<std::string> &args) {
     int sharing = launch.multiProcess() ? launch.localSize : spec->count;
     if (!launch.multiProcess() || launch.rank == 0)
       startProfile(f, o, prof,
-                 f.threadsSet ? f.threads
-                              : std::max(1, int(std::thread::hardware_concurrency()) /
-                                                std::max(1, sharing)));
+                   f.threadsSet ? f.threads
+                                : std::max(1, int(std::thread::hardware_concurrency()) /
+                                                  std::max(1, sharing)));
     gInterrupted = false;
     std::signal(SIGINT, onSigint);
     int rc = trainReplicas(f, o, *spec, launch, *model, prof);
