@@ -108,6 +108,36 @@ const KernelStat *top(const std::vector<KernelStat> &stats, const char *kind) {
   return nullptr;
 }
 
+/// The union of intervals, as sorted disjoint intervals.
+std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto &iv : v) {
+    if (iv.second <= iv.first)
+      continue;
+    if (!out.empty() && iv.first <= out.back().second)
+      out.back().second = std::max(out.back().second, iv.second);
+    else
+      out.push_back(iv);
+  }
+  return out;
+}
+
+/// The length of the intersection of two sorted disjoint interval lists.
+double overlap(const std::vector<std::pair<double, double>> &x,
+               const std::vector<std::pair<double, double>> &y) {
+  double t = 0;
+  size_t i = 0, j = 0;
+  while (i < x.size() && j < y.size()) {
+    t += std::max(0.0, std::min(x[i].second, y[j].second) - std::max(x[i].first, y[j].first));
+    if (x[i].second < y[j].second)
+      ++i;
+    else
+      ++j;
+  }
+  return t;
+}
+
 /// A stretch of time in which inter-op workers ran something: rank 0 (a
 /// GEMM), 1 (a kernel) or 2 (only copies).
 struct Segment {
@@ -261,12 +291,18 @@ Breakdown breakdown(const std::vector<Span> &spans) {
       }
     }
     b.commExposed += exposed;
-    // Collectives started in this step, on any queue: their run time.
-    double ran = 0;
+    // Overlapped: the time some collective ran while the loop's thread
+    // computed (a kernel, GEMM or copy). Not run time - exposed: two
+    // collectives may run at once (a synchronous one on queue 0 beside an
+    // asynchronous one), overlapping each other, not compute.
+    std::vector<std::pair<double, double>> ran, computed;
     for (auto it = std::lower_bound(runs.begin(), runs.end(), a - kEps, byStart);
          it != runs.end() && (*it)->start <= e + kEps; ++it)
-      ran += (*it)->seconds;
-    b.commOverlapped += std::max(ran - exposed, 0.0);
+      ran.push_back({(*it)->start, std::min((*it)->start + (*it)->seconds, e)});
+    for (const Part &p : parts)
+      if (p.kind == Span::Kernel || p.kind == Span::Gemm || p.kind == Span::Copy)
+        computed.push_back({p.start, p.end});
+    b.commOverlapped += overlap(merged(std::move(ran)), merged(std::move(computed)));
   }
   for (const Span &s : spans) {
     if (s.kind == Span::Eval) {

@@ -13,8 +13,8 @@
 //     compute: Span::thread > 0). So the
 //     parts adding up to the measured step (the mean Step span) is a check
 //     of the spans, printed with the breakdown ("parts add up to 99.2% of
-//     the measured 41.3 ms/step"). Collectives' time that ran alongside
-//     compute (overlapped: run time - exposed) is shown, not summed.
+//     the measured 41.3 ms/step"). The time collectives ran while the
+//     loop's thread computed (overlapped) is shown, not summed.
 //     Evaluations and checkpoint writes happen between steps: separate.
 //   - one recommendation: the part that dominates, by the thresholds below
 //     (docs/profiling.md "Overview").
@@ -68,7 +68,7 @@ struct Breakdown {
   double kernel = 0;         ///< Kernel
   double copy = 0;           ///< Copy
   double commExposed = 0;    ///< CollectiveWait
-  double commOverlapped = 0; ///< Collective run time - exposed (not summed)
+  double commOverlapped = 0; ///< a collective ran while the loop computed (not summed)
   double idle = 0;           ///< gaps on the loop's thread inside the step
   /// Kernel and GEMM calls per step, and their mean time.
   double kernelsPerStep = 0, meanKernel = 0;

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Checks kiln-run's --stats-csv file against the overview it printed.
 
-  check_stats_csv.py STATS.csv PROFILE.log
+  check_stats_csv.py STATS.csv PROFILE.log [--allow-unnamed REGEX]
 
 The header has every column; python's csv module reads every row; numbers
 parse; there is one row per (kind, name); the row count is the "of N" of
 the printed kernel stats; every generated kernel and GEMM names a model
-line; rows are sorted by total time; shares of the step are in [0, 1.05]
-(5%: the breakdown's own check). Exits 1 with the first problem.
+line (but kernels whose symbol matches REGEX: compiler-made ones the
+model file has no line for); rows are sorted by total time; shares of the
+step are in [0, 1.05] (5%: the breakdown's own check), but collectives'
+(two may run at once). Exits 1 with the first problem.
 """
 import csv
 import re
@@ -19,6 +21,7 @@ COLUMNS = ["kind", "name", "calls", "total_s", "mean_s", "step_share", "flops", 
 
 def main():
     path, log = sys.argv[1:3]
+    unnamed = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--allow-unnamed" else None
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames != COLUMNS:
@@ -41,10 +44,13 @@ def main():
         for c in ["calls", "total_s", "mean_s", "step_share", "flops", "bytes",
                   "gflops_per_s", "gbytes_per_s", "peak_share"]:
             float(r[c])
-        if r["kind"] in ("kernel", "gemm") and not r["model_lines"]:
+        if r["kind"] in ("kernel", "gemm") and not r["model_lines"] and not (
+                unnamed and re.fullmatch(unnamed, r["name"])):
             print(f"FAIL: {r['kind']} {r['name']} names no model line")
             return 1
-        if not 0 <= float(r["step_share"]) <= 1.05:
+        # A collective's run time may pass the step: two can run at once
+        # (a synchronous one on queue 0 beside an asynchronous one).
+        if not 0 <= float(r["step_share"]) <= (1e9 if r["kind"] == "collective" else 1.05):
             print(f"FAIL: {r['name']}: step share {r['step_share']}")
             return 1
         totals.append(float(r["total_s"]))

@@ -101,6 +101,25 @@ TEST(Overview, OverlappedCollectivesAreShownNotSummed) {
   EXPECT_NEAR(s.coverage(), 1.0, 1e-9);
 }
 
+TEST(Overview, CollectivesOverlappingEachOtherAreNotOverlappedWithCompute) {
+  // A synchronous all-reduce on queue 0 (0..3) beside an asynchronous one
+  // on queue 1 (0..4, waited for 3..4), then a kernel (4..5): 7 ms of run
+  // time in a 5 ms step, all of it beside the other collective or waited
+  // for, none beside compute (run - exposed would say 3 ms).
+  std::vector<Span> spans = {
+      step(1, 0, 5),
+      span(Span::Collective, 0, 3, "all_reduce"),
+      span(Span::CollectiveWait, 0, 3, "all_reduce"),
+      span(Span::Collective, 0, 4, "all_reduce", 1),
+      span(Span::CollectiveWait, 3, 1, "all_reduce", 1),
+      span(Span::Kernel, 4, 1, "k0"),
+  };
+  Breakdown b = breakdown(spans);
+  EXPECT_NEAR(b.commExposed, 4 * ms, tol);
+  EXPECT_NEAR(b.commOverlapped, 0, tol);
+  EXPECT_NEAR(b.coverage(), 1.0, 1e-9);
+}
+
 TEST(Overview, MeansOverStepsAndBetweenStepsApart) {
   std::vector<Span> spans = {
       step(1, 0, 10),
