@@ -52,10 +52,10 @@ for r in $(seq 1 "$ROUNDS"); do
     --data data/shakespeare_char/train.bin --steps "$STEPS" --threads 1 > $OUT/ddp.$r.json
 done
 "${MPIRUN[@]}" build/bin/kiln-run train $OUT/gpt2.kpack --steps 50 --eval-interval 0 --quiet \
-  --profile --threads 1 --checkpoint $OUT/profile.ckpt > $OUT/profile.txt
+  --profile --threads 1 --checkpoint $OUT/profile.ckpt --stats-csv $OUT/stats.csv > $OUT/profile.txt
 "${MPIRUN[@]}" build/bin/kiln-comm-bench --sizes 1,4,16 --json > $OUT/allreduce.json
 python3 - "$OUT" "$ROUNDS" <<'PY'
-import json, re, statistics, sys
+import csv, json, re, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 def kiln(name):
     ms = []
@@ -71,12 +71,12 @@ print(f"  PyTorch DDP (gloo), 2 ranks x 1 thread:   {ddp:8.2f}")
 print(f"  Kiln speedup over DDP: {ddp / dp:.2f}x (target >= 1.5x)")
 print(f"  Kiln, 1 rank x 2 threads (batch 24):      {one:8.2f}  ({one / dp:.2f}x the 2-rank time)")
 prof = open(f"{out}/profile.txt").read()
-wait = sum(float(s) for s, op in re.findall(r"^\s+[0-9.]+% +([0-9.]+) s +[0-9]+ calls  (.+)$", prof, re.M)
-           if op.strip() == "collective wait")
-run = sum(float(s) for s, op in re.findall(r"^\s+[0-9.]+% +([0-9.]+) s +[0-9]+ calls  (.+)$", prof, re.M)
-          if op.strip() == "collective")
-print(f"  Kiln's communication per step (rank 0, 50 profiled steps): {run / 50 * 1e3:.2f} ms in "
-      f"collectives, {wait / 50 * 1e3:.2f} ms exposed (not overlapped)")
+steps = int(re.search(r"profile of steps \d+\.\.\d+ \((\d+) steps", prof).group(1))
+rows = list(csv.DictReader(open(f"{out}/stats.csv", newline="")))
+run = sum(float(r["total_s"]) for r in rows if r["kind"] == "collective")
+wait = sum(float(r["total_s"]) for r in rows if r["kind"] == "collective wait")
+print(f"  Kiln's communication per step (rank 0, {steps} profiled steps): {run / steps * 1e3:.2f} ms in "
+      f"collectives, {wait / steps * 1e3:.2f} ms exposed (not overlapped)")
 print("all_reduce of f32, 2 ranks (kiln-comm-bench):")
 for line in open(f"{out}/allreduce.json"):
     line = line.strip()

@@ -51,5 +51,5 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 build/bin/kiln-run train $OUT/gpt.kpack --steps 50 --eval-interval 0 --quiet --profile \
-  --threads "$THREADS" --checkpoint $OUT/profile.ckpt > $OUT/profile.txt
+  --threads "$THREADS" --checkpoint $OUT/profile.ckpt --stats-csv $OUT/stats.csv > $OUT/profile.txt
 python3 bench/summarize.py "$OUT" "$THREADS" "$ROUNDS"

@@ -3,6 +3,7 @@
 rounds, per-round speedups, and Kiln's profile grouped into GEMMs and the
 rest."""
 import json
+import csv
 import re
 import statistics
 import sys
@@ -47,17 +48,25 @@ q = statistics.quantiles(all_ms["kiln"], n=10)
 print(f"Kiln's steps over all rounds: p10 {q[0]:.1f}, median {statistics.median(all_ms['kiln']):.1f}, "
       f"p90 {q[-1]:.1f} ms")
 
-# Where Kiln's time goes.
+# Where Kiln's time goes: the overview's breakdown (profile.txt) and its
+# kernel stats (stats.csv, kiln-run --stats-csv; docs/profiling.md).
 prof = open(f"{out}/profile.txt").read()
-total = float(re.search(r"profile \(all entry points, ([0-9.]+) s in steps\)", prof).group(1))
-byop = prof.split("by op:")[1]
-gemm = sum(float(m) for m in re.findall(r"([0-9.]+) s\s+\d+ calls  gemm", byop))
-kern = {op: float(s) for s, op in re.findall(r"([0-9.]+) s\s+\d+ calls  (kiln\.\w+|copy)", byop)}
-print(f"Kiln's profile (50 steps, {total / 50 * 1e3:.1f} ms/step with timing on): "
-      f"GEMMs {gemm / total * 100:.0f}% ({gemm / 50 * 1e3:.1f} ms/step), "
-      f"generated kernels {sum(kern.values()) / total * 100:.0f}% ({sum(kern.values()) / 50 * 1e3:.1f} ms/step)")
+steps = int(re.search(r"profile of steps \d+\.\.\d+ \((\d+) steps", prof).group(1))
+step_ms = float(re.search(r"of the measured ([0-9.]+) ms/step", prof).group(1))
+rows = list(csv.DictReader(open(f"{out}/stats.csv", newline="")))
+gemm = sum(float(r["total_s"]) for r in rows if r["kind"] == "gemm") / steps * 1e3
+kern = {}
+for r in rows:
+    if r["kind"] in ("kernel", "copy"):
+        op = r["fused_ops"].split(";")[-1] or r["kind"]
+        kern[op] = kern.get(op, 0) + float(r["total_s"]) / steps * 1e3
+print(f"Kiln's profile ({steps} steps, {step_ms:.1f} ms/step with timing on): "
+      f"GEMMs {gemm / step_ms * 100:.0f}% ({gemm:.1f} ms/step), "
+      f"generated kernels {sum(kern.values()) / step_ms * 100:.0f}% ({sum(kern.values()):.1f} ms/step)")
 top = sorted(kern.items(), key=lambda kv: -kv[1])[:6]
-print("  kernels by main op (ms/step): " + ", ".join(f"{op} {s / 50 * 1e3:.2f}" for op, s in top))
-gemms = re.findall(r"[0-9.]+%\s+([0-9.]+) s\s+(\d+) calls  (gemm [0-9x]+ [NT]{2})\s.*?(\d+) GFLOP/s", prof)
-print("  GEMMs (ms/step, GFLOP/s): " + ", ".join(f"{name[5:]} {float(s) / 50 * 1e3:.2f} {g}"
-                                                 for s, c, name, g in gemms[:6]))
+print("  kernels by main op (ms/step): " + ", ".join(f"{op} {ms:.2f}" for op, ms in top))
+gemms = [r for r in rows if r["kind"] == "gemm"][:6]
+print("  GEMMs (ms/step, GFLOP/s): " + ", ".join(
+    f"{r['name'][5:]} {float(r['total_s']) / steps * 1e3:.2f} {float(r['gflops_per_s']):.0f}"
+    for r in gemms))
+print("  " + re.search(r"^recommendation: .*$", prof, re.M).group(0))

@@ -37,6 +37,9 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
     to.rank = c->rank();
     to.worldSize = world;
     to.cancel = &cancel;
+    // One tracer records one replica: rank 0's (the overview's).
+    if (c->rank() != 0)
+      to.tracer = nullptr;
     auto t = Trainer::open(*m, to, o.backend(c->rank(), c), out);
     if (!t) {
       // The other processes of an MPI world find this rank missing at the

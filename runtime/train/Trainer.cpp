@@ -81,6 +81,14 @@ RankFault RankFault::parse(const char *spec) {
   return f;
 }
 
+DataFault DataFault::parse(const char *spec) {
+  DataFault f;
+  std::string s(spec ? spec : "");
+  if (s.rfind("slow-data@", 0) == 0)
+    f.slowMs = std::max<long long>(std::strtoll(s.c_str() + 10, nullptr, 10), 0);
+  return f;
+}
+
 Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o,
                                                  const BackendFactory &make, Sink out) {
   if (Status s = noTrainStep(m, o); !s)
@@ -147,6 +155,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->stepIn_ = m.stepInput("train_step");
   t->replicaIn_ = m.replicaInput("train_step");
   t->fault_ = RankFault::parse(std::getenv("KILN_FAULT_INJECT"));
+  t->dataFault_ = DataFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->lossId_ = m.result("train_step", "loss");
   t->normId_ = m.result("train_step", "grad_norm");
   t->lrId_ = m.result("train_step", "lr");
@@ -232,8 +241,16 @@ Expected<TrainResult> Trainer::run() {
   po.cancel = o_.cancel;
   po.what = "the training data " + train.describe();
   // The workers hold the source: one stuck in a read may outlive the run.
-  data::Prefetcher<Batch> prefetch([src = train_](uint64_t step) { return src->batch(step); },
-                                   uint64_t(start_), po);
+  // KILN_FAULT_INJECT=slow-data@MS sleeps in the producer, so more workers
+  // or a deeper prefetch can hide it (what the overview recommends).
+  int64_t slowMs = dataFault_.slowMs;
+  data::Prefetcher<Batch> prefetch(
+      [src = train_, slowMs](uint64_t step) {
+        if (slowMs > 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(slowMs));
+        return src->batch(step);
+      },
+      uint64_t(start_), po);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now(), tLog = t0;
   bool interrupted = false;
@@ -253,7 +270,8 @@ Expected<TrainResult> Trainer::run() {
     if (!tracer)
       return;
     tracer->setStep(at);
-    tracer->setEnabled(at >= o_.traceFrom && at < o_.traceTo);
+    tracer->setEnabled(at >= std::max(o_.traceFrom, start_ + o_.traceWarmup) &&
+                       at < o_.traceTo);
   };
   auto writeNext = [&]() -> Status {
     Batch b;

@@ -102,6 +102,9 @@ struct TrainOptions {
   /// (Checkpoint). Not owned.
   Tracer *tracer = nullptr;
   int64_t traceFrom = 0, traceTo = INT64_MAX;
+  /// Steps at the start of this run (after a resume: from its step) left
+  /// out of the window (warm-up; Overview.h's profileWindow sets it).
+  int64_t traceWarmup = 0;
   /// Set by whoever runs several replicas when one of them failed: the
   /// others stop waiting (a stalled replica of a fault test wakes).
   const std::atomic<bool> *cancel = nullptr;
@@ -138,6 +141,14 @@ struct RankFault {
   int64_t step = 0;
   int rank = 0;
   static RankFault parse(const char *spec);
+};
+
+/// A slow data source for tests (KILN_FAULT_INJECT=slow-data@MS,
+/// docs/testing.md): producing each training batch takes MS milliseconds
+/// more, in the prefetching thread (so enough prefetch could hide it).
+struct DataFault {
+  int64_t slowMs = 0;
+  static DataFault parse(const char *spec);
 };
 
 class Trainer {
@@ -181,6 +192,7 @@ private:
   std::vector<int> inputs_;
   int replicaIn_ = -1;
   RankFault fault_;
+  DataFault dataFault_;
   int stepIn_ = -1, lossId_ = -1, normId_ = -1, lrId_ = -1;
   int64_t items_ = 0; ///< tokens or samples per step
   bool tokens_ = false;

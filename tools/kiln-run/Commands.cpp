@@ -11,7 +11,9 @@
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
 #include "runtime/train/Evaluate.h"
+#include "runtime/train/Calibrate.h"
 #include "runtime/train/Launch.h"
+#include "runtime/train/Overview.h"
 #include "runtime/train/Replicas.h"
 #include "runtime/train/Sampler.h"
 #include "runtime/train/TensorBoard.h"
@@ -27,7 +29,6 @@
 #include <fstream>
 #include <iterator>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -74,6 +75,7 @@ struct Flags {
   int threads = 0;
   std::string device = "cpu"; ///< cpu, cuda, cuda:N, cuda-emu
   std::string data, valData, checkpoint, resume, cacheDir, vocab, lossLog;
+  std::string statsCsv; ///< --stats-csv: every kernel stats row (implies --profile)
   std::string prompt = "\n";
   double temperature = 0.8;
   double tolerance = 1e-4;   ///< kiln-run check
@@ -158,6 +160,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--prompt") s = value(f.prompt);
     else if (a == "--loss-log") s = value(f.lossLog);
     else if (a == "--tensorboard") s = value(f.tensorboard);
+    else if (a == "--stats-csv") { if ((s = value(f.statsCsv))) f.profile = true; }
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
     else if (a == "--no-cache") f.noCache = true;
@@ -214,30 +217,43 @@ extern "C" void onSigint(int) {
   std::signal(SIGINT, SIG_DFL); // a second Ctrl-C ends the process at once
 }
 
-void printProfile(Backend &b) {
-  auto t = b.timings();
-  std::sort(t.begin(), t.end(), [](auto &a, auto &b) { return a.seconds > b.seconds; });
-  double sum = 0;
-  for (auto &x : t)
-    sum += x.seconds;
-  fmt::print("profile (all entry points, {:.2f} s in steps):\n", sum);
-  for (size_t i = 0; i < std::min<size_t>(t.size(), 40); ++i)
-    fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {:<36} {}{}\n", 100 * t[i].seconds / sum,
-               t[i].seconds, t[i].calls, t[i].name, t[i].loc,
-               t[i].flops > 0 ? fmt::format("  {:.0f} GFLOP/s", t[i].flops / t[i].seconds / 1e9)
-                              : "");
-  std::map<std::string, std::pair<double, int64_t>> byOp;
-  for (auto &x : t) {
-    byOp[x.op].first += x.seconds;
-    byOp[x.op].second += x.calls;
+/// --profile: the tracer the trainer records into, and the machine's
+/// peak measured before training (CPU devices; the kernel stats' "% of
+/// peak").
+struct Profiler {
+  std::unique_ptr<Tracer> tracer;
+  train::MachinePeak peak;
+};
+
+void startProfile(const Flags &f, train::TrainOptions &o, Profiler &p, int threads) {
+  if (!f.profile)
+    return;
+  p.tracer = std::make_unique<Tracer>();
+  o.tracer = p.tracer.get();
+  train::profileWindow(o);
+  if (f.device.rfind("cpu", 0) != 0)
+    return; // a GPU's peak is not measured (yet): no "% of peak"
+  auto peak = train::measureCpuPeak(threads);
+  if (peak)
+    p.peak = *peak;
+  else if (!f.quiet)
+    print(Channel::Warning, peak.status().message());
+}
+
+/// The overview and the kernel stats of the profiled steps; 0 or the exit
+/// code (--stats-csv not written).
+int printOverview(const Flags &f, const Profiler &p, const program::Program &prog,
+                  const std::string &who) {
+  std::vector<Span> spans = p.tracer->spans();
+  train::Breakdown b = train::breakdown(spans);
+  std::vector<train::KernelStat> stats = train::kernelStats(spans, prog, b, p.peak);
+  fmt::print("{}", train::formatOverview(b, stats, p.peak, who));
+  if (!f.statsCsv.empty()) {
+    if (Status s = train::writeStatsCsv(f.statsCsv, stats); !s)
+      return fail(s);
+    fmt::print("kiln-run: wrote {} kernel stats rows to {}\n", stats.size(), f.statsCsv);
   }
-  std::vector<std::pair<std::string, std::pair<double, int64_t>>> ops(byOp.begin(), byOp.end());
-  std::sort(ops.begin(), ops.end(),
-            [](auto &a, auto &b) { return a.second.first > b.second.first; });
-  fmt::print("by op:\n");
-  for (auto &[op, v] : ops)
-    fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {}\n", 100 * v.first / sum, v.first,
-               v.second, op);
+  return 0;
 }
 
 } // namespace
@@ -245,7 +261,8 @@ void printProfile(Backend &b) {
 /// Training on several devices (docs/parallel.md "The multi-rank trainer"):
 /// --device cpu:N in this process, or this process's rank under mpirun.
 static int trainReplicas(const Flags &f, const train::TrainOptions &o, const train::DeviceSpec &spec,
-                         const train::Launch &launch, const train::Model &model) {
+                         const train::Launch &launch, const train::Model &model,
+                         const Profiler &prof) {
   std::string how = launch.multiProcess()
                         ? fmt::format("{} with {} processes", launch.launcher, launch.size)
                         : "--device " + f.device;
@@ -373,7 +390,8 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     return 130;
   }
   if (f.profile && ro.comms[0]->rank() == 0)
-    printProfile(*r->models[0]->exec);
+    return printOverview(f, prof, r->models[0]->prog(),
+                         fmt::format("rank 0 of {} on {}", devices, how));
   return 0;
 }
 
@@ -431,13 +449,23 @@ int trainCommand(const std::vector<std::string> &args) {
         return fail(s);
     return rc;
   };
+  Profiler prof;
   if (multi) {
+    // The threads rank 0 gets (trainReplicas' split of the cores).
+    // Under mpirun only rank 0 profiles (it prints the overview).
+    int sharing = launch.multiProcess() ? launch.localSize : spec->count;
+    if (!launch.multiProcess() || launch.rank == 0)
+      startProfile(f, o, prof,
+                   f.threadsSet ? f.threads
+                                : std::max(1, int(std::thread::hardware_concurrency()) /
+                                                  std::max(1, sharing)));
     gInterrupted = false;
     std::signal(SIGINT, onSigint);
-    int rc = trainReplicas(f, o, *spec, launch, *model);
+    int rc = trainReplicas(f, o, *spec, launch, *model, prof);
     std::signal(SIGINT, SIG_DFL);
     return tbDone(rc);
   }
+  startProfile(f, o, prof, f.threads);
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
     return fail(trainer.status());
@@ -453,7 +481,7 @@ int trainCommand(const std::vector<std::string> &args) {
     return 130;
   }
   if (f.profile)
-    printProfile(*model->exec);
+    return tbDone(printOverview(f, prof, model->prog(), "on " + model->exec->describe()));
   return tbDone(0);
 }
 
