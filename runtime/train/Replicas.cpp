@@ -37,6 +37,8 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
     to.rank = c->rank();
     to.worldSize = world;
     to.cancel = &cancel;
+    if (i < o.tracers.size())
+      to.tracer = o.tracers[i];
     auto t = Trainer::open(*m, to, o.backend(c->rank(), c), out);
     if (!t) {
       // The other processes of an MPI world find this rank missing at the

@@ -78,6 +78,7 @@ struct TrainOptions {
   /// device (HostToDevice), evaluations (Eval) and checkpoint writes
   /// (Checkpoint). Not owned.
   Tracer *tracer = nullptr;
+  /// traceFrom < 0: the default window, train::traceWindow() (TraceFile.h).
   int64_t traceFrom = 0, traceTo = INT64_MAX;
   /// Set by whoever runs several replicas when one of them failed: the
   /// others stop waiting (a stalled replica of a fault test wakes).

@@ -14,6 +14,7 @@
 #include "runtime/train/Launch.h"
 #include "runtime/train/Replicas.h"
 #include "runtime/train/Sampler.h"
+#include "runtime/train/TraceFile.h"
 #include "runtime/train/Trainer.h"
 
 #include <fmt/format.h>
@@ -30,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 namespace kiln::run {
 
@@ -82,6 +84,8 @@ struct Flags {
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
   bool inOrder = false; ///< .npy training data in file order, no shuffling
+  std::string trace;    ///< --trace FILE (train)
+  int64_t traceFrom = -1, traceTo = -1; ///< --trace-steps A:B; -1: the default window
 };
 
 Status parseFlags(const std::vector<std::string> &args, Flags &f) {
@@ -151,6 +155,16 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--vocab") s = value(f.vocab);
     else if (a == "--prompt") s = value(f.prompt);
     else if (a == "--loss-log") s = value(f.lossLog);
+    else if (a == "--trace") s = value(f.trace);
+    else if (a == "--trace-steps") {
+      if ((s = value(v))) {
+        auto w = train::parseTraceSteps(v);
+        if (!w)
+          s = w.status();
+        else
+          std::tie(f.traceFrom, f.traceTo) = *w;
+      }
+    }
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
     else if (a == "--no-cache") f.noCache = true;
@@ -161,6 +175,8 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     if (!s)
       return s;
   }
+  if (f.traceFrom >= 0 && f.trace.empty())
+    return Status::error("--trace-steps needs --trace FILE (where the trace goes)");
   if (f.artifact.empty())
     return Status::error("no artifact given (MODEL.kpack, from kilnc MODEL.kiln -o MODEL.kpack)");
   if (f.threads == 0)
@@ -228,6 +244,38 @@ void printProfile(Backend &b) {
   for (auto &[op, v] : ops)
     fmt::print("  {:5.1f}% {:9.3f} s {:8} calls  {}\n", 100 * v.first / sum, v.first,
                v.second, op);
+}
+
+/// --trace: the trace's process for device `rank` of a run.
+train::TraceSource traceSource(const Tracer &t, const train::Model &m, int rank) {
+  train::TraceSource src;
+  src.tracer = &t;
+  src.program = &m.prog();
+  src.process = fmt::format("rank {} \u00b7 {}", rank, m.exec ? m.exec->describe() : "");
+  src.pid = rank;
+  return src;
+}
+
+/// Writes --trace's file from the devices' rendered events (every rank's,
+/// for rank 0 of an MPI run) for a run of steps [start, next).
+int writeTrace(const Flags &f, const train::Model &m, const std::vector<std::string> &pieces,
+               int64_t start, int64_t next, int devices) {
+  auto [from, to] = train::traceWindow(f.traceFrom, f.traceTo, start, next);
+  std::vector<std::pair<std::string, std::string>> info = {
+      {"tool", "\"kiln-run train\""},
+      {"artifact", train::jsonString(f.artifact)},
+      {"model", train::jsonString(m.pkg.model)},
+      {"model_file", train::jsonString(m.pkg.sourcePath)},
+      {"steps", fmt::format("[{},{}]", from, to)},
+      {"devices", fmt::format("{}", devices)},
+      {"clock", "\"host steady clock, microseconds since the earliest tracer's origin; "
+                "ranks on one host share it, several hosts are not aligned\""}};
+  if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
+    return fail(s);
+  if (!f.quiet)
+    fmt::print("kiln-run: trace of steps {}..{} written to {} (open it in ui.perfetto.dev "
+               "or chrome://tracing)\n", from, to, f.trace);
+  return 0;
 }
 
 } // namespace
@@ -344,6 +392,14 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   ro.handshake = [hash](comm::Communicator &c, const train::Model &m) {
     return checkSameProgram(c, m.prog(), hash);
   };
+  // --trace: one tracer per replica of this process.
+  std::vector<std::unique_ptr<Tracer>> tracers;
+  if (!f.trace.empty())
+    for (comm::Communicator *c : ro.comms) {
+      tracers.push_back(std::make_unique<Tracer>());
+      tracers.back()->rank = tracers.back()->device = c->rank();
+      ro.tracers.push_back(tracers.back().get());
+    }
   auto r = train::trainReplicas(model.pkg, ro, print);
   if (!r) {
     int rc = fail(r.status());
@@ -354,6 +410,32 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
         host[0]->abort("stopping the other ranks after the error above");
     }
     return rc;
+  }
+  if (!tracers.empty()) {
+    std::vector<std::string> pieces;
+    if (launch.multiProcess()) {
+      // Every rank's events to rank 0, under the communicator's deadline.
+      auto got = train::gatherTrace(*r->models[0]->comm,
+                                    traceSource(*tracers[0], *r->models[0], launch.rank));
+      if (!got) {
+        int rc = fail(got.status());
+        owned[0]->abort("stopping the other ranks after the error above");
+        return rc;
+      }
+      pieces = std::move(*got);
+    } else {
+      int64_t earliest = INT64_MAX;
+      for (auto &t : tracers)
+        earliest = std::min(earliest, train::originNanos(*t));
+      for (size_t i = 0; i < tracers.size(); ++i) {
+        train::TraceSource src = traceSource(*tracers[i], *r->models[i], tracers[i]->rank);
+        src.shift = double(train::originNanos(*tracers[i]) - earliest) / 1e9;
+        pieces.push_back(train::renderTraceEvents(src));
+      }
+    }
+    if (ro.comms[0]->rank() == 0)
+      if (int rc = writeTrace(f, model, pieces, r->result.start, r->result.next, devices))
+        return rc;
   }
   if (r->result.interrupted) {
     if (ro.comms[0]->rank() == 0)
@@ -369,6 +451,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
 
 int trainCommand(const std::vector<std::string> &args) {
   Flags f;
+  Tracer tracer; // --trace on one device (outlives the model using it)
   std::unique_ptr<train::Model> model;
   if (int rc = begin(args, f, model))
     return rc;
@@ -379,6 +462,10 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!detected)
     return fail(detected.status());
   train::Launch launch = *detected;
+  // --trace: a file rank 0 can write, before anything is compiled.
+  if (!f.trace.empty() && launch.rank == 0)
+    if (Status s = train::checkTraceFile(f.trace); !s)
+      return fail(s);
   // A program over a mesh, even of one device (a world of one), runs its
   // collectives through a communicator.
   bool multi = spec->count > 1 || launch.multiProcess() || !model->prog().mesh.axes.empty();
@@ -399,6 +486,8 @@ int trainCommand(const std::vector<std::string> &args) {
   o.quiet = f.quiet;
   o.profile = f.profile;
   o.stop = &gInterrupted;
+  o.traceFrom = f.traceFrom;
+  o.traceTo = f.traceTo < 0 ? INT64_MAX : f.traceTo;
   if (multi) {
     gInterrupted = false;
     std::signal(SIGINT, onSigint);
@@ -406,6 +495,8 @@ int trainCommand(const std::vector<std::string> &args) {
     std::signal(SIGINT, SIG_DFL);
     return rc;
   }
+  if (!f.trace.empty())
+    o.tracer = &tracer;
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
     return fail(trainer.status());
@@ -415,6 +506,10 @@ int trainCommand(const std::vector<std::string> &args) {
   std::signal(SIGINT, SIG_DFL);
   if (!r)
     return fail(r.status());
+  if (!f.trace.empty())
+    if (int rc = writeTrace(f, *model, {train::renderTraceEvents(traceSource(tracer, *model, 0))},
+                            r->start, r->next, 1))
+      return rc;
   if (r->interrupted) {
     fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: kiln-run "
                "train {} --resume {}\n", r->next, r->checkpoint, f.artifact, r->checkpoint);
