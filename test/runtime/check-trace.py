@@ -272,6 +272,12 @@ def main():
 
     # Perfetto's own trace processor, where its binary is here.
     tp = os.environ.get("KILN_TRACE_PROCESSOR")
+    if os.environ.get("CI") == "true":
+        # CI installs the package (scripts/setup.sh); only the binary may be missing.
+        try:
+            import perfetto.trace_processor  # noqa: F401
+        except ImportError as e:
+            bad(f"CI=true and the perfetto package is missing ({e}); scripts/setup.sh installs it")
     if not tp:
         print("  perfetto trace processor: skipped (set KILN_TRACE_PROCESSOR to a "
               "trace_processor_shell; the perfetto package downloads it on first use, "
