@@ -54,12 +54,19 @@ std::pair<int64_t, int64_t> traceWindow(int64_t from, int64_t to, int64_t start,
 Status checkTraceFile(const std::string &path) {
   if (path.empty())
     return Status::error("--trace needs a file name (e.g. --trace run.trace.json)");
-  std::FILE *f = std::fopen(path.c_str(), "w");
+  // Opened for appending: an existing file keeps its contents until the
+  // trace replaces it; one made here is removed again.
+  std::FILE *existing = std::fopen(path.c_str(), "r");
+  if (existing)
+    std::fclose(existing);
+  std::FILE *f = std::fopen(path.c_str(), "a");
   if (!f)
     return Status::error(fmt::format(
         "--trace {}: cannot write the trace file there ({}); name a file in a writable "
         "directory", path, std::strerror(errno)));
   std::fclose(f);
+  if (!existing)
+    std::remove(path.c_str());
   return Status::ok();
 }
 

@@ -48,7 +48,7 @@ Expected<std::pair<int64_t, int64_t>> parseTraceSteps(const std::string &text);
 /// too short for a warm-up), clipped to the run. May be empty (from == to).
 std::pair<int64_t, int64_t> traceWindow(int64_t from, int64_t to, int64_t start, int64_t end);
 
-/// Checks that `path` can be written (creates or truncates it), so a bad
+/// Checks that `path` can be written (without changing it), so a bad
 /// --trace fails before training rather than after it.
 Status checkTraceFile(const std::string &path);
 
