@@ -257,10 +257,12 @@ train::TraceSource traceSource(const Tracer &t, const train::Model &m, int rank)
 }
 
 /// Writes --trace's file from the devices' rendered events (every rank's,
-/// for rank 0 of an MPI run) for a run of steps [start, next).
-int writeTrace(const Flags &f, const train::Model &m, const std::vector<std::string> &pieces,
-               int64_t start, int64_t next, int devices) {
-  auto [from, to] = train::traceWindow(f.traceFrom, f.traceTo, start, next);
+/// for rank 0 of an MPI run) for a run of steps [start, next) that traced
+/// the window `o` asked for.
+int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model &m,
+               const std::vector<std::string> &pieces, int64_t start, int64_t next,
+               int devices) {
+  auto [from, to] = train::traceWindow(o.traceFrom, o.traceTo, start, next);
   std::vector<std::pair<std::string, std::string>> info = {
       {"tool", "\"kiln-run train\""},
       {"artifact", train::jsonString(f.artifact)},
@@ -392,14 +394,21 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   ro.handshake = [hash](comm::Communicator &c, const train::Model &m) {
     return checkSameProgram(c, m.prog(), hash);
   };
-  // --trace: one tracer per replica of this process.
-  std::vector<std::unique_ptr<Tracer>> tracers;
+  // --trace: one tracer per replica of this process (rank 0's the one
+  // o.tracer names, when something else set it already).
+  std::vector<std::unique_ptr<Tracer>> ownTracers;
+  std::vector<Tracer *> tracers;
   if (!f.trace.empty())
     for (comm::Communicator *c : ro.comms) {
-      tracers.push_back(std::make_unique<Tracer>());
-      tracers.back()->rank = tracers.back()->device = c->rank();
-      ro.tracers.push_back(tracers.back().get());
+      Tracer *t = c->rank() == 0 ? o.tracer : nullptr;
+      if (!t) {
+        ownTracers.push_back(std::make_unique<Tracer>());
+        t = ownTracers.back().get();
+      }
+      t->rank = t->device = c->rank();
+      tracers.push_back(t);
     }
+  ro.tracers = tracers;
   auto r = train::trainReplicas(model.pkg, ro, print);
   if (!r) {
     int rc = fail(r.status());
@@ -425,7 +434,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       pieces = std::move(*got);
     } else {
       int64_t earliest = INT64_MAX;
-      for (auto &t : tracers)
+      for (Tracer *t : tracers)
         earliest = std::min(earliest, train::originNanos(*t));
       for (size_t i = 0; i < tracers.size(); ++i) {
         train::TraceSource src = traceSource(*tracers[i], *r->models[i], tracers[i]->rank);
@@ -434,7 +443,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       }
     }
     if (ro.comms[0]->rank() == 0)
-      if (int rc = writeTrace(f, model, pieces, r->result.start, r->result.next, devices))
+      if (int rc = writeTrace(f, o, model, pieces, r->result.start, r->result.next, devices))
         return rc;
   }
   if (r->result.interrupted) {
@@ -495,7 +504,7 @@ int trainCommand(const std::vector<std::string> &args) {
     std::signal(SIGINT, SIG_DFL);
     return rc;
   }
-  if (!f.trace.empty())
+  if (!f.trace.empty() && !o.tracer)
     o.tracer = &tracer;
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
@@ -507,7 +516,8 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!r)
     return fail(r.status());
   if (!f.trace.empty())
-    if (int rc = writeTrace(f, *model, {train::renderTraceEvents(traceSource(tracer, *model, 0))},
+    if (int rc = writeTrace(f, o, *model,
+                            {train::renderTraceEvents(traceSource(*o.tracer, *model, 0))},
                             r->start, r->next, 1))
       return rc;
   if (r->interrupted) {
