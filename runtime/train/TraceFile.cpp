@@ -17,7 +17,8 @@ Expected<std::pair<int64_t, int64_t>> parseTraceSteps(const std::string &text) {
   auto bad = [&](const std::string &why) {
     return Status::error(fmt::format(
         "--trace-steps needs A:B, steps A (inclusive) to B (exclusive) with 0 <= A < B, "
-        "e.g. 10:20; got '{}' ({})", text, why));
+        "e.g. 10:20; got '{}' ({})",
+        text, why));
   };
   size_t colon = text.find(':');
   if (colon == std::string::npos)
@@ -61,9 +62,10 @@ Status checkTraceFile(const std::string &path) {
     std::fclose(existing);
   std::FILE *f = std::fopen(path.c_str(), "a");
   if (!f)
-    return Status::error(fmt::format(
-        "--trace {}: cannot write the trace file there ({}); name a file in a writable "
-        "directory", path, std::strerror(errno)));
+    return Status::error(
+        fmt::format("--trace {}: cannot write the trace file there ({}); name a file in a writable "
+                    "directory",
+                    path, std::strerror(errno)));
   std::fclose(f);
   if (!existing)
     std::remove(path.c_str());
@@ -74,11 +76,21 @@ std::string jsonString(const std::string &s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\t': out += "\\t"; break;
-    case '\r': out += "\\r"; break;
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
     default:
       if (c < 0x20)
         out += fmt::format("\\u{:04x}", c);
@@ -184,8 +196,7 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
         step = &f->steps[size_t(s.planStep)];
   std::string common = fmt::format("\"step\":{}", s.step);
   if (!s.function.empty())
-    common += fmt::format(",\"function\":{},\"plan step\":{}", jsonString(s.function),
-                          s.planStep);
+    common += fmt::format(",\"function\":{},\"plan step\":{}", jsonString(s.function), s.planStep);
   out.cat = spanKindName(s.kind);
   switch (s.kind) {
   case Span::Kernel: {
@@ -203,11 +214,10 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
       std::vector<std::string> ops;
       for (const std::string &o : k->ops)
         ops.push_back(stripDialect(o));
-      out.args = fmt::format(
-          "{},\"symbol\":{},\"ops\":{},\"lines\":{},\"flops\":{},\"bytes\":{},"
-          "\"GFLOP/s\":{},\"GB/s\":{}",
-          common, jsonString(k->symbol), jsonList(ops), jsonList(k->locs), num(s.flops),
-          num(s.bytes), num(rate(s.flops)), num(rate(s.bytes)));
+      out.args = fmt::format("{},\"symbol\":{},\"ops\":{},\"lines\":{},\"flops\":{},\"bytes\":{},"
+                             "\"GFLOP/s\":{},\"GB/s\":{}",
+                             common, jsonString(k->symbol), jsonList(ops), jsonList(k->locs),
+                             num(s.flops), num(s.bytes), num(rate(s.flops)), num(rate(s.bytes)));
     } else {
       out.name = s.name;
       out.args = fmt::format("{},\"symbol\":{},\"flops\":{},\"bytes\":{}", common,
@@ -221,8 +231,7 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
     out.args = fmt::format("{},\"shape\":{},\"line\":{},\"flops\":{},\"bytes\":{},"
                            "\"GFLOP/s\":{},\"GB/s\":{}",
                            common, jsonString(shape), jsonString(step ? step->loc : ""),
-                           num(s.flops), num(s.bytes), num(rate(s.flops)),
-                           num(rate(s.bytes)));
+                           num(s.flops), num(s.bytes), num(rate(s.flops)), num(rate(s.bytes)));
     break;
   }
   case Span::Collective:
@@ -230,9 +239,9 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
     out.name = s.kind == Span::Collective ? s.name : "wait " + s.name;
     std::string extra;
     if (step && p) {
-      extra = fmt::format(",\"axis\":{},\"devices\":{},\"line\":{}",
-                          jsonString(step->collective.axis),
-                          step->collective.groupSize(p->mesh), jsonString(step->loc));
+      extra =
+          fmt::format(",\"axis\":{},\"devices\":{},\"line\":{}", jsonString(step->collective.axis),
+                      step->collective.groupSize(p->mesh), jsonString(step->loc));
     }
     out.args = fmt::format("{},\"bytes\":{},\"GB/s\":{}{}", common, num(s.bytes),
                            num(s.kind == Span::Collective ? rate(s.bytes) : 0.0), extra);
@@ -240,8 +249,7 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
   }
   case Span::Copy:
     out.name = "copy";
-    out.args = fmt::format("{},\"bytes\":{},\"GB/s\":{}", common, num(s.bytes),
-                           num(rate(s.bytes)));
+    out.args = fmt::format("{},\"bytes\":{},\"GB/s\":{}", common, num(s.bytes), num(rate(s.bytes)));
     break;
   default:
     out.name = s.kind == Span::Other || s.kind == Span::Step ? s.name : spanKindName(s.kind);
@@ -345,8 +353,7 @@ std::string renderTraceEvents(const TraceSource &src) {
       g.end = to;
       g.name = "idle";
       g.cat = "idle";
-      g.args = fmt::format("\"step\":{},\"microseconds\":{}", s.step,
-                           num(double(to - from) / 1e3));
+      g.args = fmt::format("\"step\":{},\"microseconds\":{}", s.step, num(double(to - from) / 1e3));
       idle.push_back(std::move(g));
     };
     for (; it != busy.end() && it->first < e; ++it) {
@@ -387,8 +394,8 @@ std::string renderTraceEvents(const TraceSource &src) {
   for (const Slice &s : slices)
     add(fmt::format("{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{},"
                     "\"cat\":{},\"args\":{{{}}}}}",
-                    src.pid, s.tid, micros(s.begin), micros(s.end - s.begin),
-                    jsonString(s.name), jsonString(s.cat), s.args));
+                    src.pid, s.tid, micros(s.begin), micros(s.end - s.begin), jsonString(s.name),
+                    jsonString(s.cat), s.args));
   return out;
 }
 
@@ -397,8 +404,8 @@ Status writeTraceFile(const std::string &path, const std::vector<std::string> &p
   std::string tmp = path + ".tmp";
   std::FILE *f = std::fopen(tmp.c_str(), "w");
   if (!f)
-    return Status::error(fmt::format("--trace {}: cannot write {} ({})", path, tmp,
-                                     std::strerror(errno)));
+    return Status::error(
+        fmt::format("--trace {}: cannot write {} ({})", path, tmp, std::strerror(errno)));
   std::string head = "{\"traceEvents\":[\n";
   bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
   bool first = true;
@@ -412,15 +419,15 @@ Status writeTraceFile(const std::string &path, const std::vector<std::string> &p
   }
   std::string tail = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{";
   for (size_t i = 0; i < otherData.size(); ++i)
-    tail += fmt::format("{}{}:{}", i ? "," : "", jsonString(otherData[i].first),
-                        otherData[i].second);
+    tail +=
+        fmt::format("{}{}:{}", i ? "," : "", jsonString(otherData[i].first), otherData[i].second);
   tail += "}}\n";
   ok = ok && std::fwrite(tail.data(), 1, tail.size(), f) == tail.size();
   ok = std::fclose(f) == 0 && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    return Status::error(fmt::format("--trace {}: writing the trace failed ({})", path,
-                                     std::strerror(errno)));
+    return Status::error(
+        fmt::format("--trace {}: writing the trace failed ({})", path, std::strerror(errno)));
   }
   return Status::ok();
 }
@@ -449,8 +456,7 @@ Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSourc
       std::vector<int64_t> buf(size_t(std::max<int64_t>(1, words(lens[size_t(r)]))));
       if (Status s = c.recv(buf.data(), int64_t(buf.size()), ElementType::I64, r); !s)
         return s;
-      out[size_t(r)].assign(reinterpret_cast<const char *>(buf.data()),
-                            size_t(lens[size_t(r)]));
+      out[size_t(r)].assign(reinterpret_cast<const char *>(buf.data()), size_t(lens[size_t(r)]));
     }
   } else {
     std::vector<int64_t> buf(size_t(std::max<int64_t>(1, words(len))), 0);

@@ -6,8 +6,8 @@
 // events with their clock offsets, through in-process communicators.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/train/Devices.h"
 #include "runtime/train/TraceFile.h"
+#include "runtime/train/Devices.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
