@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 namespace kiln::train {
 
@@ -148,8 +149,11 @@ std::string stripDialect(const std::string &op) {
   return op.rfind("kiln.", 0) == 0 ? op.substr(5) : op;
 }
 
-/// Track ids within a device's process.
-constexpr int kTrainerTid = 0, kComputeTid = 1, kWorkerTid = 100;
+/// Track ids within a device's process (the file's tid is pid * 1000 plus
+/// these: unique across processes, never 0, which Perfetto treats as
+/// special, like pid 0).
+constexpr int kTrainerTid = 1, kComputeTid = 2, kWorkerTid = 100;
+constexpr int kTidsPerProcess = 1000;
 
 int trackOf(const Span &s) {
   switch (s.kind) {
@@ -311,13 +315,27 @@ std::string renderTraceEvents(const TraceSource &src) {
     return "";
   std::vector<Span> spans = src.tracer->spans();
   auto ns = [&](double seconds) { return int64_t(std::llround((seconds + src.shift) * 1e9)); };
+  // An asynchronous collective ran for `seconds` and had finished when
+  // queue 0's wait for it ended; its start as recorded (just after it was
+  // handed to its queue) can be late when the loop's thread was preempted,
+  // so it ends no later than that wait.
+  std::map<std::tuple<int64_t, std::string, int>, double> waitEnds;
+  for (const Span &s : spans)
+    if (s.kind == Span::CollectiveWait)
+      waitEnds[{s.step, s.function, s.planStep}] = s.start + s.seconds;
   std::vector<Slice> slices;
   slices.reserve(spans.size() + spans.size() / 4);
   for (const Span &s : spans) {
     Slice sl;
     sl.tid = trackOf(s);
-    sl.begin = ns(s.start);
-    sl.end = ns(s.start + std::max(0.0, s.seconds));
+    double start = s.start, secs = std::max(0.0, s.seconds);
+    if (s.kind == Span::Collective) {
+      auto it = waitEnds.find({s.step, s.function, s.planStep});
+      if (it != waitEnds.end() && start + secs > it->second)
+        start = it->second - secs;
+    }
+    sl.begin = ns(start);
+    sl.end = ns(start + secs);
     describe(s, src.program, sl);
     slices.push_back(std::move(sl));
   }
@@ -374,28 +392,31 @@ std::string renderTraceEvents(const TraceSource &src) {
       out += ",\n";
     out += event;
   };
-  add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":0,\"name\":\"process_name\","
+  // pid: the rank + 1 (Perfetto treats pid 0 as the kernel's).
+  int pid = src.pid + 1;
+  auto fileTid = [&](int tid) { return pid * kTidsPerProcess + tid; };
+  add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"process_name\","
                   "\"args\":{{\"name\":{}}}}}",
-                  src.pid, jsonString(src.process)));
-  add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":0,\"name\":\"process_sort_index\","
+                  pid, fileTid(kTrainerTid), jsonString(src.process)));
+  add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"process_sort_index\","
                   "\"args\":{{\"sort_index\":{}}}}}",
-                  src.pid, src.pid));
+                  pid, fileTid(kTrainerTid), src.pid));
   std::map<int, bool> tids{{kTrainerTid, true}, {kComputeTid, true}};
   for (const Slice &s : slices)
     tids[s.tid] = true;
   for (auto &[tid, _] : tids) {
     add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_name\","
                     "\"args\":{{\"name\":{}}}}}",
-                    src.pid, tid, jsonString(trackName(tid))));
+                    pid, fileTid(tid), jsonString(trackName(tid))));
     add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_sort_index\","
                     "\"args\":{{\"sort_index\":{}}}}}",
-                    src.pid, tid, tid));
+                    pid, fileTid(tid), tid));
   }
   for (const Slice &s : slices)
     add(fmt::format("{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{},"
                     "\"cat\":{},\"args\":{{{}}}}}",
-                    src.pid, s.tid, micros(s.begin), micros(s.end - s.begin), jsonString(s.name),
-                    jsonString(s.cat), s.args));
+                    pid, fileTid(s.tid), micros(s.begin), micros(s.end - s.begin),
+                    jsonString(s.name), jsonString(s.cat), s.args));
   return out;
 }
 

@@ -58,7 +58,7 @@ struct TraceSource {
   const program::Program *program = nullptr;
   /// The process's name in the trace: "rank 0 · cpu (2 threads)".
   std::string process;
-  /// The process id: the device's rank in the run.
+  /// The device's rank in the run (the file's pid is rank + 1).
   int pid = 0;
   /// Seconds added to every span's start: the tracer's origin minus the
   /// trace's common origin (the earliest of the run's tracers).

@@ -14,11 +14,14 @@ import sys
 src, dst, fault = sys.argv[1:4]
 doc = json.load(open(src))
 ev = doc["traceEvents"]
+# The first process's compute track, by name.
+compute = next((e["pid"], e["tid"]) for e in ev if e.get("ph") == "M" and
+               e["name"] == "thread_name" and e["args"]["name"] == "compute (queue 0)")
 kernels = [i for i, e in enumerate(ev) if e.get("cat") == "kernel" and e["args"].get("lines")]
 if fault == "overlap":
     # Two neighbouring slices on one track: the second starts half-way
     # through the first and ends after it.
-    track = [e for e in ev if e.get("ph") == "X" and e["tid"] == 1 and e["pid"] == 0
+    track = [e for e in ev if e.get("ph") == "X" and (e["pid"], e["tid"]) == compute
              and e["dur"] > 2]
     track.sort(key=lambda e: e["ts"])
     a, b = track[0], track[1]
@@ -29,7 +32,7 @@ elif fault == "line":
     lines[0] = re.sub(r":\d+(:\d+)?$", ":99999:1", lines[0])
 elif fault == "metadata":
     doc["traceEvents"] = [e for e in ev if not (e.get("ph") == "M" and e["name"] == "thread_name"
-                                                 and e["tid"] == 1)]
+                                                 and (e["pid"], e["tid"]) == compute)]
 elif fault == "step":
     i = next(i for i, e in enumerate(ev) if e.get("cat") == "step")
     del ev[i]

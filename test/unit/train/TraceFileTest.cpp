@@ -120,8 +120,9 @@ TEST(TraceFile, SlicesNestAndGapsBecomeIdle) {
       idle.push_back(e);
   }
   EXPECT_TRUE(process);
-  EXPECT_EQ(threadNames["0"], "trainer");
-  EXPECT_EQ(threadNames["1"], "compute (queue 0)");
+  // pid = rank + 1, tid = pid * 1000 + track (never 0: special to Perfetto).
+  EXPECT_EQ(threadNames["1001"], "trainer");
+  EXPECT_EQ(threadNames["1002"], "compute (queue 0)");
   ASSERT_EQ(kernels.size(), 3u);
   // Named by the first model line and the main op, with every line and op.
   EXPECT_EQ(kernels[0]["name"], "m.kiln:7 softmax");
@@ -156,6 +157,44 @@ TEST(TraceFile, AChildLeakingOutOfItsParentIsClipped) {
   for (const json &e : ev)
     if (e["ph"] == "X" && e["cat"] == "data wait")
       EXPECT_NEAR(e["ts"].get<double>() + e["dur"].get<double>(), 1000.0, 1e-9);
+}
+
+TEST(TraceFile, AnAsynchronousCollectiveEndsByTheWaitForIt) {
+  // Recorded as started at 100 us for 50 us, but queue 0's wait for it
+  // ended at 130 us (the loop's thread was late to note the start): it
+  // ran 80..130. A collective within its wait stays where it was.
+  Tracer t;
+  t.setEnabled(true);
+  t.add(span(Span::Step, 0, 1000));
+  auto coll = [&](double start, double dur, int plan) {
+    Span s = span(Span::Collective, start, dur);
+    s.name = "all_reduce";
+    s.queue = 1;
+    s.function = "train_step";
+    s.planStep = plan;
+    s.bytes = 1024;
+    return s;
+  };
+  t.add(coll(100, 50, 3));
+  Span w = coll(120, 10, 3);
+  w.kind = Span::CollectiveWait;
+  w.queue = 1;
+  t.add(w);
+  t.add(coll(300, 20, 5));
+  Span w2 = coll(310, 40, 5);
+  w2.kind = Span::CollectiveWait;
+  t.add(w2);
+  train::TraceSource src;
+  src.tracer = &t;
+  std::vector<std::pair<double, double>> runs;
+  for (const json &e : events(train::renderTraceEvents(src)))
+    if (e["ph"] == "X" && e["cat"] == "collective")
+      runs.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_NEAR(runs[0].first, 80.0, 1e-9);
+  EXPECT_NEAR(runs[0].second, 50.0, 1e-9);
+  EXPECT_NEAR(runs[1].first, 300.0, 1e-9);
+  EXPECT_NEAR(runs[1].second, 20.0, 1e-9);
 }
 
 TEST(TraceFile, WritesTheJsonObjectFormat) {
@@ -217,7 +256,7 @@ TEST(TraceFile, GathersRanksWithTheirClockOffsets) {
   for (int r = 0; r < 2; ++r)
     for (const json &e : events(got[0][size_t(r)]))
       if (e["ph"] == "X" && e["cat"] == "step") {
-        EXPECT_EQ(e["pid"], r);
+        EXPECT_EQ(e["pid"], r + 1);
         ts[r] = e["ts"];
       }
   EXPECT_NEAR(ts[0], 100.0, 1e-9);
