@@ -274,6 +274,10 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
                 "ranks on one host share it, several hosts are not aligned\""}};
   if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
     return fail(s);
+  if (from == to)
+    print(Channel::Warning,
+          fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {} holds no steps",
+                      f.traceFrom, f.traceTo, start, next, f.trace));
   if (!f.quiet)
     fmt::print("kiln-run: trace of steps {}..{} written to {} (open it in ui.perfetto.dev "
                "or chrome://tracing)\n", from, to, f.trace);
