@@ -209,8 +209,8 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
                                    : nullptr;
     if (k) {
       std::string op = stripDialect(k->op.empty() && !k->ops.empty() ? k->ops.back() : k->op);
-      // A kernel the compiler made without a model line (a constant of
-      // the training program's own): said so in its name.
+      // A kernel the compiler made without a model line (the MLP's
+      // constant learning rate): said so in its name.
       out.name = k->locs.empty() ? fmt::format("(compiler) {}", op)
                                  : fmt::format("{} {}", shortLoc(k->locs[0]), op);
       if (k->locs.empty())
