@@ -33,6 +33,7 @@ fi
 PYTHON=${PYTHON:-python3}
 PY_PACKAGES=(numpy:numpy "jax:jax[cpu]" mkl:mkl)
 PY_PACKAGES+=(tensorboard:tensorboard) # TensorBoard's reader: test/tools/tensorboard*.test, tools/tb-plot.py
+PY_PACKAGES+=(perfetto:perfetto) # test/runtime/check-trace.py: Perfetto's trace processor (with KILN_TRACE_PROCESSOR)
 for entry in "${PY_PACKAGES[@]}"; do
   dist=${entry%%:*} spec=${entry#*:}
   "$PYTHON" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$dist" 2>/dev/null ||

@@ -175,6 +175,8 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
     auto dt = hooks.endTimed();
     if (!dt)
       return dt.status();
+    if (tracer)
+      start = hooks.timedStart(start);
     switch (s.kind) {
     case program::Step::Kernel:
       profile->addKernel(s.kernel, *dt);
@@ -208,6 +210,8 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
       auto dt = hooks.endTimed();
       if (!dt)
         return dt.status();
+      if (tracer)
+        estart = hooks.timedStart(estart);
       profile->addKernel(s.epilogue, *dt);
       traceStep(p, f, si, profile, Span::Kernel, estart, *dt, /*epilogue=*/true);
     }
@@ -253,6 +257,8 @@ public:
       auto dt = hooks_.endTimed();
       if (!dt)
         return dt.status();
+      if (profile_->tracer)
+        waitStart = hooks_.timedStart(waitStart);
       if (s.kind == program::Step::Collective) {
         profile_->addCollective(s, std::max(ran, 0.0));
         profile_->addCollectiveWait(s, *dt);

@@ -76,6 +76,11 @@ public:
   /// queued since beginTimed() has finished (profiling only).
   virtual Status beginTimed() = 0;
   virtual Expected<double> endTimed() = 0;
+  /// After endTimed(): when the timed region started on the tracer's clock
+  /// (Trace.h), given `hostStart`, the host's time just before beginTimed().
+  /// The default is `hostStart`; a device that times with its own clock
+  /// (CUDA events) places the start on the host timeline from that clock.
+  virtual double timedStart(double hostStart) { return hostStart; }
 };
 
 /// Per-step timing accumulated over runs: seconds and calls per kernel,

@@ -109,6 +109,10 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
     return b.status();
   e->eventA_ = *a;
   e->eventB_ = *b;
+  auto anchor = d.createEvent();
+  if (!anchor)
+    return anchor.status();
+  e->anchor_ = *anchor;
   e->profile_ = StepProfile(e->program_.kernels.size());
   if (Status s = d.synchronize(); !s)
     return s;
@@ -195,6 +199,8 @@ Status Executor::runSteps(const std::string &name, size_t begin, size_t end) {
       return s;
   }
   current_ = f;
+  if (Status s = anchorTrace(); !s)
+    return s;
   Status r = kiln::runSteps(program_, *f, begin, end, *this, profiling_ ? &profile_ : nullptr);
   current_ = nullptr;
   return r;
@@ -273,6 +279,23 @@ Status Executor::runCopy(const program::Step &s) {
 
 Status Executor::beginTimed() { return device_->record(eventA_, Stream::Compute); }
 
+Status Executor::anchorTrace() {
+  timedStart_ = -1;
+  Tracer *t = profile_.tracer;
+  if (!t || !t->enabled())
+    return Status::ok();
+  // The event happens once the work queued before it is done; the host
+  // reads its clock as soon as it sees that (its wake-up latency, a few
+  // microseconds, is the alignment's error).
+  if (Status s = device_->record(anchor_, Stream::Compute); !s)
+    return s;
+  if (Status s = device_->synchronize(anchor_); !s)
+    return s;
+  anchorHost_ = t->now();
+  timedStart_ = anchorHost_;
+  return Status::ok();
+}
+
 Expected<double> Executor::endTimed() {
   if (Status x = device_->record(eventB_, Stream::Compute); !x)
     return x;
@@ -281,6 +304,12 @@ Expected<double> Executor::endTimed() {
   auto ms = device_->elapsed(eventA_, eventB_);
   if (!ms)
     return ms.status();
+  if (timedStart_ >= 0) { // traced: where the region began on the GPU's clock
+    auto since = device_->elapsed(anchor_, eventA_);
+    if (!since)
+      return since.status();
+    timedStart_ = anchorHost_ + double(*since) / 1e3;
+  }
   return *ms / 1e3;
 }
 

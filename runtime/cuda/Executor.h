@@ -146,8 +146,21 @@ private:
   }
   Status beginTimed() override;
   Expected<double> endTimed() override;
+  double timedStart(double hostStart) override {
+    return timedStart_ >= 0 ? timedStart_ : hostStart;
+  }
+  /// --trace: records anchor_ on the compute stream and, once it has
+  /// happened, the tracer's host time (the anchor of the timeline).
+  Status anchorTrace();
 
   program::Program program_;
+  /// --trace on the GPU's clock: an event recorded with a host timestamp
+  /// when a function starts (anchorHost_, tracer seconds); a timed region's
+  /// start is anchorHost_ + elapsed(anchor_, its start event) (timedStart_,
+  /// -1 when not traced). Re-anchored per function run, so the float
+  /// milliseconds of cuEventElapsedTime stay precise.
+  int anchor_ = -1;
+  double anchorHost_ = 0, timedStart_ = -1;
   const program::BufferPlan *layout_ = nullptr; ///< program_.plan(meshDevice_)
   int meshDevice_ = 0;
   comm::Communicator *comm_ = nullptr;

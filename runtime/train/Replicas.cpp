@@ -37,8 +37,11 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
     to.rank = c->rank();
     to.worldSize = world;
     to.cancel = &cancel;
-    // One tracer records one replica: rank 0's (the overview's).
-    if (c->rank() != 0)
+    // --trace: one tracer per replica; --profile alone: rank 0's (the
+    // overview's).
+    if (i < o.tracers.size())
+      to.tracer = o.tracers[i];
+    else if (c->rank() != 0)
       to.tracer = nullptr;
     auto t = Trainer::open(*m, to, o.backend(c->rank(), c), out);
     if (!t) {

@@ -48,6 +48,9 @@ struct ReplicaOptions {
   std::function<Status(comm::Communicator &, const Model &)> handshake;
   /// How the devices were asked for, for messages ("--device cpu:4").
   std::string how;
+  /// --trace: one tracer per replica (TrainOptions::tracer of each), or
+  /// empty: train.tracer for all (null: none).
+  std::vector<Tracer *> tracers;
 };
 
 struct ReplicaRun {

@@ -1,5 +1,6 @@
 //===- Trainer.cpp - The training loop ------------------------------------===//
 #include "runtime/train/Trainer.h"
+#include "runtime/train/TraceFile.h"
 
 #include "runtime/core/Data.h"
 #include "runtime/train/Evaluate.h"
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <thread>
+#include <tuple>
 
 namespace kiln::train {
 
@@ -265,6 +267,8 @@ Expected<TrainResult> Trainer::run() {
   Tracer *tracer = o_.tracer;
   if (tracer)
     m.exec->setTracer(tracer);
+  // traceFrom < 0: the default window (TraceFile.h).
+  std::tie(o_.traceFrom, o_.traceTo) = traceWindow(o_.traceFrom, o_.traceTo, start_, steps_);
   // Whether `at` is in the traced window; switches recording on or off.
   auto traceStep = [&](int64_t at) {
     if (!tracer)

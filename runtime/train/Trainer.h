@@ -101,6 +101,7 @@ struct TrainOptions {
   /// device (HostToDevice), evaluations (Eval) and checkpoint writes
   /// (Checkpoint). Not owned.
   Tracer *tracer = nullptr;
+  /// traceFrom < 0: the default window, train::traceWindow() (TraceFile.h).
   int64_t traceFrom = 0, traceTo = INT64_MAX;
   /// Steps at the start of this run (after a resume: from its step) left
   /// out of the window (warm-up; Overview.h's profileWindow sets it).

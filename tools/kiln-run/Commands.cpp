@@ -17,6 +17,7 @@
 #include "runtime/train/Replicas.h"
 #include "runtime/train/Sampler.h"
 #include "runtime/train/TensorBoard.h"
+#include "runtime/train/TraceFile.h"
 #include "runtime/train/Trainer.h"
 
 #include <fmt/format.h>
@@ -32,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 namespace kiln::run {
 
@@ -87,6 +89,8 @@ struct Flags {
   bool inOrder = false; ///< .npy training data in file order, no shuffling
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
   int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
+  std::string trace;    ///< --trace FILE (train)
+  int64_t traceFrom = -1, traceTo = -1; ///< --trace-steps A:B; -1: the default window
 };
 
 Status parseFlags(const std::vector<std::string> &args, Flags &f) {
@@ -161,6 +165,16 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--loss-log") s = value(f.lossLog);
     else if (a == "--tensorboard") s = value(f.tensorboard);
     else if (a == "--stats-csv") { if ((s = value(f.statsCsv))) f.profile = true; }
+    else if (a == "--trace") s = value(f.trace);
+    else if (a == "--trace-steps") {
+      if ((s = value(v))) {
+        auto w = train::parseTraceSteps(v);
+        if (!w)
+          s = w.status();
+        else
+          std::tie(f.traceFrom, f.traceTo) = *w;
+      }
+    }
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
     else if (a == "--no-cache") f.noCache = true;
@@ -174,6 +188,8 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
   if (f.inOrder && f.shuffleBuffer > 0)
     return Status::error("--shuffle-buffer shuffles .npy rows, --in-order keeps file order: "
                          "give one of them");
+  if (f.traceFrom >= 0 && f.trace.empty())
+    return Status::error("--trace-steps needs --trace FILE (where the trace goes)");
   if (f.artifact.empty())
     return Status::error("no artifact given (MODEL.kpack, from kilnc MODEL.kiln -o MODEL.kpack)");
   if (f.threads == 0)
@@ -253,6 +269,44 @@ int printOverview(const Flags &f, const Profiler &p, const program::Program &pro
       return fail(s);
     fmt::print("kiln-run: wrote {} kernel stats rows to {}\n", stats.size(), f.statsCsv);
   }
+  return 0;
+}
+
+/// --trace: the trace's process for device `rank` of a run.
+train::TraceSource traceSource(const Tracer &t, const train::Model &m, int rank) {
+  train::TraceSource src;
+  src.tracer = &t;
+  src.program = &m.prog();
+  src.process = fmt::format("rank {} \u00b7 {}", rank, m.exec ? m.exec->describe() : "");
+  src.pid = rank;
+  return src;
+}
+
+/// Writes --trace's file from the devices' rendered events (every rank's,
+/// for rank 0 of an MPI run) for a run of steps [start, next) that traced
+/// the window `o` asked for.
+int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model &m,
+               const std::vector<std::string> &pieces, int64_t start, int64_t next,
+               int devices) {
+  auto [from, to] = train::traceWindow(o.traceFrom, o.traceTo, start, next);
+  std::vector<std::pair<std::string, std::string>> info = {
+      {"tool", "\"kiln-run train\""},
+      {"artifact", train::jsonString(f.artifact)},
+      {"model", train::jsonString(m.pkg.model)},
+      {"model_file", train::jsonString(m.pkg.sourcePath)},
+      {"steps", fmt::format("[{},{}]", from, to)},
+      {"devices", fmt::format("{}", devices)},
+      {"clock", "\"host steady clock, microseconds since the earliest tracer's origin; "
+                "ranks on one host share it, several hosts are not aligned\""}};
+  if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
+    return fail(s);
+  if (from == to)
+    print(Channel::Warning,
+          fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {} holds no steps",
+                      f.traceFrom, f.traceTo, start, next, f.trace));
+  if (!f.quiet)
+    fmt::print("kiln-run: trace of steps {}..{} written to {} (open it in ui.perfetto.dev "
+               "or chrome://tracing)\n", from, to, f.trace);
   return 0;
 }
 
@@ -371,6 +425,21 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   ro.handshake = [hash](comm::Communicator &c, const train::Model &m) {
     return checkSameProgram(c, m.prog(), hash);
   };
+  // --trace: one tracer per replica of this process (rank 0's the one
+  // o.tracer names, when something else set it already).
+  std::vector<std::unique_ptr<Tracer>> ownTracers;
+  std::vector<Tracer *> tracers;
+  if (!f.trace.empty())
+    for (comm::Communicator *c : ro.comms) {
+      Tracer *t = c->rank() == 0 ? o.tracer : nullptr;
+      if (!t) {
+        ownTracers.push_back(std::make_unique<Tracer>());
+        t = ownTracers.back().get();
+      }
+      t->rank = t->device = c->rank();
+      tracers.push_back(t);
+    }
+  ro.tracers = tracers;
   auto r = train::trainReplicas(model.pkg, ro, print);
   if (!r) {
     int rc = fail(r.status());
@@ -381,6 +450,32 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
         host[0]->abort("stopping the other ranks after the error above");
     }
     return rc;
+  }
+  if (!tracers.empty()) {
+    std::vector<std::string> pieces;
+    if (launch.multiProcess()) {
+      // Every rank's events to rank 0, under the communicator's deadline.
+      auto got = train::gatherTrace(*r->models[0]->comm,
+                                    traceSource(*tracers[0], *r->models[0], launch.rank));
+      if (!got) {
+        int rc = fail(got.status());
+        owned[0]->abort("stopping the other ranks after the error above");
+        return rc;
+      }
+      pieces = std::move(*got);
+    } else {
+      int64_t earliest = INT64_MAX;
+      for (Tracer *t : tracers)
+        earliest = std::min(earliest, train::originNanos(*t));
+      for (size_t i = 0; i < tracers.size(); ++i) {
+        train::TraceSource src = traceSource(*tracers[i], *r->models[i], tracers[i]->rank);
+        src.shift = double(train::originNanos(*tracers[i]) - earliest) / 1e9;
+        pieces.push_back(train::renderTraceEvents(src));
+      }
+    }
+    if (ro.comms[0]->rank() == 0)
+      if (int rc = writeTrace(f, o, model, pieces, r->result.start, r->result.next, devices))
+        return rc;
   }
   if (r->result.interrupted) {
     if (ro.comms[0]->rank() == 0)
@@ -397,6 +492,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
 
 int trainCommand(const std::vector<std::string> &args) {
   Flags f;
+  Tracer tracer; // --trace on one device (outlives the model using it)
   std::unique_ptr<train::Model> model;
   if (int rc = begin(args, f, model))
     return rc;
@@ -407,6 +503,10 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!detected)
     return fail(detected.status());
   train::Launch launch = *detected;
+  // --trace: a file rank 0 can write, before anything is compiled.
+  if (!f.trace.empty() && launch.rank == 0)
+    if (Status s = train::checkTraceFile(f.trace); !s)
+      return fail(s);
   // A program over a mesh, even of one device (a world of one), runs its
   // collectives through a communicator.
   bool multi = spec->count > 1 || launch.multiProcess() || !model->prog().mesh.axes.empty();
@@ -450,6 +550,16 @@ int trainCommand(const std::vector<std::string> &args) {
     return rc;
   };
   Profiler prof;
+  // The steps recorded: --profile alone, every step but the run's first;
+  // with --trace, the trace's window (--trace-steps, or its default), which
+  // the overview then covers too. Set after startProfile on every rank.
+  auto traceWindow = [&] {
+    if (f.trace.empty())
+      return;
+    o.traceFrom = f.traceFrom;
+    o.traceTo = f.traceTo < 0 ? INT64_MAX : f.traceTo;
+    o.traceWarmup = 0;
+  };
   if (multi) {
     // The threads rank 0 gets (trainReplicas' split of the cores).
     // Under mpirun only rank 0 profiles (it prints the overview).
@@ -459,6 +569,7 @@ int trainCommand(const std::vector<std::string> &args) {
                    f.threadsSet ? f.threads
                                 : std::max(1, int(std::thread::hardware_concurrency()) /
                                                   std::max(1, sharing)));
+    traceWindow();
     gInterrupted = false;
     std::signal(SIGINT, onSigint);
     int rc = trainReplicas(f, o, *spec, launch, *model, prof);
@@ -466,6 +577,9 @@ int trainCommand(const std::vector<std::string> &args) {
     return tbDone(rc);
   }
   startProfile(f, o, prof, f.threads);
+  traceWindow();
+  if (!f.trace.empty() && !o.tracer)
+    o.tracer = &tracer;
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
     return fail(trainer.status());
@@ -475,6 +589,11 @@ int trainCommand(const std::vector<std::string> &args) {
   std::signal(SIGINT, SIG_DFL);
   if (!r)
     return fail(r.status());
+  if (!f.trace.empty())
+    if (int rc = writeTrace(f, o, *model,
+                            {train::renderTraceEvents(traceSource(*o.tracer, *model, 0))},
+                            r->start, r->next, 1))
+      return rc;
   if (r->interrupted) {
     fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: kiln-run "
                "train {} --resume {}\n", r->next, r->checkpoint, f.artifact, r->checkpoint);
