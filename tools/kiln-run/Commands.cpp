@@ -303,10 +303,10 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
   if (from == to)
     print(Channel::Warning,
           fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {} holds no steps",
-                      f.traceFrom, f.traceTo, start, next, f.trace));
+                      f.traceFrom, f.traceTo, start, next - 1, f.trace));
   if (!f.quiet)
     fmt::print("kiln-run: trace of steps {}..{} written to {} (open it in ui.perfetto.dev "
-               "or chrome://tracing)\n", from, to, f.trace);
+               "or chrome://tracing)\n", from, to - 1, f.trace);
   return 0;
 }
 
