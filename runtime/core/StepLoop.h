@@ -43,6 +43,8 @@
 
 namespace kiln {
 
+class InterOpPool;
+
 /// What a backend does for each kind of step.
 class StepHooks {
 public:
@@ -76,6 +78,12 @@ public:
   /// queued since beginTimed() has finished (profiling only).
   virtual Status beginTimed() = 0;
   virtual Expected<double> endTimed() = 0;
+  /// Threads that run independent steps at once (runtime/core/InterOp.h),
+  /// or null: one step at a time, in schedule order. With a pool of N > 1
+  /// threads, the hooks are called from N threads at once (on different
+  /// steps); beginTimed/endTimed pair up per thread; startAsync and
+  /// waitAsync may come from any of them, never two startAsync at once.
+  virtual InterOpPool *interOp() { return nullptr; }
 };
 
 /// Per-step timing accumulated over runs: seconds and calls per kernel,
@@ -132,11 +140,15 @@ private:
 Status checkSingleDevice(const program::Program &p);
 
 /// Runs steps [begin, end) of `f` (end clipped to its length) in order
-/// through `hooks`; with `profile`, times each step (a GEMM and its
+/// through `hooks` (or, where hooks.interOp() has N > 1 threads, as the DAG
+/// of Step::deps, up to N steps at once: each as soon as the steps it
+/// depends on have finished, the earliest in schedule order first;
+/// collectives and other queues' steps start in schedule order); with `profile`, times each step (a GEMM and its
 /// epilogue kernel separately) into it. Steps on queues > 0 run
 /// asynchronously where the hooks run queues concurrently (above); every
 /// started step has finished when this returns. Stops at the first error
-/// (after waiting for the steps already started).
+/// (after waiting for the steps already started, and for those other
+/// inter-op threads are running).
 Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
                 size_t end, StepHooks &hooks, StepProfile *profile);
 

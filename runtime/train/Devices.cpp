@@ -75,6 +75,7 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
         pkg.program.numDevices()));
   cpu::ExecutorOptions eo;
   eo.threads = o.threads;
+  eo.interOpThreads = o.interOpThreads;
   eo.communicator = o.comm;
   eo.device = o.comm ? o.deviceIndex : -1;
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);

@@ -71,6 +71,8 @@ const char *kUsage =
     "      artifact compiled with kilnc --target=cpu,cuda; cuda-emu runs the\n"
     "      CUDA kernels in the CUDA emulator on the CPU, for testing),\n"
     "      --threads N (CPU; default: all cores), --cache-dir DIR (compiled\n"
+    "      --inter-op-threads N (CPU, default 1: run up to N independent steps of\n"
+    "      the plan at once, each device its own; results do not change),\n"
     "      kernels; default $KILN_CACHE_DIR or ~/.cache/kiln), --no-cache.\n"
     "  kiln-run check MODEL.kpack [--device cuda|cuda-emu] [--against cpu]\n"
     "          [--tolerance T] [--seed S]\n"
