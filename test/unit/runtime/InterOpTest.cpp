@@ -1,0 +1,311 @@
+//===- InterOpTest.cpp - The step loop's DAG run on inter-op threads -------===//
+//
+// The scheduler behind --inter-op-threads with fake hooks (no kernels, no
+// arena): each plan step is a kernel step whose kernel id is its index, so
+// the hooks know which step they run. Concurrency is proved with barriers
+// that fail after a deadline (never with timing): two steps that may run at
+// once must both reach the barrier. Ordering is checked on a global
+// sequence counter (a step's start after each dependency's end) under
+// random delays.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/core/InterOp.h"
+#include "runtime/core/Program.h"
+#include "runtime/core/StepLoop.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::program;
+
+/// `n` kernel steps (step i calls kernel i) with the given dependencies.
+struct Plan {
+  Program p;
+  Function f;
+  Plan(size_t n, const std::vector<std::vector<int>> &deps) {
+    f.name = "train_step";
+    for (size_t i = 0; i < n; ++i) {
+      Kernel k;
+      k.symbol = "k" + std::to_string(i);
+      p.kernels.push_back(k);
+      Step s;
+      s.kind = Step::Kernel;
+      s.kernel = int(i);
+      if (i < deps.size())
+        s.deps = deps[i];
+      f.steps.push_back(s);
+    }
+  }
+};
+
+/// Waits until `parties` threads have arrived, or fails after 20 s (the
+/// steps that should meet here were not run at once).
+class Barrier {
+public:
+  explicit Barrier(int parties) : parties_(parties) {}
+  bool arriveAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (++arrived_ == parties_)
+      cv_.notify_all();
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return arrived_ >= parties_; });
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int parties_, arrived_ = 0;
+};
+
+/// Records, per step, the sequence numbers of its start and end, and how
+/// many steps ran at once; `action` runs inside each step.
+class FakeHooks : public StepHooks {
+public:
+  FakeHooks(size_t n, int threads) : start(n, -1), end(n, -1) {
+    if (threads > 1)
+      pool = std::make_unique<InterOpPool>(threads);
+  }
+  std::function<Status(int)> action;
+  std::vector<int64_t> start, end;
+  std::atomic<int64_t> seq{0};
+  std::atomic<int> running{0}, mostAtOnce{0}, calls{0};
+  std::unique_ptr<InterOpPool> pool;
+  std::set<std::thread::id> threadIds;
+  std::mutex mu;
+
+  Status runKernel(int kernel, const std::vector<int> &) override {
+    calls++;
+    start[size_t(kernel)] = seq++;
+    int now = ++running;
+    int most = mostAtOnce.load();
+    while (now > most && !mostAtOnce.compare_exchange_weak(most, now)) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      threadIds.insert(std::this_thread::get_id());
+    }
+    Status r = action ? action(kernel) : Status::ok();
+    --running;
+    end[size_t(kernel)] = seq++;
+    return r;
+  }
+  Status runGemm(const Step &, bool) override { return Status::ok(); }
+  Status runCopy(const Step &) override { return Status::ok(); }
+  const char *gemmName() const override { return "gemm"; }
+  Status beginTimed() override { return Status::ok(); }
+  Expected<double> endTimed() override { return 0.0; }
+  InterOpPool *interOp() override { return pool.get(); }
+};
+
+/// Every dependency ended before its dependent started.
+void expectOrdered(const Function &f, const FakeHooks &h) {
+  for (size_t i = 0; i < f.steps.size(); ++i) {
+    ASSERT_GE(h.start[i], 0) << "step " << i << " did not run";
+    for (int d : f.steps[i].deps)
+      EXPECT_LT(h.end[size_t(d)], h.start[i]) << "step " << i << " started before step " << d
+                                               << " ended";
+  }
+}
+
+TEST(InterOpPool, RunsTheBodyOnEveryThreadAtOnce) {
+  InterOpPool pool(4);
+  EXPECT_EQ(pool.threads(), 4);
+  for (int round = 0; round < 3; ++round) {
+    Barrier b(4);
+    std::atomic<int> met{0}, mask{0};
+    pool.run([&](int t) {
+      mask |= 1 << t;
+      met += b.arriveAndWait();
+    });
+    EXPECT_EQ(met.load(), 4);
+    EXPECT_EQ(mask.load(), 0xf);
+  }
+}
+
+TEST(InterOp, AChainRunsInOrderOneAtATime) {
+  std::vector<std::vector<int>> deps(12);
+  for (int i = 1; i < 12; ++i)
+    deps[size_t(i)] = {i - 1};
+  Plan plan(12, deps);
+  FakeHooks h(12, 4);
+  // Long enough that a second thread, if one were wrongly let in, overlaps.
+  h.action = [](int) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    return Status::ok();
+  };
+  ASSERT_TRUE(runSteps(plan.p, plan.f, 0, 12, h, nullptr));
+  expectOrdered(plan.f, h);
+  EXPECT_EQ(h.mostAtOnce.load(), 1);
+  for (size_t i = 0; i < 12; ++i)
+    EXPECT_EQ(h.start[i], int64_t(2 * i));
+}
+
+TEST(InterOp, TheTwoSidesOfADiamondRunAtOnce) {
+  // 0 -> {1, 2} -> 3: with two threads, 1 and 2 meet at a barrier (with one
+  // thread they could not: the barrier would time out and the step fail).
+  Plan plan(4, {{}, {0}, {0}, {1, 2}});
+  FakeHooks h(4, 2);
+  Barrier b(2);
+  h.action = [&](int k) {
+    if ((k == 1 || k == 2) && !b.arriveAndWait())
+      return Status::error("steps 1 and 2 did not run at once");
+    return Status::ok();
+  };
+  Status r = runSteps(plan.p, plan.f, 0, 4, h, nullptr);
+  ASSERT_TRUE(r) << r.message();
+  expectOrdered(plan.f, h);
+  EXPECT_EQ(h.mostAtOnce.load(), 2);
+}
+
+TEST(InterOp, IndependentStepsRunOnEveryThread) {
+  Plan plan(4, {});
+  FakeHooks h(4, 4);
+  Barrier b(4);
+  h.action = [&](int) {
+    return b.arriveAndWait() ? Status::ok() : Status::error("the four steps did not meet");
+  };
+  Status r = runSteps(plan.p, plan.f, 0, 4, h, nullptr);
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_EQ(h.threadIds.size(), 4u);
+}
+
+TEST(InterOp, OneThreadIsTheInOrderLoop) {
+  Plan plan(6, {});
+  FakeHooks h(6, 1);
+  ASSERT_TRUE(runSteps(plan.p, plan.f, 0, 6, h, nullptr));
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(h.start[i], int64_t(2 * i));
+}
+
+TEST(InterOp, DependenciesHoldUnderRandomDelays) {
+  for (int threads : {2, 3, 4})
+    for (unsigned seed = 1; seed <= 4; ++seed) {
+      std::mt19937 rng(seed * 7919 + unsigned(threads));
+      size_t n = 150;
+      std::vector<std::vector<int>> deps(n);
+      for (size_t i = 1; i < n; ++i) {
+        int k = int(rng() % 3);
+        for (int j = 0; j < k; ++j)
+          deps[i].push_back(int(rng() % i));
+        std::sort(deps[i].begin(), deps[i].end());
+        deps[i].erase(std::unique(deps[i].begin(), deps[i].end()), deps[i].end());
+      }
+      Plan plan(n, deps);
+      FakeHooks h(n, threads);
+      std::vector<int> delay(n);
+      for (int &d : delay)
+        d = int(rng() % 200);
+      h.action = [&](int k) {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay[size_t(k)]));
+        return Status::ok();
+      };
+      ASSERT_TRUE(runSteps(plan.p, plan.f, 0, n, h, nullptr));
+      expectOrdered(plan.f, h);
+      EXPECT_EQ(h.calls.load(), int(n));
+    }
+}
+
+TEST(InterOp, ARangeRunsOnlyItsSteps) {
+  // As gradient accumulation runs parts of a function: the dependencies
+  // before `begin` are taken as met.
+  Plan plan(8, {{}, {0}, {1}, {2}, {}, {4}, {5}, {3, 6}});
+  FakeHooks h(8, 2);
+  ASSERT_TRUE(runSteps(plan.p, plan.f, 3, 7, h, nullptr));
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_EQ(h.start[i] >= 0, i >= 3 && i < 7) << "step " << i;
+}
+
+TEST(InterOp, AnErrorStopsTheRunAfterWhatIsRunning) {
+  // Step 2 fails while step 1 (independent of it) is running: the run
+  // returns step 2's error once step 1 has finished; nothing that depends
+  // on step 2, and nothing after the failure, starts.
+  Plan plan(6, {{}, {0}, {0}, {2}, {1, 2}, {}});
+  for (int threads : {2, 4}) {
+    FakeHooks h(6, threads);
+    std::atomic<bool> failed{false};
+    h.action = [&](int k) {
+      if (k == 1) {
+        // Runs until step 2 has failed (no timing: a flag, with a deadline).
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!failed && std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+      }
+      if (k == 2) {
+        failed = true;
+        return Status::error("step 2 failed on purpose");
+      }
+      return Status::ok();
+    };
+    Status r = runSteps(plan.p, plan.f, 0, 6, h, nullptr);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.message(), "step 2 failed on purpose");
+    EXPECT_EQ(h.running.load(), 0);
+    EXPECT_GE(h.end[1], 0) << "step 1 was still running when the run returned";
+    EXPECT_EQ(h.start[3], -1);
+    EXPECT_EQ(h.start[4], -1);
+    // Step 5 is independent: it may have run before the failure, never after.
+    if (h.start[5] >= 0) {
+      EXPECT_LT(h.start[5], h.end[2]);
+    }
+  }
+}
+
+/// Collectives on queue 1 through startAsync/waitAsync (a backend with a
+/// communication queue): they start in schedule order whatever the
+/// threads do, and a queue-0 step that needs one waits for it first.
+class AsyncHooks : public FakeHooks {
+public:
+  using FakeHooks::FakeHooks;
+  std::vector<size_t> startOrder;
+  std::vector<int64_t> waited;
+  bool concurrentQueues() const override { return true; }
+  Status startAsync(const Function &, const Step &, size_t index) override {
+    std::lock_guard<std::mutex> lock(mu);
+    startOrder.push_back(index);
+    return Status::ok();
+  }
+  Status waitAsync(size_t index, double &seconds) override {
+    seconds = 0;
+    waited[index] = seq++;
+    return Status::ok();
+  }
+};
+
+TEST(InterOp, CollectivesStartInScheduleOrder) {
+  // Producers 0, 2, 4, 6 (queue 0) each feed a collective 1, 3, 5, 7
+  // (queue 1); step 8 needs every collective. The producers run in any
+  // order (reverse delays), the collectives start as 1, 3, 5, 7.
+  std::vector<std::vector<int>> deps = {{}, {0}, {}, {2}, {}, {4}, {}, {6}, {1, 3, 5, 7}};
+  for (int threads : {2, 4}) {
+    Plan plan(9, deps);
+    for (int c : {1, 3, 5, 7}) {
+      Step &s = plan.f.steps[size_t(c)];
+      s.kind = Step::Collective;
+      s.queue = 1;
+      s.args = {0, 0};
+    }
+    plan.p.queues = 2;
+    AsyncHooks h(9, threads);
+    h.waited.assign(9, -1);
+    h.action = [&](int k) {
+      std::this_thread::sleep_for(std::chrono::microseconds(400 - 50 * k));
+      return Status::ok();
+    };
+    Status r = runSteps(plan.p, plan.f, 0, 9, h, nullptr);
+    ASSERT_TRUE(r) << r.message();
+    EXPECT_EQ(h.startOrder, (std::vector<size_t>{1, 3, 5, 7}));
+    for (int c : {1, 3, 5, 7})
+      EXPECT_LT(h.waited[size_t(c)], h.start[8]) << "collective " << c;
+  }
+}
+
+} // namespace
