@@ -422,7 +422,7 @@ private:
   }
 
   Status wrapCollective(size_t si, Status r) const {
-    if (f_.steps[si].kind == program::Step::Collective &&
+    if (!r && f_.steps[si].kind == program::Step::Collective &&
         r.message().rfind("@" + f_.name, 0) != 0)
       return Status::error(fmt::format("{}: {}", stepWhere(f_, si), r.message()), r.kind());
     return r;
