@@ -62,6 +62,12 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   (void)tuned;
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = program;
+  // Inter-op threads run the DAG of exact dependencies (the plan's own
+  // may also order steps through a third, overlapping buffer: exact where
+  // it matters, for a communication queue; conservative elsewhere).
+  if (options.interOpThreads > 1)
+    for (program::Function &f : e->program_.functions)
+      program::exactDependencies(e->program_, f);
   e->lib_ = std::move(lib);
   e->device_ = device;
   e->layout_ = &e->program_.plan(device);
