@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <random>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -438,6 +439,42 @@ TEST(Dependencies, EveryConflictIsOrderedOnRandomPlans) {
           }
     }
   }
+}
+
+} // namespace
+
+namespace {
+
+/// Profiled and traced: each span names the inter-op thread that ran it
+/// (one trace track per thread), and the profile counts every call once.
+TEST(InterOp, SpansNameTheirThread) {
+  Plan plan(4, {{}, {0}, {0}, {1, 2}});
+  FakeHooks h(4, 2);
+  Barrier b(2);
+  h.action = [&](int k) {
+    if ((k == 1 || k == 2) && !b.arriveAndWait())
+      return Status::error("steps 1 and 2 did not run at once");
+    return Status::ok();
+  };
+  Tracer tracer;
+  tracer.setEnabled(true);
+  StepProfile profile(4);
+  profile.tracer = &tracer;
+  Status r = runSteps(plan.p, plan.f, 0, 4, h, &profile);
+  ASSERT_TRUE(r) << r.message();
+  std::vector<Span> spans = tracer.spans();
+  ASSERT_EQ(spans.size(), 4u);
+  std::map<int, int> threadOf;
+  for (const Span &s : spans) {
+    EXPECT_GE(s.thread, 0);
+    EXPECT_LT(s.thread, 2);
+    threadOf[s.planStep] = s.thread;
+  }
+  EXPECT_NE(threadOf[1], threadOf[2]); // they met at the barrier: two threads
+  std::vector<Backend::Timing> t = profile.timings(plan.p);
+  ASSERT_EQ(t.size(), 4u);
+  for (const Backend::Timing &x : t)
+    EXPECT_EQ(x.calls, 1);
 }
 
 } // namespace
