@@ -23,6 +23,14 @@
 // queues concurrently (the default) run every step in schedule order, so
 // the dependencies, which point to earlier steps, hold trivially.
 //
+// Inter-op threads: where StepHooks::interOp() gives a pool of N > 1
+// threads, the loop runs the steps as the DAG of their dependencies, up to
+// N at once (each thread claims the ready step earliest in schedule
+// order); collectives and other queues' steps keep their schedule order
+// among themselves (docs/runtime.md "Inter-op threads"). Spans then carry
+// the thread that ran them (Span::thread), and the profile's seconds are
+// summed over threads (they may exceed the wall time).
+//
 // Profile: a collective's seconds are its own run time; the seconds queue 0
 // spent waiting for it (all of a synchronous one's) are also counted as
 // exposed communication, so overlapped time = run time - exposed time.
