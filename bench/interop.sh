@@ -12,6 +12,8 @@
 # @train_step's dependency DAG (kilnc --emit=plan): what inter-op threads
 # can run at once. The final parameters of every configuration must be
 # the same bytes (cmp), as results do not depend on the thread counts.
+# Then bench/interop_bound.cpp: the gain the DAG allows at most, from
+# per-step times measured on one thread (robust to load, unlike ms/step).
 #
 #   bench/interop.sh [--steps N] [--rounds N]
 set -euo pipefail
@@ -70,3 +72,8 @@ for line in open(f"{out}/plan.txt"):
         break
 print("final parameters: the same bytes in every configuration")
 PY
+g++ -O2 -std=c++17 -I. -DKILN_HAVE_OPENBLAS=1 bench/interop_bound.cpp \
+  build/runtime/cpu/libKilnRuntimeCpuJit.a build/runtime/cpu/libKilnRuntimeCpu.a \
+  build/runtime/core/libKilnRuntimeCore.a -L/usr/lib/llvm-19/lib -lLLVM-19 -lopenblas -lfmt \
+  -ldl -lpthread -o $OUT/interop_bound
+LD_LIBRARY_PATH=/usr/lib/llvm-19/lib $OUT/interop_bound $OUT/gpt.kpack 20
