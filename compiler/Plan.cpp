@@ -14,7 +14,6 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
-#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -83,51 +82,13 @@ LogicalResult Generator::run() {
 /// computeDependencies() tracks memory through every buffer overlapping
 /// the one written, so a step can wait for another whose bytes it never
 /// touches (two buffers that both overlap a third, dead one). On one queue
-/// that costs nothing; a communication queue would lose its overlap. Here a
-/// step waits for an earlier step exactly when their byte ranges conflict
-/// (read-write, write-read, write-write) on some device, minus the steps
-/// its other dependencies already wait for. So a step that reuses memory a
-/// collective still reads or writes waits for the collective: the scratch
-/// first fit cannot hand out a buffer while a collective has it in flight.
+/// that costs nothing; a communication queue would lose its overlap, so
+/// such a function gets exact dependencies (program::exactDependencies):
+/// a step that reuses memory a collective still reads or writes waits for
+/// the collective: the scratch first fit cannot hand out a buffer while a
+/// collective has it in flight.
 void Generator::exactDependencies(const program::Program &p, program::Function &f) {
-  size_t n = f.steps.size();
-  std::vector<std::vector<int>> reads(n), writes(n);
-  for (size_t i = 0; i < n; ++i)
-    program::stepAccesses(p, f.steps[i], reads[i], writes[i]);
-  auto overlap = [&](int a, int b) {
-    for (int d = 0; d < p.numDevices(); ++d) {
-      const Buffer &x = p.plan(d).buffers[size_t(a)], &y = p.plan(d).buffers[size_t(b)];
-      if (x.offset < y.offset + std::max<int64_t>(y.bytes, 1) &&
-          y.offset < x.offset + std::max<int64_t>(x.bytes, 1))
-        return true;
-    }
-    return false;
-  };
-  auto conflict = [&](const std::vector<int> &xs, const std::vector<int> &ys) {
-    for (int x : xs)
-      for (int y : ys)
-        if (overlap(x, y))
-          return true;
-    return false;
-  };
-  std::vector<llvm::BitVector> after(n, llvm::BitVector(unsigned(n)));
-  for (size_t j = 0; j < n; ++j) {
-    llvm::BitVector covered(static_cast<unsigned>(n));
-    std::vector<int> deps;
-    for (size_t i = j; i-- > 0;) {
-      if (covered.test(unsigned(i)))
-        continue;
-      if (!conflict(writes[j], reads[i]) && !conflict(writes[j], writes[i]) &&
-          !conflict(reads[j], writes[i]))
-        continue;
-      deps.push_back(int(i));
-      covered |= after[i];
-      covered.set(unsigned(i));
-    }
-    after[j] = covered;
-    std::sort(deps.begin(), deps.end());
-    f.steps[j].deps = std::move(deps);
-  }
+  program::exactDependencies(p, f);
 }
 
 LogicalResult Generator::fail(Operation *op, const std::string &why) {
@@ -898,6 +859,13 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
                         "buckets); buckets: {} (collectives on queue 1)\n",
                         collectives, ops, reduced, bucketed, buckets);
     }
+    // What --inter-op-threads runs: the DAG of exact dependencies.
+    program::Function exact = f;
+    program::exactDependencies(p, exact);
+    if (program::ScheduleShape g = program::scheduleShape(exact); g.steps)
+      os << fmt::format("  dependency DAG: {} levels, widest {} steps, {:.2f} steps per level "
+                        "(what --inter-op-threads can run at once)\n",
+                        g.depth, g.widest, g.meanWidth());
     for (size_t i = 0; i < f.steps.size(); ++i) {
       const Step &s = f.steps[i];
       std::string what = s.kind == Step::Kernel

@@ -136,6 +136,65 @@ void computeDependencies(const Program &p, Function &f) {
   }
 }
 
+void exactDependencies(const Program &p, Function &f) {
+  size_t n = f.steps.size();
+  std::vector<std::vector<int>> reads(n), writes(n);
+  for (size_t i = 0; i < n; ++i)
+    stepAccesses(p, f.steps[i], reads[i], writes[i]);
+  auto overlap = [&](int a, int b) {
+    for (int d = 0; d < p.numDevices(); ++d) {
+      const Buffer &x = p.plan(d).buffers[size_t(a)], &y = p.plan(d).buffers[size_t(b)];
+      if (x.offset < y.offset + std::max<int64_t>(y.bytes, 1) &&
+          y.offset < x.offset + std::max<int64_t>(x.bytes, 1))
+        return true;
+    }
+    return false;
+  };
+  auto conflict = [&](const std::vector<int> &xs, const std::vector<int> &ys) {
+    for (int x : xs)
+      for (int y : ys)
+        if (overlap(x, y))
+          return true;
+    return false;
+  };
+  // after[j]: every step j waits for, directly or through others (a bit set).
+  size_t words = (n + 63) / 64;
+  std::vector<std::vector<uint64_t>> after(n, std::vector<uint64_t>(words, 0));
+  for (size_t j = 0; j < n; ++j) {
+    std::vector<uint64_t> &covered = after[j];
+    std::vector<int> deps;
+    for (size_t i = j; i-- > 0;) {
+      if (covered[i / 64] >> (i % 64) & 1)
+        continue;
+      if (!conflict(writes[j], reads[i]) && !conflict(writes[j], writes[i]) &&
+          !conflict(reads[j], writes[i]))
+        continue;
+      deps.push_back(int(i));
+      for (size_t w = 0; w < words; ++w)
+        covered[w] |= after[i][w];
+      covered[i / 64] |= uint64_t(1) << (i % 64);
+    }
+    std::sort(deps.begin(), deps.end());
+    f.steps[j].deps = std::move(deps);
+  }
+}
+
+ScheduleShape scheduleShape(const Function &f) {
+  ScheduleShape shape;
+  shape.steps = f.steps.size();
+  std::vector<size_t> level(f.steps.size(), 0), width;
+  for (size_t i = 0; i < f.steps.size(); ++i) {
+    for (int d : f.steps[i].deps)
+      if (d >= 0 && size_t(d) < i)
+        level[i] = std::max(level[i], level[size_t(d)] + 1);
+    if (level[i] >= width.size())
+      width.resize(level[i] + 1, 0);
+    shape.widest = std::max(shape.widest, ++width[level[i]]);
+  }
+  shape.depth = width.size();
+  return shape;
+}
+
 std::string scheduleNote(const Function &f, size_t i) {
   const Step &s = f.steps[i];
   bool crossing = s.queue != 0;

@@ -258,6 +258,26 @@ void stepAccesses(const Program &p, const Step &s, std::vector<int> &reads,
 /// the arena overlap (liveness reuses scratch memory), so the offsets must
 /// be final. The kernel table must be complete.
 void computeDependencies(const Program &p, Function &f);
+/// Sets the dependencies of `f`'s steps exactly (queues unchanged): a
+/// step waits for an earlier step exactly when their byte ranges conflict
+/// (read-write, write-read, write-write) on some device, minus the steps
+/// its other dependencies already wait for. computeDependencies() also
+/// orders steps through a third buffer overlapping both (scratch reuse),
+/// which one queue never notices; concurrent queues and inter-op threads
+/// would lose overlap to it. O(steps^2) buffer comparisons.
+void exactDependencies(const Program &p, Function &f);
+/// The shape of a function's dependency DAG: what inter-op threads can
+/// run at once. Each step's level is one more than its deepest dependency's
+/// (steps without dependencies: level 0).
+struct ScheduleShape {
+  size_t steps = 0;
+  size_t depth = 0; ///< levels: the longest dependency chain, in steps
+  size_t widest = 0; ///< the most steps on one level
+  /// Steps per level (steps / depth): how many run at once on average
+  /// with unlimited threads and equally long steps.
+  double meanWidth() const { return depth ? double(steps) / double(depth) : 0; }
+};
+ScheduleShape scheduleShape(const Function &f);
 /// Step `i`'s queue and dependencies in brief, for listings: "" when the
 /// order of one queue implies them (the step and all it waits for are on
 /// queue 0), else "[queue 1, after 3 7]".

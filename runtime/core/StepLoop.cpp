@@ -1,7 +1,14 @@
 //===- StepLoop.cpp - One loop over a function's steps --------------------===//
 #include "runtime/core/StepLoop.h"
 
+#include "runtime/core/InterOp.h"
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <queue>
 
 #include <fmt/format.h>
 
@@ -110,7 +117,7 @@ double argBytes(const program::Program &p, const std::vector<int> &args) {
 /// profile's tracer, if one is recording.
 void traceStep(const program::Program &p, const program::Function &f, size_t si,
                StepProfile *profile, Span::Kind kind, double start, double seconds,
-               bool epilogue = false) {
+               bool epilogue = false, int thread = 0) {
   Tracer *t = profile ? profile->tracer : nullptr;
   if (!t || !t->enabled())
     return;
@@ -120,6 +127,7 @@ void traceStep(const program::Program &p, const program::Function &f, size_t si,
   sp.start = start;
   sp.seconds = seconds;
   sp.queue = s.queue;
+  sp.thread = thread;
   sp.planStep = int(si);
   sp.function = f.name;
   if (epilogue || s.kind == program::Step::Kernel) {
@@ -144,9 +152,18 @@ void traceStep(const program::Program &p, const program::Function &f, size_t si,
   t->add(std::move(sp));
 }
 
-/// Runs one step through the hooks (and its GEMM epilogue), timing it.
+/// Holds `mu` (when not null) while it lives: the profile's sums when
+/// several inter-op threads add to them.
+std::unique_lock<std::mutex> lockIf(std::mutex *mu) {
+  return mu ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
+}
+
+/// Runs one step through the hooks (and its GEMM epilogue), timing it;
+/// `thread` is the inter-op thread running it (its spans' track), and
+/// `profileMu` (inter-op runs) guards the profile's sums.
 Status runOne(const program::Program &p, const program::Function &f, size_t si,
-              StepHooks &hooks, StepProfile *profile, bool library) {
+              StepHooks &hooks, StepProfile *profile, bool library, int thread = 0,
+              std::mutex *profileMu = nullptr) {
   const program::Step &s = f.steps[si];
   bool libraryEpilogue = s.kind == program::Step::Gemm && s.lt.valid() && library;
   Tracer *tracer = profile ? profile->tracer : nullptr;
@@ -177,24 +194,25 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
       return dt.status();
     if (tracer)
       start = hooks.timedStart(start);
+    auto lock = lockIf(profileMu);
     switch (s.kind) {
     case program::Step::Kernel:
       profile->addKernel(s.kernel, *dt);
-      traceStep(p, f, si, profile, Span::Kernel, start, *dt);
+      traceStep(p, f, si, profile, Span::Kernel, start, *dt, false, thread);
       break;
     case program::Step::Gemm:
       profile->addGemm(s, *dt, hooks.gemmName());
-      traceStep(p, f, si, profile, Span::Gemm, start, *dt);
+      traceStep(p, f, si, profile, Span::Gemm, start, *dt, false, thread);
       break;
     case program::Step::Copy:
       profile->addCopy(*dt);
-      traceStep(p, f, si, profile, Span::Copy, start, *dt);
+      traceStep(p, f, si, profile, Span::Copy, start, *dt, false, thread);
       break;
     case program::Step::Collective:
       profile->addCollective(s, *dt);
       profile->addCollectiveWait(s, *dt); // queue 0 waited for all of it
-      traceStep(p, f, si, profile, Span::Collective, start, *dt);
-      traceStep(p, f, si, profile, Span::CollectiveWait, start, *dt);
+      traceStep(p, f, si, profile, Span::Collective, start, *dt, false, thread);
+      traceStep(p, f, si, profile, Span::CollectiveWait, start, *dt, false, thread);
       break;
     }
   }
@@ -212,8 +230,9 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
         return dt.status();
       if (tracer)
         estart = hooks.timedStart(estart);
+      auto lock = lockIf(profileMu);
       profile->addKernel(s.epilogue, *dt);
-      traceStep(p, f, si, profile, Span::Kernel, estart, *dt, /*epilogue=*/true);
+      traceStep(p, f, si, profile, Span::Kernel, estart, *dt, /*epilogue=*/true, thread);
     }
   }
   return Status::ok();
@@ -290,11 +309,282 @@ private:
   std::vector<size_t> order_;
 };
 
+/// Runs steps [begin, end) of a function as the DAG their dependencies
+/// describe, on the threads of an inter-op pool (docs/runtime.md "Inter-op
+/// threads"). Every thread claims the ready step earliest in schedule
+/// order, runs it with runOne() and releases the steps that waited only
+/// for it. Steps that go to the backend's other queues (startAsync) and
+/// collectives keep their schedule order among themselves, whatever the
+/// threads do, so every device of a mesh makes the same communicator calls
+/// in the same order: such a step starts once its dependencies are done
+/// and every earlier one has started (a queue-0 collective: finished). A
+/// step that depends on an asynchronous one waits for it on the thread
+/// that is about to run it, as the in-order loop does.
+class DagRun {
+public:
+  DagRun(const program::Program &p, const program::Function &f, size_t begin, size_t end,
+         StepHooks &hooks, StepProfile *profile)
+      : p_(p), f_(f), begin_(begin), end_(end), hooks_(hooks), profile_(profile),
+        library_(hooks.libraryEpilogues()), concurrent_(hooks.concurrentQueues()) {
+    size_t n = end - begin;
+    remaining_.assign(n, 0);
+    dependents_.assign(n, {});
+    async_.assign(n, None);
+    startedAt_.assign(n, 0.0);
+    gateReady_.assign(n, false);
+    for (size_t si = begin; si < end; ++si) {
+      for (int d : f.steps[si].deps)
+        if (size_t(d) >= begin && size_t(d) < si) {
+          remaining_[si - begin]++;
+          dependents_[size_t(d) - begin].push_back(si);
+        }
+      if (gated(si))
+        gate_.push_back(si);
+    }
+  }
+
+  Status run(InterOpPool &pool) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t si = begin_; si < end_; ++si)
+        if (remaining_[si - begin_] == 0)
+          makeReady(si);
+      issueGated();
+      update();
+    }
+    pool.run([this](int thread) { work(thread); });
+    // Every step has run or been started, or one failed and the threads
+    // finished what they were running: wait for what was started, in the
+    // order started, so that nothing uses the arena after this returns.
+    Status first = failed_ ? error_ : Status::ok();
+    for (size_t si : started_)
+      if (async_[si - begin_] == Started)
+        if (Status r = waitStarted(si, SIZE_MAX, 0); !r && first)
+          first = r;
+    return first;
+  }
+
+private:
+  enum Async : uint8_t { None, Started, Waiting, Waited };
+
+  /// Steps kept in schedule order among themselves: collectives, and
+  /// what goes to another queue.
+  bool gated(size_t si) const {
+    const program::Step &s = f_.steps[si];
+    return s.kind == program::Step::Collective || (concurrent_ && s.queue != 0);
+  }
+  bool async(size_t si) const { return concurrent_ && f_.steps[si].queue != 0; }
+
+  // The helpers below run with mu_ held.
+  void makeReady(size_t si) {
+    if (gated(si))
+      gateReady_[si - begin_] = true;
+    else
+      ready_.push(si);
+  }
+  /// Step `si` has finished (or, asynchronous, started): its dependents
+  /// have one dependency less.
+  void release(size_t si) {
+    ++done_;
+    for (size_t j : dependents_[si - begin_])
+      if (--remaining_[j - begin_] == 0)
+        makeReady(j);
+  }
+  /// Starts the gated steps that are next in order and ready.
+  void issueGated() {
+    while (!failed_ && !gateBusy_ && nextGate_ < gate_.size() &&
+           gateReady_[gate_[nextGate_] - begin_]) {
+      size_t si = gate_[nextGate_++];
+      if (!async(si)) {
+        gateBusy_ = true; // the next waits until this one has run
+        ready_.push(si);
+        continue;
+      }
+      if (profile_ && profile_->tracer)
+        startedAt_[si - begin_] = profile_->tracer->now();
+      Status r = hooks_.startAsync(f_, f_.steps[si], si);
+      if (!r) {
+        fail(wrapCollective(si, r));
+        return;
+      }
+      async_[si - begin_] = Started;
+      started_.push_back(si);
+      release(si);
+    }
+  }
+  void fail(Status r) {
+    if (!failed_) {
+      failed_ = true;
+      error_ = std::move(r);
+    }
+  }
+  bool over() const { return failed_ || done_ == end_ - begin_; }
+  /// Publishes the state to spinning threads and wakes sleeping ones.
+  void update() {
+    readyCount_.store(ready_.size(), std::memory_order_release);
+    over_.store(over(), std::memory_order_release);
+    if (sleepers_ > 0)
+      cv_.notify_all();
+  }
+
+  Status wrapCollective(size_t si, Status r) const {
+    if (!r && f_.steps[si].kind == program::Step::Collective &&
+        r.message().rfind("@" + f_.name, 0) != 0)
+      return Status::error(fmt::format("{}: {}", stepWhere(f_, si), r.message()), r.kind());
+    return r;
+  }
+
+  /// Waits (mu_ not held) for asynchronous step `si` to finish, timing
+  /// the wait as exposed communication, as Pending::wait does; another
+  /// thread may already be waiting for it.
+  Status waitStarted(size_t si, size_t waiter, int thread) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (async_[si - begin_] == Waiting)
+        cv_.wait(lock);
+      if (async_[si - begin_] != Started)
+        return Status::ok();
+      async_[si - begin_] = Waiting;
+    }
+    Status r = waitAsyncStep(si, waiter, thread);
+    std::lock_guard<std::mutex> lock(mu_);
+    async_[si - begin_] = Waited;
+    cv_.notify_all();
+    return r;
+  }
+  Status waitAsyncStep(size_t i, size_t waiter, int thread) {
+    const program::Step &s = f_.steps[i];
+    Tracer *tracer = profile_ ? profile_->tracer : nullptr;
+    double waitStart = tracer ? tracer->now() : 0;
+    if (profile_)
+      if (Status r = hooks_.beginTimed(); !r)
+        return r;
+    double ran = -1;
+    Status r = hooks_.waitAsync(i, ran);
+    if (!r)
+      return Status::error(
+          fmt::format("{}: {}{}", stepWhere(f_, i), r.message(),
+                      waiter == SIZE_MAX
+                          ? ""
+                          : fmt::format(" (surfaced when step {} waited for it)", waiter)),
+          r.kind());
+    if (profile_) {
+      auto dt = hooks_.endTimed();
+      if (!dt)
+        return dt.status();
+      if (s.kind == program::Step::Collective) {
+        std::lock_guard<std::mutex> lock(profileMu_);
+        profile_->addCollective(s, std::max(ran, 0.0));
+        profile_->addCollectiveWait(s, *dt);
+        traceStep(p_, f_, i, profile_, Span::Collective, startedAt_[i - begin_],
+                  std::max(ran, 0.0), false, thread);
+        traceStep(p_, f_, i, profile_, Span::CollectiveWait, waitStart, *dt, false, thread);
+      }
+    }
+    return Status::ok();
+  }
+
+  /// One thread's share: claim, run, release, until the run is over.
+  void work(int thread) {
+    while (true) {
+      // Spin briefly for a ready step (the common case between two short
+      // kernels), then sleep until one is released or the run is over.
+      InterOpPool::spinUntil(
+          [&] {
+            return readyCount_.load(std::memory_order_acquire) > 0 ||
+                   over_.load(std::memory_order_acquire);
+          },
+          100);
+      size_t si;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (ready_.empty() && !over()) {
+          ++sleepers_;
+          bool woken = cv_.wait_for(lock, std::chrono::seconds(10),
+                                    [&] { return !ready_.empty() || over(); });
+          --sleepers_;
+          // Nothing ready, nothing running, not over: a dependency that can
+          // never be met (the plan's, or this scheduler's, fault).
+          if (!woken && running_ == 0 && ready_.empty() && !over()) {
+            fail(Status::internal(fmt::format(
+                "@{}: the inter-op scheduler has no step to run and {} of {} steps left "
+                "(step {} waits for a dependency that never finishes); rerun with "
+                "--inter-op-threads 1 and report this",
+                f_.name, end_ - begin_ - done_, end_ - begin_, firstUnfinished())));
+            update();
+          }
+        }
+        if (over())
+          return;
+        si = ready_.top();
+        ready_.pop();
+        ++running_;
+        update();
+      }
+      Status r = Status::ok();
+      for (int d : f_.steps[si].deps)
+        if (size_t(d) >= begin_ && size_t(d) < si && async(size_t(d)))
+          if (r = waitStarted(size_t(d), si, thread); !r)
+            break;
+      if (r)
+        r = wrapCollective(si, runOne(p_, f_, si, hooks_, profile_, library_, thread,
+                                      profile_ ? &profileMu_ : nullptr));
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      if (!r) {
+        fail(std::move(r));
+      } else {
+        release(si);
+        if (gated(si)) {
+          gateBusy_ = false;
+        }
+        issueGated();
+      }
+      update();
+    }
+  }
+  size_t firstUnfinished() const {
+    for (size_t si = begin_; si < end_; ++si)
+      if (remaining_[si - begin_] > 0)
+        return si;
+    return end_;
+  }
+
+  const program::Program &p_;
+  const program::Function &f_;
+  size_t begin_, end_;
+  StepHooks &hooks_;
+  StepProfile *profile_;
+  bool library_, concurrent_;
+
+  std::mutex mu_; ///< guards everything below but the atomics
+  std::condition_variable cv_;
+  std::vector<int> remaining_;                  ///< unmet dependencies
+  std::vector<std::vector<size_t>> dependents_; ///< steps waiting for each
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready_;
+  std::vector<Async> async_;
+  std::vector<double> startedAt_;
+  std::vector<size_t> started_; ///< asynchronous steps, in the order started
+  std::vector<size_t> gate_;    ///< gated steps, in schedule order
+  std::vector<bool> gateReady_;
+  size_t nextGate_ = 0;
+  bool gateBusy_ = false;
+  size_t done_ = 0;
+  int running_ = 0, sleepers_ = 0;
+  bool failed_ = false;
+  Status error_ = Status::ok();
+  std::mutex profileMu_;
+  std::atomic<size_t> readyCount_{0};
+  std::atomic<bool> over_{false};
+};
+
 } // namespace
 
 Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
                 size_t end, StepHooks &hooks, StepProfile *profile) {
   end = std::min(end, f.steps.size());
+  if (InterOpPool *pool = hooks.interOp(); pool && pool->threads() > 1 && begin < end)
+    return DagRun(p, f, begin, end, hooks, profile).run(*pool);
   bool library = hooks.libraryEpilogues();
   bool concurrent = hooks.concurrentQueues();
   Pending pending(p, f, hooks, profile);

@@ -23,6 +23,14 @@
 // queues concurrently (the default) run every step in schedule order, so
 // the dependencies, which point to earlier steps, hold trivially.
 //
+// Inter-op threads: where StepHooks::interOp() gives a pool of N > 1
+// threads, the loop runs the steps as the DAG of their dependencies, up to
+// N at once (each thread claims the ready step earliest in schedule
+// order); collectives and other queues' steps keep their schedule order
+// among themselves (docs/runtime.md "Inter-op threads"). Spans then carry
+// the thread that ran them (Span::thread), and the profile's seconds are
+// summed over threads (they may exceed the wall time).
+//
 // Profile: a collective's seconds are its own run time; the seconds queue 0
 // spent waiting for it (all of a synchronous one's) are also counted as
 // exposed communication, so overlapped time = run time - exposed time.
@@ -42,6 +50,8 @@
 #include <vector>
 
 namespace kiln {
+
+class InterOpPool;
 
 /// What a backend does for each kind of step.
 class StepHooks {
@@ -81,6 +91,12 @@ public:
   /// The default is `hostStart`; a device that times with its own clock
   /// (CUDA events) places the start on the host timeline from that clock.
   virtual double timedStart(double hostStart) { return hostStart; }
+  /// Threads that run independent steps at once (runtime/core/InterOp.h),
+  /// or null: one step at a time, in schedule order. With a pool of N > 1
+  /// threads, the hooks are called from N threads at once (on different
+  /// steps); beginTimed/endTimed pair up per thread; startAsync and
+  /// waitAsync may come from any of them, never two startAsync at once.
+  virtual InterOpPool *interOp() { return nullptr; }
 };
 
 /// Per-step timing accumulated over runs: seconds and calls per kernel,
@@ -137,11 +153,15 @@ private:
 Status checkSingleDevice(const program::Program &p);
 
 /// Runs steps [begin, end) of `f` (end clipped to its length) in order
-/// through `hooks`; with `profile`, times each step (a GEMM and its
+/// through `hooks` (or, where hooks.interOp() has N > 1 threads, as the DAG
+/// of Step::deps, up to N steps at once: each as soon as the steps it
+/// depends on have finished, the earliest in schedule order first;
+/// collectives and other queues' steps start in schedule order); with `profile`, times each step (a GEMM and its
 /// epilogue kernel separately) into it. Steps on queues > 0 run
 /// asynchronously where the hooks run queues concurrently (above); every
 /// started step has finished when this returns. Stops at the first error
-/// (after waiting for the steps already started).
+/// (after waiting for the steps already started, and for those other
+/// inter-op threads are running).
 Status runSteps(const program::Program &p, const program::Function &f, size_t begin,
                 size_t end, StepHooks &hooks, StepProfile *profile);
 

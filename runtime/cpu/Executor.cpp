@@ -62,6 +62,12 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   (void)tuned;
   std::unique_ptr<Executor> e(new Executor());
   e->program_ = program;
+  // Inter-op threads run the DAG of exact dependencies (the plan's own
+  // may also order steps through a third, overlapping buffer: exact where
+  // it matters, for a communication queue; conservative elsewhere).
+  if (options.interOpThreads > 1)
+    for (program::Function &f : e->program_.functions)
+      program::exactDependencies(e->program_, f);
   e->lib_ = std::move(lib);
   e->device_ = device;
   e->layout_ = &e->program_.plan(device);
@@ -87,6 +93,8 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
   if (comm)
     e->queue_ = std::make_unique<CollectiveQueue>(*comm, device);
+  if (options.interOpThreads > 1)
+    e->interOp_ = std::make_unique<InterOpPool>(options.interOpThreads);
   return e;
 }
 
@@ -124,17 +132,23 @@ Status Executor::startAsync(const program::Function &f, const program::Step &s, 
     return Status::internal(fmt::format(
         "@{} step {} is a {} on queue {}: the CPU runs only collectives off queue 0", f.name,
         index, s.kind == program::Step::Copy ? "copy" : "kernel", s.queue));
-  asyncTickets_[index] =
+  uint64_t t =
       queue_->push([this, &s] { return communicate(s); }, collectiveContext(context_, f, index));
+  std::lock_guard<std::mutex> lock(ticketsMu_);
+  asyncTickets_[index] = t;
   return Status::ok();
 }
 
 Status Executor::waitAsync(size_t index, double &seconds) {
-  auto it = asyncTickets_.find(index);
-  if (it == asyncTickets_.end())
-    return Status::internal(fmt::format("step {} was not started", index));
-  uint64_t t = it->second;
-  asyncTickets_.erase(it);
+  uint64_t t;
+  {
+    std::lock_guard<std::mutex> lock(ticketsMu_);
+    auto it = asyncTickets_.find(index);
+    if (it == asyncTickets_.end())
+      return Status::internal(fmt::format("step {} was not started", index));
+    t = it->second;
+    asyncTickets_.erase(it);
+  }
   return queue_->wait(t, seconds);
 }
 
@@ -172,17 +186,26 @@ Status Executor::runCopy(const program::Step &s) {
   return Status::ok();
 }
 
+namespace {
+/// The start of the timed region of the thread running a step (each
+/// inter-op thread times its own steps; one region at a time per thread).
+thread_local std::chrono::steady_clock::time_point timedRegionStart;
+/// A kernel call's buffer pointers, per thread (inter-op threads call
+/// kernels at once); the pool's threads read the caller's while it waits.
+thread_local void *kernelArgs[4096];
+} // namespace
+
 Status Executor::beginTimed() {
-  timedStart_ = std::chrono::steady_clock::now();
+  timedRegionStart = std::chrono::steady_clock::now();
   return Status::ok();
 }
 
 Expected<double> Executor::endTimed() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - timedStart_).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - timedRegionStart).count();
 }
 
 Status Executor::runKernel(int kernel, const std::vector<int> &args) {
-  void **ptrs = ptrs_;
+  void **ptrs = kernelArgs;
   double bytes = 0; // every argument read or written once
   for (size_t i = 0; i < args.size(); ++i) {
     ptrs[i] = data(args[i]);
@@ -205,12 +228,17 @@ Status Executor::runKernel(int kernel, const std::vector<int> &args) {
   return Status::ok();
 }
 
+std::string Executor::interOpNote() const {
+  return interOp_ ? fmt::format(", {} inter-op threads", interOp_->threads()) : "";
+}
+
 std::string Executor::describe() const {
   if (comm_)
-    return fmt::format("cpu device {} of {} ({} thread{}, {} communicator)", device_,
+    return fmt::format("cpu device {} of {} ({} thread{}{}, {} communicator)", device_,
                        program_.numDevices(), pool_->threads(),
-                       pool_->threads() == 1 ? "" : "s", comm_->kind());
-  return fmt::format("cpu ({} thread{})", pool_->threads(), pool_->threads() == 1 ? "" : "s");
+                       pool_->threads() == 1 ? "" : "s", interOpNote(), comm_->kind());
+  return fmt::format("cpu ({} thread{}{})", pool_->threads(), pool_->threads() == 1 ? "" : "s",
+                     interOpNote());
 }
 
 Status Executor::write(int id, const void *src, size_t bytes) {

@@ -5,9 +5,13 @@
 // (runtime/core/StepLoop.h), this executor's hooks doing the work:
 // generated kernels get the buffer pointers their signature lists, GEMMs go
 // to BLAS, copies are memcpy, steps are timed with steady_clock.
-// Results are deterministic for a given thread count (no step depends on
-// timing: a split kernel's pieces are fixed by the compiler and write
-// disjoint rows, BLAS splits work by thread count).
+// Results do not depend on the thread counts (no step depends on timing: a
+// split kernel's pieces are fixed by the compiler and write disjoint rows,
+// a GEMM's parts are fixed by its shape, each one sequential BLAS call).
+// With inter-op threads (ExecutorOptions::interOpThreads > 1), independent
+// steps run at once on an InterOpPool; they share the intra-op ThreadPool:
+// a step that finds it running another step's pieces runs its own pieces
+// on its inter-op thread (the same pieces, so the same bits).
 //
 // Several devices (docs/parallel.md "Executors"): given a Communicator
 // (ExecutorOptions), the executor runs one device of a mesh program: its
@@ -26,6 +30,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/core/Backend.h"
 #include "runtime/core/Collectives.h"
+#include "runtime/core/InterOp.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/StepLoop.h"
 #include "runtime/cpu/Jit.h"
@@ -34,6 +39,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace kiln::cpu {
@@ -48,6 +54,10 @@ struct ExecutorOptions {
   /// This executor's device in the mesh (= its world rank); -1: the
   /// communicator's rank().
   int device = -1;
+  /// Threads (>= 1) that run independent plan steps at once (the step
+  /// loop's DAG; runtime/core/InterOp.h); 1: one step at a time, in
+  /// schedule order. Each device of a mesh has its own.
+  int interOpThreads = 1;
 };
 
 class Executor : public Backend, private StepHooks {
@@ -110,14 +120,18 @@ private:
   /// Threads to share a float32 GEMM's `parts` (runtime/cpu/Split.h).
   int gemmThreads(const program::GemmParams &g, int64_t parts) const;
   const char *gemmName() const override { return "gemm (BLAS)"; }
+  /// Per thread (inter-op threads time their own steps).
   Status beginTimed() override;
   Expected<double> endTimed() override;
+  InterOpPool *interOp() override { return interOp_.get(); }
 
   // Collectives (with a communicator): through the communication thread.
   Status runCollective(const program::Step &s) override;
   bool concurrentQueues() const override { return comm_ != nullptr; }
   Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
   Status waitAsync(size_t index, double &seconds) override;
+  /// ", 2 inter-op threads" when there are more than one, else "".
+  std::string interOpNote() const;
   /// The communicator call for collective step `s` on this device.
   Status communicate(const program::Step &s);
 
@@ -129,13 +143,13 @@ private:
   std::unique_ptr<CollectiveQueue> queue_; ///< with a communicator
   const program::Function *current_ = nullptr; ///< the function runSteps runs
   std::map<size_t, uint64_t> asyncTickets_; ///< started step index -> ticket
+  std::mutex ticketsMu_; ///< asyncTickets_ (inter-op threads wait for steps)
   std::unique_ptr<KernelLibrary> lib_;
   std::vector<KernelFn> fns_;
   char *arena_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
-  void *ptrs_[4096]; ///< a kernel call's buffer pointers
+  std::unique_ptr<InterOpPool> interOp_; ///< with more than one inter-op thread
   bool profiling_ = false;
-  std::chrono::steady_clock::time_point timedStart_;
   StepProfile profile_;
 };
 

@@ -75,6 +75,7 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
         pkg.program.numDevices()));
   cpu::ExecutorOptions eo;
   eo.threads = o.threads;
+  eo.interOpThreads = o.interOpThreads;
   eo.communicator = o.comm;
   eo.device = o.comm ? o.deviceIndex : -1;
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);
@@ -285,6 +286,11 @@ Expected<std::unique_ptr<Backend>> makeBackend(const Package &pkg, const DeviceO
   const std::string &d = o.device;
   if (d == "cpu" || d.rfind("cpu:", 0) == 0)
     return cpuBackend(pkg, o, out);
+  if (o.interOpThreads > 1)
+    return Status::error(fmt::format(
+        "--inter-op-threads {} runs independent plan steps on CPU threads; --device {} runs "
+        "them in order on its own stream: leave --inter-op-threads out (or use --device cpu)",
+        o.interOpThreads, d));
   if (d == "cuda-emu") {
 #ifdef KILN_HAVE_CUDA_EMU
     auto dev = cuda::openEmulatedDevice();

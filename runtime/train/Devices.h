@@ -28,6 +28,9 @@ struct DeviceOptions {
   std::string device = "cpu";
   std::string artifact; ///< the artifact's path, for messages
   int threads = 1; ///< CPU threads
+  /// CPU: threads that run independent plan steps at once (each device's
+  /// own); 1: one step at a time.
+  int interOpThreads = 1;
   std::string cacheDir;
   bool noCache = false, quiet = false;
   /// GPU GEMM epilogues: "library" (the default: in the cuBLASLt call where

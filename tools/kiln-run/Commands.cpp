@@ -75,6 +75,7 @@ struct Flags {
   int64_t steps = -1, logInterval = 10, evalInterval = -1, evalSteps = -1;
   int64_t checkpointEvery = -1, tokens = 200, topK = 0;
   int threads = 0;
+  int interOpThreads = 1; ///< --inter-op-threads (CPU)
   std::string device = "cpu"; ///< cpu, cuda, cuda:N, cuda-emu
   std::string data, valData, checkpoint, resume, cacheDir, vocab, lossLog;
   std::string statsCsv; ///< --stats-csv: every kernel stats row (implies --profile)
@@ -125,6 +126,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--data-workers") { if ((s = value(v))) s = intArg(a, v, 1, f.dataWorkers); }
     else if (a == "--shuffle-buffer") { if ((s = value(v))) s = intArg(a, v, 1, f.shuffleBuffer); }
     else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.threads = int(n); f.threadsSet = true; } }
+    else if (a == "--inter-op-threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.interOpThreads = int(n); } }
     else if (a == "--collective-timeout") {
       if ((s = value(v))) {
         char *end = nullptr;
@@ -203,6 +205,7 @@ train::BackendFactory backendFor(const Flags &f) {
   o.device = f.device;
   o.artifact = f.artifact;
   o.threads = f.threads;
+  o.interOpThreads = f.interOpThreads;
   o.cacheDir = f.cacheDir;
   o.noCache = f.noCache;
   o.quiet = f.quiet;
@@ -405,6 +408,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       d.device = fmt::format("cuda:{}", ordinals[ordinals.size() == 1 ? 0 : size_t(device)]);
     d.artifact = bf.artifact;
     d.threads = bf.threads;
+    d.interOpThreads = bf.interOpThreads;
     d.cacheDir = bf.cacheDir;
     d.noCache = bf.noCache;
     d.quiet = bf.quiet || device != 0;

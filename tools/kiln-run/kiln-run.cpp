@@ -88,6 +88,8 @@ const char *kUsage =
     "      CUDA kernels in the CUDA emulator on the CPU, for testing),\n"
     "      --threads N (CPU; default: all cores), --cache-dir DIR (compiled\n"
     "      kernels; default $KILN_CACHE_DIR or ~/.cache/kiln), --no-cache.\n"
+    "      --inter-op-threads N (CPU, default 1): run up to N independent steps of\n"
+    "      the plan at once (each device its own); results do not change.\n"
     "  kiln-run check MODEL.kpack [--device cuda|cuda-emu] [--against cpu]\n"
     "          [--tolerance T] [--seed S]\n"
     "      Run every step of @train_step, @eval_step and @predict on both\n"
