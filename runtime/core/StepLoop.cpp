@@ -258,7 +258,10 @@ public:
         profile_->addCollectiveWait(s, *dt);
         // Its run: from when it was started, for as long as it ran (the
         // backend's measure; it may have begun later, behind its queue).
-        traceStep(p_, f_, i, profile_, Span::Collective, startedAt_[i], std::max(ran, 0.0));
+        double runStart = startedAt_[i];
+        if (hooks_.asyncRunsInWait()) // it ran at the end of this wait
+          runStart = std::max(runStart, waitStart + *dt - std::max(ran, 0.0));
+        traceStep(p_, f_, i, profile_, Span::Collective, runStart, std::max(ran, 0.0));
         traceStep(p_, f_, i, profile_, Span::CollectiveWait, waitStart, *dt);
       }
     }

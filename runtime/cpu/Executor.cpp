@@ -85,8 +85,12 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   // second set of spinning threads; results independent of the count):
   // blas() set that up.
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
-  if (comm)
-    e->queue_ = std::make_unique<CollectiveQueue>(*comm, device);
+  if (comm) {
+    bool inlineCalls = options.commThread == ExecutorOptions::CommThread::Off ||
+                       (options.commThread == ExecutorOptions::CommThread::Auto &&
+                        e->pool_->threads() == 1);
+    e->queue_ = std::make_unique<CollectiveQueue>(*comm, device, inlineCalls);
+  }
   return e;
 }
 
@@ -207,9 +211,10 @@ Status Executor::runKernel(int kernel, const std::vector<int> &args) {
 
 std::string Executor::describe() const {
   if (comm_)
-    return fmt::format("cpu device {} of {} ({} thread{}, {} communicator)", device_,
+    return fmt::format("cpu device {} of {} ({} thread{}{}, {} communicator)", device_,
                        program_.numDevices(), pool_->threads(),
-                       pool_->threads() == 1 ? "" : "s", comm_->kind());
+                       pool_->threads() == 1 ? "" : "s",
+                       queue_->isInline() ? ", no communication thread" : "", comm_->kind());
   return fmt::format("cpu ({} thread{})", pool_->threads(), pool_->threads() == 1 ? "" : "s");
 }
 

@@ -16,7 +16,9 @@
 // communication thread per executor, in schedule order (so every member
 // makes the same calls in the same order, whatever overlaps); a step on
 // queue 1 is started there and the step loop goes on, a queue-0 collective
-// is waited for at once. Steps that depend on a queue-1 step wait for it
+// is waited for at once. A device with one thread has no communication
+// thread (ExecutorOptions::commThread): its collectives are made, in the
+// same order, on its own thread when a step first waits for them. Steps that depend on a queue-1 step wait for it
 // (runtime/core/StepLoop.h).
 //
 //===----------------------------------------------------------------------===//
@@ -48,6 +50,13 @@ struct ExecutorOptions {
   /// This executor's device in the mesh (= its world rank); -1: the
   /// communicator's rank().
   int device = -1;
+  /// Where collectives run (docs/parallel.md "One core per rank"): On, a
+  /// communication thread (queue-1 steps overlap compute); Off, on the
+  /// executor's own thread, each queue-1 step when a step first waits for
+  /// it (no thread competes with compute for a single core); Auto, Off
+  /// when `threads` is 1, else On. Results are the same bits either way.
+  enum class CommThread { Auto, On, Off };
+  CommThread commThread = CommThread::Auto;
 };
 
 class Executor : public Backend, private StepHooks {
@@ -118,6 +127,7 @@ private:
   bool concurrentQueues() const override { return comm_ != nullptr; }
   Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
   Status waitAsync(size_t index, double &seconds) override;
+  bool asyncRunsInWait() const override { return queue_ && queue_->isInline(); }
   /// The communicator call for collective step `s` on this device.
   Status communicate(const program::Step &s);
 

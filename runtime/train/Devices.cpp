@@ -77,6 +77,17 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
   eo.threads = o.threads;
   eo.communicator = o.comm;
   eo.device = o.comm ? o.deviceIndex : -1;
+  if (o.commThread) {
+    const std::string &want = *o.commThread;
+    if (want == "on")
+      eo.commThread = cpu::ExecutorOptions::CommThread::On;
+    else if (want == "off")
+      eo.commThread = cpu::ExecutorOptions::CommThread::Off;
+    else if (want != "auto")
+      return Status::error("KILN_COMM_THREAD=" + want +
+                           ": use auto (the default: collectives on the compute thread of a "
+                           "one-thread device), on (a communication thread) or off");
+  }
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);
   if (!e)
     return e.status();

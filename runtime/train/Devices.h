@@ -35,6 +35,11 @@ struct DeviceOptions {
   /// debugging); unset: the default. kiln-run takes it from
   /// KILN_CUDA_EPILOGUES.
   std::optional<std::string> cudaEpilogues;
+  /// Where a CPU device's collectives run: "auto" (the default: on its own
+  /// thread when it has one thread, else on a communication thread), "on"
+  /// (always a communication thread), "off" (never); unset: the default.
+  /// kiln-run takes it from KILN_COMM_THREAD (docs/parallel.md).
+  std::optional<std::string> commThread;
   /// A multi-device program: this backend's device (its index in the mesh)
   /// and the communicator its collective steps use.
   comm::Communicator *comm = nullptr;
