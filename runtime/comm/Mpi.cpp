@@ -29,6 +29,14 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTag = 0x4b4c; // "KL"
 /// Tags of the collectives built from point-to-point messages.
 constexpr int kCollTag = kTag + 16;
+/// An all_reduce whose members together send at most this many bytes to
+/// each member ((n - 1) x the buffer) is one exchange of whole buffers,
+/// each member reducing all of it, instead of a reduce-scatter then an
+/// all-gather: half the round trips between ranks, which is what a small
+/// collective costs (the loss, the gradient norm, a first bucket; the more
+/// so when ranks share cores with other work), for the same bits (every
+/// element is the same fold in member order).
+constexpr int64_t kOnePhaseBytes = 1 << 20;
 
 std::mutex initMutex;
 bool initialisedHere = false;
@@ -346,10 +354,30 @@ Status MpiCommunicator::allReduce(const void *send, void *recv, int64_t count,
     return ok.status();
   int64_t mine = len(m);
   std::vector<char> &scratch = state_->scratch;
-  scratch.resize(std::max<size_t>(scratch.size(), size_t(n * mine * es)));
   char *out = static_cast<char *>(recv);
   const char *in0 = static_cast<const char *>(send);
   using Span = std::pair<void *, int64_t>;
+  if (int64_t(n - 1) * count * es <= kOnePhaseBytes) {
+    // One exchange: every member's whole buffer into scratch slot k (ours
+    // stays in place), then the whole fold here.
+    scratch.resize(std::max<size_t>(scratch.size(), size_t(n * count * es)));
+    ops.exchange(
+        *w, kCollTag + 4,
+        [&](int k) {
+          return Span{scratch.data() + k * count * es, count * es};
+        },
+        [&](int) {
+          return Span{const_cast<char *>(in0), count * es};
+        },
+        what);
+    std::vector<const void *> in(n);
+    for (int k = 0; k < n; ++k)
+      in[k] = k == m ? in0 : scratch.data() + k * count * es;
+    if (Status st = reduceBlocks(out, in.data(), n, count, type, r, n, sumOrder_); !st)
+      return ops.fail(what, st.message());
+    return Status::ok();
+  }
+  scratch.resize(std::max<size_t>(scratch.size(), size_t(n * mine * es)));
   // Member k's block m of `send` into scratch slot k; ours stays in place.
   ops.exchange(
       *w, kCollTag,
