@@ -243,6 +243,7 @@ public:
     std::vector<MPI_Status> local(reqs.size());
     std::vector<MPI_Status> &st = statuses ? *statuses : local;
     st.resize(reqs.size());
+    int lazy = 0;
     for (long polls = 0;; ++polls) {
       int done = 0;
       int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done, st.data());
@@ -287,12 +288,21 @@ public:
                             "raise --collective-timeout if it is only slow",
                             what, where(), c.timeout(), who));
       }
-      // Spin briefly (MPI progresses inside MPI_Test), then back off so a
-      // waiting rank leaves the core to the others on a small machine.
-      if (polls < 2000)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Waited for: spin briefly (MPI progresses inside MPI_Test), then
+      // back off so a waiting rank leaves the core to the others on a small
+      // machine. Overlapping compute (a gradient bucket on a communication
+      // thread): a few quick polls, then sleeps growing to 0.5 ms, so the
+      // thread takes almost no time from compute on the same cores; it
+      // spins again once compute waits for it.
+      if (c.waitedFor()) {
+        lazy = 0;
+        if (polls < 2000)
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else if (polls >= 16) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50 << std::min(lazy++, 3)));
+      }
     }
   }
 

@@ -213,10 +213,17 @@ void CollectiveQueue::loop() {
       tasks_.pop_front();
       if (failed_)
         failed = error_;
+      // Nobody waits for it yet: it overlaps compute (Communicator::
+      // setWaitedFor), until wait() says otherwise.
+      busy_ = true;
+      comm_.setWaitedFor(waiting_);
     }
     Done d = call(t, failed);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      if (tasks_.empty()) // idle: direct callers of the communicator are waited for
+        comm_.setWaitedFor(true);
       if (!d.status && !failed_) {
         failed_ = true;
         error_ = d.status.message();
@@ -257,8 +264,12 @@ Status CollectiveQueue::wait(uint64_t ticket, double &seconds) {
   }
   double limit = comm_.timeout() * 2 + 10;
   std::unique_lock<std::mutex> lock(mu_);
+  waiting_ = true;
+  comm_.setWaitedFor(true);
   bool done = done_.wait_for(lock, std::chrono::duration<double>(limit),
                              [&] { return results_.count(ticket) != 0; });
+  waiting_ = false;
+  comm_.setWaitedFor(!busy_ && tasks_.empty());
   if (!done) {
     lock.unlock();
     std::string why =

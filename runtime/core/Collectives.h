@@ -126,6 +126,8 @@ private:
   bool failed_ = false;
   std::string error_;
   bool inline_ = false;
+  bool waiting_ = false; ///< a wait() is blocked
+  bool busy_ = false;    ///< the thread is in a call
   std::thread thread_;
 };
 

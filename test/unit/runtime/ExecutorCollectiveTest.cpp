@@ -330,6 +330,35 @@ INSTANTIATE_TEST_SUITE_P(CommThread, CollectivesMode, ::testing::Bool(),
                            return info.param ? "Inline" : "Thread";
                          });
 
+// A communication thread's call overlaps compute until someone waits for
+// it (Communicator::waitedFor() false: the MPI communicator then polls
+// sparingly); once wait() blocks the flag is set, and an idle queue leaves
+// it set for direct callers of the communicator.
+TEST(CollectiveQueue, ACallIsWaitedForOnlyOnceSomeoneWaits) {
+  auto comms = comm::makeInProcessCommunicators(1);
+  comm::Communicator &c = *comms[0];
+  CollectiveQueue q(c, 0);
+  std::atomic<int> before{-1}, after{-1};
+  uint64_t t = q.push(
+      [&] {
+        before = c.waitedFor() ? 1 : 0;
+        auto until = Clock::now() + std::chrono::seconds(5);
+        while (!c.waitedFor() && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        after = c.waitedFor() ? 1 : 0;
+        return Status::ok();
+      },
+      "test");
+  auto until = Clock::now() + std::chrono::seconds(5);
+  while (before < 0 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  double seconds = 0;
+  EXPECT_TRUE(q.wait(t, seconds));
+  EXPECT_EQ(before, 0); // running, nobody waiting yet
+  EXPECT_EQ(after, 1);  // the wait made it urgent
+  EXPECT_TRUE(c.waitedFor());
+}
+
 TEST(Collectives, MeshPlansNeedAMatchingCommunicator) {
   Program p = meshProgram(2);
   auto none = cpu::Executor::create(p, nullptr, 1);
