@@ -244,6 +244,8 @@ public:
     std::vector<MPI_Status> &st = statuses ? *statuses : local;
     st.resize(reqs.size());
     int lazy = 0;
+    Clock::time_point spinUntil;
+    bool wasWaited = false;
     for (long polls = 0;; ++polls) {
       int done = 0;
       int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done, st.data());
@@ -288,17 +290,23 @@ public:
                             "raise --collective-timeout if it is only slow",
                             what, where(), c.timeout(), who));
       }
-      // Waited for: spin briefly (MPI progresses inside MPI_Test), then
-      // back off so a waiting rank leaves the core to the others on a small
-      // machine. Overlapping compute (a gradient bucket on a communication
-      // thread): a few quick polls, then sleeps growing to 0.5 ms, so the
-      // thread takes almost no time from compute on the same cores; it
-      // spins again once compute waits for it.
-      if (c.waitedFor()) {
+      // Waited for: spin for 100 us (MPI progresses inside MPI_Test; the
+      // peer is usually there already), then sleep 50 us between polls, so
+      // a waiting rank leaves the core to others on a small machine and,
+      // having slept rather than yielded, gets it back as soon as it wakes
+      // (a thread that spins on sched_yield while another process wants
+      // the core runs once per time slice of that process). Overlapping
+      // compute (a gradient bucket on a communication thread): a few quick
+      // polls, then sleeps growing to 0.4 ms, so the thread takes almost
+      // no time from compute on the same cores; it spins again once
+      // compute waits for it.
+      bool waited = c.waitedFor();
+      if (waited && !wasWaited) // from the start, or since compute waits
+        spinUntil = Clock::now() + std::chrono::microseconds(100);
+      wasWaited = waited;
+      if (waited) {
         lazy = 0;
-        if (polls < 2000)
-          std::this_thread::yield();
-        else
+        if (Clock::now() > spinUntil)
           std::this_thread::sleep_for(std::chrono::microseconds(50));
       } else if (polls >= 16) {
         std::this_thread::sleep_for(std::chrono::microseconds(50 << std::min(lazy++, 3)));

@@ -86,9 +86,7 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   // blas() set that up.
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
   if (comm) {
-    bool inlineCalls = options.commThread == ExecutorOptions::CommThread::Off ||
-                       (options.commThread == ExecutorOptions::CommThread::Auto &&
-                        e->pool_->threads() == 1);
+    bool inlineCalls = options.commThread == ExecutorOptions::CommThread::Off;
     e->queue_ = std::make_unique<CollectiveQueue>(*comm, device, inlineCalls);
   }
   return e;

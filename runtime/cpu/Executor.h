@@ -16,9 +16,9 @@
 // communication thread per executor, in schedule order (so every member
 // makes the same calls in the same order, whatever overlaps); a step on
 // queue 1 is started there and the step loop goes on, a queue-0 collective
-// is waited for at once. A device with one thread has no communication
-// thread (ExecutorOptions::commThread): its collectives are made, in the
-// same order, on its own thread when a step first waits for them. Steps that depend on a queue-1 step wait for it
+// is waited for at once. Or, with ExecutorOptions::commThread Off, no
+// communication thread: the collectives are made, in the same order, on
+// the executor's own thread when a step first waits for them. Steps that depend on a queue-1 step wait for it
 // (runtime/core/StepLoop.h).
 //
 //===----------------------------------------------------------------------===//
@@ -53,8 +53,9 @@ struct ExecutorOptions {
   /// Where collectives run (docs/parallel.md "One core per rank"): On, a
   /// communication thread (queue-1 steps overlap compute); Off, on the
   /// executor's own thread, each queue-1 step when a step first waits for
-  /// it (no thread competes with compute for a single core); Auto, Off
-  /// when `threads` is 1, else On. Results are the same bits either way.
+  /// it (no second thread on the device's cores); Auto, On (measured
+  /// faster on shared cores, even with one thread per device). Results are
+  /// the same bits either way.
   enum class CommThread { Auto, On, Off };
   CommThread commThread = CommThread::Auto;
 };

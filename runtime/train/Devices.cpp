@@ -85,8 +85,8 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
       eo.commThread = cpu::ExecutorOptions::CommThread::Off;
     else if (want != "auto")
       return Status::error("KILN_COMM_THREAD=" + want +
-                           ": use auto (the default: collectives on the compute thread of a "
-                           "one-thread device), on (a communication thread) or off");
+                           ": use auto (the default: a communication thread per device), on "
+                           "(the same) or off (collectives on each device's own thread)");
   }
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);
   if (!e)

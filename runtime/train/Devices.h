@@ -35,9 +35,9 @@ struct DeviceOptions {
   /// debugging); unset: the default. kiln-run takes it from
   /// KILN_CUDA_EPILOGUES.
   std::optional<std::string> cudaEpilogues;
-  /// Where a CPU device's collectives run: "auto" (the default: on its own
-  /// thread when it has one thread, else on a communication thread), "on"
-  /// (always a communication thread), "off" (never); unset: the default.
+  /// Where a CPU device's collectives run: "auto" or "on" (the default: on
+  /// a communication thread), "off" (on the device's own thread, when a
+  /// step waits for them); unset: the default.
   /// kiln-run takes it from KILN_COMM_THREAD (docs/parallel.md).
   std::optional<std::string> commThread;
   /// A multi-device program: this backend's device (its index in the mesh)

@@ -10,8 +10,8 @@
 //   - a queue-1 collective overlaps a later queue-0 step that does not
 //     depend on it (the collective cannot finish until that step ran);
 //   - the same with no communication thread (ExecutorOptions::commThread
-//     Off, the default for a one-thread device): the same bits, the
-//     collective made at the wait, the same errors;
+//     Off): the same bits, the collective made at the wait, the same
+//     errors;
 //   - a device that never runs: the others fail within the deadline, the
 //     error naming the step, its location and the ranks missing;
 //   - the start-up handshake refuses another artifact hash and another
@@ -175,19 +175,19 @@ INSTANTIATE_TEST_SUITE_P(Devices, Collectives,
                                               std::get<1>(info.param) ? "_inline" : "");
                          });
 
-// Auto (the default): no communication thread for a device with one
-// thread, one for a device with more.
-TEST(Collectives, OneThreadDevicesRunCollectivesThemselves) {
+// Auto (the default) keeps a communication thread, with one thread or
+// more; Off has none.
+TEST(Collectives, OnlyOffRunsCollectivesOnTheDevicesThread) {
   Program p = meshProgram(2);
   auto comms = comm::makeInProcessCommunicators(2);
   auto one = executor(p, comms[0].get(), 1, CommThread::Auto);
-  auto two = executor(p, comms[1].get(), 2, CommThread::Auto);
-  ASSERT_TRUE(one && two);
-  EXPECT_NE(one->describe().find("(1 thread, no communication thread, in-process"),
-            std::string::npos)
+  auto off = executor(p, comms[1].get(), 2, CommThread::Off);
+  ASSERT_TRUE(one && off);
+  EXPECT_EQ(one->describe().find("no communication thread"), std::string::npos)
       << one->describe();
-  EXPECT_EQ(two->describe().find("no communication thread"), std::string::npos)
-      << two->describe();
+  EXPECT_NE(off->describe().find("(2 threads, no communication thread, in-process"),
+            std::string::npos)
+      << off->describe();
 }
 
 /// Forwards to a communicator; all_reduce first waits (5 s at most) until

@@ -7,7 +7,7 @@
 // same bits as the same executors on in-process ranks (threads of one
 // process): the communication thread drives the MPI communicator as it
 // drives the in-process one, and so do the executors' own threads with no
-// communication thread (the default for one thread). Modes:
+// communication thread (ExecutorOptions::commThread Off). Modes:
 //   mpi                 every rank prints "rank R <hex digest of its results>"
 //                       (collectives on the executor's thread)
 //   mpi-thread          the same, through a communication thread
