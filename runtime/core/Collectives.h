@@ -15,12 +15,13 @@
 //     queue-0 one waited for at once. Each call's communicator context
 //     names the step; after a failure every later call fails at once
 //     (the members' sequences no longer match); every wait has a deadline.
-//     Or, inline (a device with one core: docs/parallel.md "One core per
-//     rank"), no thread: the calls are kept in schedule order and made on
-//     the caller's thread when it first waits for one of them (or runs a
-//     synchronous one), all earlier ones first, so the members still make
-//     the same calls in the same order and no second thread competes with
-//     compute for the core.
+//     While a call runs and nobody waits for it, the communicator is told
+//     (Communicator::setWaitedFor(false)), so a polling one polls sparingly.
+//     Or, inline (ExecutorOptions::commThread Off; docs/parallel.md "One
+//     core per rank"), no thread: the calls are kept in schedule order and
+//     made on the caller's thread when it first waits for one of them (or
+//     runs a synchronous one), all earlier ones first, so the members
+//     still make the same calls in the same order.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CORE_COLLECTIVES_H
