@@ -10,8 +10,13 @@
 # warm-up) and Kiln's speedup (target >= 1.5x); Kiln's exposed (not
 # overlapped) communication per step, from a --profile run (the step
 # loop's "collective wait"); 1 rank x 2 threads (kilnc --devices 1, batch 24)
-# against 2 ranks x 1 thread; and kiln-comm-bench: Kiln's MPI all_reduce
-# against a plain MPI_Allreduce of the same bytes.
+# against 2 ranks x 1 thread; Kiln's 2 ranks x 1 thread with no
+# communication thread (KILN_COMM_THREAD=off: the collectives on each
+# rank's own thread, docs/parallel.md "One core per rank"); one device at
+# the per-rank batch (12) on 1 thread,
+# the step the 2-rank run would take with free communication; and
+# kiln-comm-bench: Kiln's MPI all_reduce against a plain MPI_Allreduce of
+# the same bytes.
 #
 #   bench/dp.sh [--steps N] [--rounds N]
 set -euo pipefail
@@ -40,14 +45,21 @@ rm -rf $OUT && mkdir -p $OUT
   build/bin/kiln-run prepare examples/data/tinyshakespeare.txt data/shakespeare_char >/dev/null
 build/bin/kilnc examples/shakespeare_char_cpu.kiln --devices 2 -o $OUT/gpt2.kpack
 build/bin/kilnc examples/shakespeare_char_cpu.kiln --batch 24 -o $OUT/gpt1.kpack
+build/bin/kilnc examples/shakespeare_char_cpu.kiln -o $OUT/gpt1b12.kpack
 # Kernels compile once into the cache before the timed runs.
 build/bin/kiln-run train $OUT/gpt1.kpack --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm1.ckpt
 build/bin/kiln-run train $OUT/gpt2.kpack --device cpu:2 --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm2.ckpt
+build/bin/kiln-run train $OUT/gpt1b12.kpack --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm3.ckpt
 for r in $(seq 1 "$ROUNDS"); do
   "${MPIRUN[@]}" build/bin/kiln-run train $OUT/gpt2.kpack --steps "$STEPS" --eval-interval 0 \
     --log-interval 1 --threads 1 --checkpoint $OUT/dp.ckpt > $OUT/kiln-2x1.$r.log
   build/bin/kiln-run train $OUT/gpt1.kpack --steps "$STEPS" --eval-interval 0 --log-interval 1 \
     --threads 2 --checkpoint $OUT/one.ckpt > $OUT/kiln-1x2.$r.log
+  KILN_COMM_THREAD=off "${MPIRUN[@]}" -x KILN_COMM_THREAD build/bin/kiln-run train $OUT/gpt2.kpack \
+    --steps "$STEPS" --eval-interval 0 --log-interval 1 --threads 1 --checkpoint $OUT/dpt.ckpt \
+    > $OUT/kiln-2x1-inline.$r.log
+  build/bin/kiln-run train $OUT/gpt1b12.kpack --steps "$STEPS" --eval-interval 0 --log-interval 1 \
+    --threads 1 --checkpoint $OUT/one12.ckpt > $OUT/kiln-1x1-b12.$r.log
   $VENV/bin/torchrun --standalone --nproc_per_node 2 bench/gpt_ddp.py \
     --data data/shakespeare_char/train.bin --steps "$STEPS" --threads 1 > $OUT/ddp.$r.json
 done
@@ -63,6 +75,7 @@ def kiln(name):
         ms += [float(m) for m in re.findall(r"\| ([0-9.]+) ms/step", open(f"{out}/{name}.{r}.log").read())][10:]
     return statistics.median(ms)
 dp, one = kiln("kiln-2x1"), kiln("kiln-1x2")
+dpt, half = kiln("kiln-2x1-inline"), kiln("kiln-1x1-b12")
 ddp = statistics.median(json.loads(open(f"{out}/ddp.{r}.json").read().splitlines()[-1])["ms_median"]
                         for r in range(1, rounds + 1))
 print("nanoGPT CPU config, global batch 24 (12 per rank), median ms/step:")
@@ -70,6 +83,9 @@ print(f"  Kiln, 2 ranks x 1 thread (mpirun):        {dp:8.2f}")
 print(f"  PyTorch DDP (gloo), 2 ranks x 1 thread:   {ddp:8.2f}")
 print(f"  Kiln speedup over DDP: {ddp / dp:.2f}x (target >= 1.5x)")
 print(f"  Kiln, 1 rank x 2 threads (batch 24):      {one:8.2f}  ({one / dp:.2f}x the 2-rank time)")
+print(f"  Kiln, 2 ranks x 1 thread, no communication thread (KILN_COMM_THREAD=off): {dpt:8.2f}")
+print(f"  Kiln, 1 device x 1 thread at the per-rank batch (12): {half:8.2f}  "
+      f"(the 2-rank step costs {dp - half:.2f} ms more)")
 prof = open(f"{out}/profile.txt").read()
 steps = int(re.search(r"profile of steps \d+\.\.\d+ \((\d+) steps", prof).group(1))
 rows = list(csv.DictReader(open(f"{out}/stats.csv", newline="")))

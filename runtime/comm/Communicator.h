@@ -32,6 +32,7 @@
 #include "runtime/core/ElementType.h"
 #include "runtime/core/Status.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -96,9 +97,17 @@ public:
   /// The order of sums (every member sets the same).
   void setSumOrder(SumOrder order) { sumOrder_ = order; }
   SumOrder sumOrder() const { return sumOrder_; }
+  /// Whether someone is blocked until the call in progress returns (the
+  /// default). A communication thread's owner clears it while the call
+  /// overlaps its compute: a polling communicator (Mpi) then polls
+  /// sparingly (sleeps backing off to 0.5 ms) instead of eagerly, leaving
+  /// the cores to compute. May be set from another thread than the caller's.
+  void setWaitedFor(bool waited) { waitedFor_.store(waited, std::memory_order_relaxed); }
+  bool waitedFor() const { return waitedFor_.load(std::memory_order_relaxed); }
 
 protected:
   double timeout_ = 300;
+  std::atomic<bool> waitedFor_{true};
   std::string context_;
   SumOrder sumOrder_ = SumOrder::Members;
 };

@@ -29,6 +29,14 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTag = 0x4b4c; // "KL"
 /// Tags of the collectives built from point-to-point messages.
 constexpr int kCollTag = kTag + 16;
+/// An all_reduce whose members together send at most this many bytes to
+/// each member ((n - 1) x the buffer) is one exchange of whole buffers,
+/// each member reducing all of it, instead of a reduce-scatter then an
+/// all-gather: half the round trips between ranks, which is what a small
+/// collective costs (the loss, the gradient norm, a first bucket; the more
+/// so when ranks share cores with other work), for the same bits (every
+/// element is the same fold in member order).
+constexpr int64_t kOnePhaseBytes = 1 << 20;
 
 std::mutex initMutex;
 bool initialisedHere = false;
@@ -235,6 +243,9 @@ public:
     std::vector<MPI_Status> local(reqs.size());
     std::vector<MPI_Status> &st = statuses ? *statuses : local;
     st.resize(reqs.size());
+    int lazy = 0;
+    Clock::time_point spinUntil;
+    bool wasWaited = false;
     for (long polls = 0;; ++polls) {
       int done = 0;
       int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done, st.data());
@@ -279,12 +290,27 @@ public:
                             "raise --collective-timeout if it is only slow",
                             what, where(), c.timeout(), who));
       }
-      // Spin briefly (MPI progresses inside MPI_Test), then back off so a
-      // waiting rank leaves the core to the others on a small machine.
-      if (polls < 2000)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Waited for: spin for 100 us (MPI progresses inside MPI_Test; the
+      // peer is usually there already), then sleep 50 us between polls, so
+      // a waiting rank leaves the core to others on a small machine and,
+      // having slept rather than yielded, gets it back as soon as it wakes
+      // (a thread that spins on sched_yield while another process wants
+      // the core runs once per time slice of that process). Overlapping
+      // compute (a gradient bucket on a communication thread): a few quick
+      // polls, then sleeps growing to 0.4 ms, so the thread takes almost
+      // no time from compute on the same cores; it spins again once
+      // compute waits for it.
+      bool waited = c.waitedFor();
+      if (waited && !wasWaited) // from the start, or since compute waits
+        spinUntil = Clock::now() + std::chrono::microseconds(100);
+      wasWaited = waited;
+      if (waited) {
+        lazy = 0;
+        if (Clock::now() > spinUntil)
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else if (polls >= 16) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50 << std::min(lazy++, 3)));
+      }
     }
   }
 
@@ -346,10 +372,30 @@ Status MpiCommunicator::allReduce(const void *send, void *recv, int64_t count,
     return ok.status();
   int64_t mine = len(m);
   std::vector<char> &scratch = state_->scratch;
-  scratch.resize(std::max<size_t>(scratch.size(), size_t(n * mine * es)));
   char *out = static_cast<char *>(recv);
   const char *in0 = static_cast<const char *>(send);
   using Span = std::pair<void *, int64_t>;
+  if (int64_t(n - 1) * count * es <= kOnePhaseBytes) {
+    // One exchange: every member's whole buffer into scratch slot k (ours
+    // stays in place), then the whole fold here.
+    scratch.resize(std::max<size_t>(scratch.size(), size_t(n * count * es)));
+    ops.exchange(
+        *w, kCollTag + 4,
+        [&](int k) {
+          return Span{scratch.data() + k * count * es, count * es};
+        },
+        [&](int) {
+          return Span{const_cast<char *>(in0), count * es};
+        },
+        what);
+    std::vector<const void *> in(n);
+    for (int k = 0; k < n; ++k)
+      in[k] = k == m ? in0 : scratch.data() + k * count * es;
+    if (Status st = reduceBlocks(out, in.data(), n, count, type, r, n, sumOrder_); !st)
+      return ops.fail(what, st.message());
+    return Status::ok();
+  }
+  scratch.resize(std::max<size_t>(scratch.size(), size_t(n * mine * es)));
   // Member k's block m of `send` into scratch slot k; ours stays in place.
   ops.exchange(
       *w, kCollTag,

@@ -151,8 +151,12 @@ std::string collectiveContext(const std::string &prefix,
       s.loc.empty() ? "" : " at " + s.loc);
 }
 
-CollectiveQueue::CollectiveQueue(comm::Communicator &comm, int device)
-    : comm_(comm), device_(device), thread_([this] { loop(); }) {}
+CollectiveQueue::CollectiveQueue(comm::Communicator &comm, int device,
+                                 bool inlineCalls)
+    : comm_(comm), device_(device), inline_(inlineCalls) {
+  if (!inline_)
+    thread_ = std::thread([this] { loop(); });
+}
 
 CollectiveQueue::~CollectiveQueue() {
   {
@@ -160,7 +164,8 @@ CollectiveQueue::~CollectiveQueue() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable())
+    thread_.join();
 }
 
 uint64_t CollectiveQueue::push(std::function<Status()> call,
@@ -171,8 +176,28 @@ uint64_t CollectiveQueue::push(std::function<Status()> call,
     t = next_++;
     tasks_.push_back({t, std::move(call), std::move(context)});
   }
-  wake_.notify_one();
+  if (!inline_)
+    wake_.notify_one();
   return t;
+}
+
+CollectiveQueue::Done CollectiveQueue::call(Task &t,
+                                            const std::string &failed) {
+  Done d;
+  if (!failed.empty()) {
+    // The members' call sequences no longer match: start no other call.
+    d.status = Status::error(fmt::format(
+        "{}: not run on device {}, because an earlier collective failed: {}",
+        t.context, device_, failed));
+  } else {
+    comm_.setContext(t.context);
+    auto t0 = std::chrono::steady_clock::now();
+    d.status = t.call();
+    d.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+  }
+  return d;
 }
 
 void CollectiveQueue::loop() {
@@ -188,23 +213,17 @@ void CollectiveQueue::loop() {
       tasks_.pop_front();
       if (failed_)
         failed = error_;
+      // Nobody waits for it yet: it overlaps compute (Communicator::
+      // setWaitedFor), until wait() says otherwise.
+      busy_ = true;
+      comm_.setWaitedFor(waiting_);
     }
-    Done d;
-    if (!failed.empty()) {
-      // The members' call sequences no longer match: start no other call.
-      d.status = Status::error(fmt::format(
-          "{}: not run on device {}, because an earlier collective failed: {}",
-          t.context, device_, failed));
-    } else {
-      comm_.setContext(t.context);
-      auto t0 = std::chrono::steady_clock::now();
-      d.status = t.call();
-      d.seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-              .count();
-    }
+    Done d = call(t, failed);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      if (tasks_.empty()) // idle: direct callers of the communicator are waited for
+        comm_.setWaitedFor(true);
       if (!d.status && !failed_) {
         failed_ = true;
         error_ = d.status.message();
@@ -216,10 +235,41 @@ void CollectiveQueue::loop() {
 }
 
 Status CollectiveQueue::wait(uint64_t ticket, double &seconds) {
+  if (inline_) {
+    // Make every call queued up to `ticket`, in order, on this thread; each
+    // has the communicator's own deadline.
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!results_.count(ticket) && !tasks_.empty() &&
+           tasks_.front().ticket <= ticket) {
+      Task t = std::move(tasks_.front());
+      tasks_.pop_front();
+      std::string failed = failed_ ? error_ : "";
+      lock.unlock();
+      Done d = call(t, failed);
+      lock.lock();
+      if (!d.status && !failed_) {
+        failed_ = true;
+        error_ = d.status.message();
+      }
+      results_[t.ticket] = std::move(d);
+    }
+    auto it = results_.find(ticket);
+    if (it == results_.end())
+      return Status::internal(fmt::format(
+          "device {}: collective ticket {} was never queued", device_, ticket));
+    Done d = std::move(it->second);
+    results_.erase(it);
+    seconds = d.seconds;
+    return d.status;
+  }
   double limit = comm_.timeout() * 2 + 10;
   std::unique_lock<std::mutex> lock(mu_);
+  waiting_ = true;
+  comm_.setWaitedFor(true);
   bool done = done_.wait_for(lock, std::chrono::duration<double>(limit),
                              [&] { return results_.count(ticket) != 0; });
+  waiting_ = false;
+  comm_.setWaitedFor(!busy_ && tasks_.empty());
   if (!done) {
     lock.unlock();
     std::string why =

@@ -15,6 +15,13 @@
 //     queue-0 one waited for at once. Each call's communicator context
 //     names the step; after a failure every later call fails at once
 //     (the members' sequences no longer match); every wait has a deadline.
+//     While a call runs and nobody waits for it, the communicator is told
+//     (Communicator::setWaitedFor(false)), so a polling one polls sparingly.
+//     Or, inline (ExecutorOptions::commThread Off; docs/parallel.md "One
+//     core per rank"), no thread: the calls are kept in schedule order and
+//     made on the caller's thread when it first waits for one of them (or
+//     runs a synchronous one), all earlier ones first, so the members
+//     still make the same calls in the same order.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CORE_COLLECTIVES_H
@@ -70,10 +77,12 @@ Status callCommunicator(
 std::string collectiveContext(const std::string &prefix,
                               const program::Function &f, size_t index);
 
-/// One communication thread over `comm` (see above).
+/// One communication thread over `comm`, or none (inline; see above).
 class CollectiveQueue {
 public:
-  explicit CollectiveQueue(comm::Communicator &comm, int device);
+  /// `inlineCalls`: no thread; calls run on the thread that waits.
+  explicit CollectiveQueue(comm::Communicator &comm, int device,
+                           bool inlineCalls = false);
   ~CollectiveQueue(); ///< waits for the thread (every push must be waited for
                       ///< first)
   CollectiveQueue(const CollectiveQueue &) = delete;
@@ -84,10 +93,14 @@ public:
   uint64_t push(std::function<Status()> call, std::string context);
   /// Waits for ticket `t`: its status, and its run time in `seconds`. The
   /// deadline is twice the communicator's timeout plus 10 s, a guard behind
-  /// the communicator's own; past it the communicator is aborted.
+  /// the communicator's own; past it the communicator is aborted. Inline:
+  /// makes the calls queued up to `t` here, each with the communicator's
+  /// own deadline.
   Status wait(uint64_t t, double &seconds);
   /// push() then wait().
   Status run(std::function<Status()> call, std::string context);
+  /// Whether calls run on the waiting thread (no communication thread).
+  bool isInline() const { return inline_; }
 
 private:
   void loop();
@@ -103,6 +116,8 @@ private:
     Status status;
     double seconds = 0;
   };
+  /// Makes call `t` (or fails it at once after an earlier failure).
+  Done call(Task &t, const std::string &failed);
   std::mutex mu_;
   std::condition_variable wake_, done_;
   std::deque<Task> tasks_;
@@ -111,6 +126,9 @@ private:
   bool stop_ = false;
   bool failed_ = false;
   std::string error_;
+  bool inline_ = false;
+  bool waiting_ = false; ///< a wait() is blocked
+  bool busy_ = false;    ///< the thread is in a call
   std::thread thread_;
 };
 

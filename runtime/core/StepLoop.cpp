@@ -283,17 +283,21 @@ public:
         profile_->addCollectiveWait(s, *dt);
         // Its run: from when it was started, for as long as it ran (the
         // backend's measure; it may have begun later, behind its queue).
-        traceStep(p_, f_, i, profile_, Span::Collective, startedAt_[i], std::max(ran, 0.0));
+        double runStart = startedAt_[i];
+        if (hooks_.asyncRunsInWait()) // it ran at the end of this wait
+          runStart = std::max(runStart, waitStart + *dt - std::max(ran, 0.0));
+        traceStep(p_, f_, i, profile_, Span::Collective, runStart, std::max(ran, 0.0));
         traceStep(p_, f_, i, profile_, Span::CollectiveWait, waitStart, *dt);
       }
     }
     return Status::ok();
   }
   /// Waits for every pending step, in the order started; the first error.
-  Status drain() {
+  /// `waiter`: the step that needs them (SIZE_MAX: the function's end).
+  Status drain(size_t waiter = SIZE_MAX) {
     Status first = Status::ok();
     for (size_t i : order_)
-      if (Status r = wait(i, SIZE_MAX); !r && first)
+      if (Status r = wait(i, waiter); !r && first)
         first = r;
     order_.clear();
     return first;
@@ -602,7 +606,13 @@ Status runSteps(const program::Program &p, const program::Function &f, size_t be
         if (r)
           pending.started(si);
       } else if (r) {
-        r = runOne(p, f, si, hooks, profile, library);
+        // A backend that makes started collectives only when waited for
+        // would make them all inside this synchronous one: wait for them
+        // first, so that each is booked and traced as itself.
+        if (s.kind == program::Step::Collective && hooks.asyncRunsInWait())
+          r = pending.drain(si);
+        if (r)
+          r = runOne(p, f, si, hooks, profile, library);
       }
     } else {
       r = runOne(p, f, si, hooks, profile, library);

@@ -78,6 +78,10 @@ public:
   /// step `index` has finished; returns its error if it failed, and sets
   /// `seconds` to its run time when known (else leaves it negative).
   virtual Status waitAsync(size_t index, double &seconds);
+  /// Whether a started step runs only when it is waited for, inside
+  /// waitAsync() (a CPU device with no communication thread): its span then
+  /// ends with the wait instead of starting where it was started.
+  virtual bool asyncRunsInWait() const { return false; }
   /// Whether GEMM steps with a library epilogue run it in the GEMM call.
   virtual bool libraryEpilogues() const { return false; }
   /// The profile's name for this backend's GEMMs, e.g. "gemm (BLAS)".

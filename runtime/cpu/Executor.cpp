@@ -91,8 +91,10 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   // second set of spinning threads; results independent of the count):
   // blas() set that up.
   e->pool_ = std::make_unique<ThreadPool>(std::max(threads, 1));
-  if (comm)
-    e->queue_ = std::make_unique<CollectiveQueue>(*comm, device);
+  if (comm) {
+    bool inlineCalls = options.commThread == ExecutorOptions::CommThread::Off;
+    e->queue_ = std::make_unique<CollectiveQueue>(*comm, device, inlineCalls);
+  }
   if (options.interOpThreads > 1)
     e->interOp_ = std::make_unique<InterOpPool>(options.interOpThreads);
   return e;
@@ -236,7 +238,9 @@ std::string Executor::describe() const {
   if (comm_)
     return fmt::format("cpu device {} of {} ({} thread{}{}, {} communicator)", device_,
                        program_.numDevices(), pool_->threads(),
-                       pool_->threads() == 1 ? "" : "s", interOpNote(), comm_->kind());
+                       pool_->threads() == 1 ? "" : "s",
+                       interOpNote() + (queue_->isInline() ? ", no communication thread" : ""),
+                       comm_->kind());
   return fmt::format("cpu ({} thread{}{})", pool_->threads(), pool_->threads() == 1 ? "" : "s",
                      interOpNote());
 }

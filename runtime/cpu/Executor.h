@@ -20,7 +20,9 @@
 // communication thread per executor, in schedule order (so every member
 // makes the same calls in the same order, whatever overlaps); a step on
 // queue 1 is started there and the step loop goes on, a queue-0 collective
-// is waited for at once. Steps that depend on a queue-1 step wait for it
+// is waited for at once. Or, with ExecutorOptions::commThread Off, no
+// communication thread: the collectives are made, in the same order, on
+// the executor's own thread when a step first waits for them. Steps that depend on a queue-1 step wait for it
 // (runtime/core/StepLoop.h).
 //
 //===----------------------------------------------------------------------===//
@@ -58,6 +60,14 @@ struct ExecutorOptions {
   /// loop's DAG; runtime/core/InterOp.h); 1: one step at a time, in
   /// schedule order. Each device of a mesh has its own.
   int interOpThreads = 1;
+  /// Where collectives run (docs/parallel.md "One core per rank"): On, a
+  /// communication thread (queue-1 steps overlap compute); Off, on the
+  /// executor's own thread, each queue-1 step when a step first waits for
+  /// it (no second thread on the device's cores); Auto, On (measured
+  /// faster on shared cores, even with one thread per device). Results are
+  /// the same bits either way.
+  enum class CommThread { Auto, On, Off };
+  CommThread commThread = CommThread::Auto;
 };
 
 class Executor : public Backend, private StepHooks {
@@ -132,6 +142,7 @@ private:
   Status waitAsync(size_t index, double &seconds) override;
   /// ", 2 inter-op threads" when there are more than one, else "".
   std::string interOpNote() const;
+  bool asyncRunsInWait() const override { return queue_ && queue_->isInline(); }
   /// The communicator call for collective step `s` on this device.
   Status communicate(const program::Step &s);
 

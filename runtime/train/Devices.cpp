@@ -78,6 +78,17 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
   eo.interOpThreads = o.interOpThreads;
   eo.communicator = o.comm;
   eo.device = o.comm ? o.deviceIndex : -1;
+  if (o.commThread) {
+    const std::string &want = *o.commThread;
+    if (want == "on")
+      eo.commThread = cpu::ExecutorOptions::CommThread::On;
+    else if (want == "off")
+      eo.commThread = cpu::ExecutorOptions::CommThread::Off;
+    else if (want != "auto")
+      return Status::error("KILN_COMM_THREAD=" + want +
+                           ": use auto (the default: a communication thread per device), on "
+                           "(the same) or off (collectives on each device's own thread)");
+  }
   auto e = cpu::Executor::create(pkg.program, std::move(*lib), eo);
   if (!e)
     return e.status();

@@ -38,6 +38,11 @@ struct DeviceOptions {
   /// debugging); unset: the default. kiln-run takes it from
   /// KILN_CUDA_EPILOGUES.
   std::optional<std::string> cudaEpilogues;
+  /// Where a CPU device's collectives run: "auto" or "on" (the default: on
+  /// a communication thread), "off" (on the device's own thread, when a
+  /// step waits for them); unset: the default.
+  /// kiln-run takes it from KILN_COMM_THREAD (docs/parallel.md).
+  std::optional<std::string> commThread;
   /// A multi-device program: this backend's device (its index in the mesh)
   /// and the communicator its collective steps use.
   comm::Communicator *comm = nullptr;

@@ -211,6 +211,8 @@ train::BackendFactory backendFor(const Flags &f) {
   o.quiet = f.quiet;
   if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
     o.cudaEpilogues = v;
+  if (const char *v = std::getenv("KILN_COMM_THREAD"))
+    o.commThread = v;
   return [o](const Package &pkg) { return train::makeBackend(pkg, o, print); };
 }
 
@@ -416,6 +418,8 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     d.deviceIndex = device;
     if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
       d.cudaEpilogues = v;
+    if (const char *v = std::getenv("KILN_COMM_THREAD"))
+      d.commThread = v;
     return [d](const Package &pkg) { return train::makeBackend(pkg, d, print); };
   };
   // Start-up handshake: every rank runs the same artifact and collective

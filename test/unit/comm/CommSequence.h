@@ -33,7 +33,10 @@ inline Status runSequence(Communicator &c, uint64_t &hash) {
     int64_t es = dtypeBytes(t);
     for (Reduction r : kReductions) {
       ++salt;
-      int64_t count = 1031; // a multiple of none of 2, 3, 4
+      // A multiple of none of 2, 3, 4; every other one over 1 MiB, so the
+      // MPI all_reduce's two ways (one exchange of whole buffers up to
+      // 1 MiB, reduce-scatter + all-gather above) both run for every type.
+      int64_t count = salt % 2 ? 1031 : (int64_t(1) << 20) / es + 1031;
       std::vector<Bytes> in(n);
       for (int k = 0; k < n; ++k)
         in[k] = makeInput(t, count, k, salt);

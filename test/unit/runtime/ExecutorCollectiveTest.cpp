@@ -9,6 +9,9 @@
 //     with every device's buffers at its own offsets;
 //   - a queue-1 collective overlaps a later queue-0 step that does not
 //     depend on it (the collective cannot finish until that step ran);
+//   - the same with no communication thread (ExecutorOptions::commThread
+//     Off): the same bits, the collective made at the wait, the same
+//     errors;
 //   - a device that never runs: the others fail within the deadline, the
 //     error naming the step, its location and the ranks missing;
 //   - the start-up handshake refuses another artifact hash and another
@@ -37,6 +40,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 namespace {
 
@@ -62,11 +66,15 @@ void onThreads(int n, const std::function<void(int)> &body) {
     t.join();
 }
 
+using CommThread = cpu::ExecutorOptions::CommThread;
+
 std::unique_ptr<cpu::Executor> executor(const Program &p, comm::Communicator *c,
-                                        int threads = 1) {
+                                        int threads = 1,
+                                        CommThread mode = CommThread::On) {
   cpu::ExecutorOptions o;
   o.threads = threads;
   o.communicator = c;
+  o.commThread = mode;
   auto e = cpu::Executor::create(p, nullptr, o);
   EXPECT_TRUE(e.isOk()) << e.status().message();
   return e.isOk() ? std::move(*e) : nullptr;
@@ -77,10 +85,12 @@ bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
          std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-class Collectives : public ::testing::TestWithParam<int> {};
+/// (devices, collectives on the compute thread).
+class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(Collectives, BitwiseAsTheContractSays) {
-  int n = GetParam();
+  int n = std::get<0>(GetParam());
+  CommThread mode = std::get<1>(GetParam()) ? CommThread::Off : CommThread::On;
   Program p = meshProgram(n);
   ASSERT_EQ(p.functions[0].steps[2].deps,
             std::vector<int>{0}); // c = copy(g) waits for 0
@@ -110,10 +120,13 @@ TEST_P(Collectives, BitwiseAsTheContractSays) {
       c(static_cast<size_t>(n)), y(static_cast<size_t>(n));
   std::vector<std::string> errors(static_cast<size_t>(n));
   onThreads(n, [&](int d) {
-    auto e = executor(p, comms[size_t(d)].get());
+    auto e = executor(p, comms[size_t(d)].get(), 1, mode);
     if (!e)
       return;
     EXPECT_EQ(e->device(), d);
+    EXPECT_EQ(e->describe().find("no communication thread") != std::string::npos,
+              mode == CommThread::Off)
+        << e->describe();
     size_t i = size_t(d);
     // Its own layout: buffers where plan(d) puts them.
     const BufferPlan &plan = p.plan(d);
@@ -155,10 +168,27 @@ TEST_P(Collectives, BitwiseAsTheContractSays) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Collectives, ::testing::Values(2, 4),
+INSTANTIATE_TEST_SUITE_P(Devices, Collectives,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Bool()),
                          [](const auto &info) {
-                           return fmt::format("n{}", info.param);
+                           return fmt::format("n{}{}", std::get<0>(info.param),
+                                              std::get<1>(info.param) ? "_inline" : "");
                          });
+
+// Auto (the default) keeps a communication thread, with one thread or
+// more; Off has none.
+TEST(Collectives, OnlyOffRunsCollectivesOnTheDevicesThread) {
+  Program p = meshProgram(2);
+  auto comms = comm::makeInProcessCommunicators(2);
+  auto one = executor(p, comms[0].get(), 1, CommThread::Auto);
+  auto off = executor(p, comms[1].get(), 2, CommThread::Off);
+  ASSERT_TRUE(one && off);
+  EXPECT_EQ(one->describe().find("no communication thread"), std::string::npos)
+      << one->describe();
+  EXPECT_NE(off->describe().find("(2 threads, no communication thread, in-process"),
+            std::string::npos)
+      << off->describe();
+}
 
 /// Forwards to a communicator; all_reduce first waits (5 s at most) until
 /// `ready` says the queue-0 step that does not depend on it has run.
@@ -211,8 +241,12 @@ private:
 
 // Step 0 (all_reduce, queue 1) cannot finish before step 1 (copy x -> y,
 // queue 0) has run: a loop that waited for the collective before going on
-// would time out at the gate.
-TEST(Collectives, QueueOneOverlapsLaterQueueZeroSteps) {
+// would time out at the gate. With no communication thread the call is
+// made at step 2's wait, after step 1, so it passes the gate too.
+class CollectivesMode : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CollectivesMode, QueueOneOverlapsLaterQueueZeroSteps) {
+  CommThread mode = GetParam() ? CommThread::Off : CommThread::On;
   int n = 2;
   Program p = meshProgram(n);
   auto comms = comm::makeInProcessCommunicators(n);
@@ -228,7 +262,7 @@ TEST(Collectives, QueueOneOverlapsLaterQueueZeroSteps) {
       std::memcpy(&v, e->data(5), 4); // y: written by step 1
       return v == marker;
     });
-    e = executor(p, &gate);
+    e = executor(p, &gate, 1, mode);
     if (!e)
       return;
     std::vector<float> x(kN, marker);
@@ -257,12 +291,13 @@ TEST(Collectives, QueueOneOverlapsLaterQueueZeroSteps) {
 // Device 1 never runs: device 0's queue-1 all_reduce times out and the
 // error surfaces when step 2 waits for it, naming the step, its location,
 // the communicator's context and the missing rank, within the deadline.
-TEST(Collectives, AMissingDeviceFailsTheOthersWithinTheDeadline) {
+TEST_P(CollectivesMode, AMissingDeviceFailsTheOthersWithinTheDeadline) {
+  CommThread mode = GetParam() ? CommThread::Off : CommThread::On;
   int n = 2;
   Program p = meshProgram(n);
   auto comms = comm::makeInProcessCommunicators(n);
   comms[0]->setTimeout(0.5);
-  auto e = executor(p, comms[0].get());
+  auto e = executor(p, comms[0].get(), 1, mode);
   ASSERT_TRUE(e);
   e->setContext("training step 7");
   auto t0 = Clock::now();
@@ -288,6 +323,40 @@ TEST(Collectives, AMissingDeviceFailsTheOthersWithinTheDeadline) {
   Status again = e->run("train_step");
   EXPECT_FALSE(again);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 5.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(CommThread, CollectivesMode, ::testing::Bool(),
+                         [](const auto &info) {
+                           return info.param ? "Inline" : "Thread";
+                         });
+
+// A communication thread's call overlaps compute until someone waits for
+// it (Communicator::waitedFor() false: the MPI communicator then polls
+// sparingly); once wait() blocks the flag is set, and an idle queue leaves
+// it set for direct callers of the communicator.
+TEST(CollectiveQueue, ACallIsWaitedForOnlyOnceSomeoneWaits) {
+  auto comms = comm::makeInProcessCommunicators(1);
+  comm::Communicator &c = *comms[0];
+  CollectiveQueue q(c, 0);
+  std::atomic<int> before{-1}, after{-1};
+  uint64_t t = q.push(
+      [&] {
+        before = c.waitedFor() ? 1 : 0;
+        auto until = Clock::now() + std::chrono::seconds(5);
+        while (!c.waitedFor() && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        after = c.waitedFor() ? 1 : 0;
+        return Status::ok();
+      },
+      "test");
+  auto until = Clock::now() + std::chrono::seconds(5);
+  while (before < 0 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  double seconds = 0;
+  EXPECT_TRUE(q.wait(t, seconds));
+  EXPECT_EQ(before, 0); // running, nobody waiting yet
+  EXPECT_EQ(after, 1);  // the wait made it urgent
+  EXPECT_TRUE(c.waitedFor());
 }
 
 TEST(Collectives, MeshPlansNeedAMatchingCommunicator) {

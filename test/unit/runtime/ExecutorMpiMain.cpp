@@ -6,8 +6,11 @@
 // CPU executor per MPI rank, after the start-up handshake, must give the
 // same bits as the same executors on in-process ranks (threads of one
 // process): the communication thread drives the MPI communicator as it
-// drives the in-process one. Modes:
+// drives the in-process one, and so do the executors' own threads with no
+// communication thread (ExecutorOptions::commThread Off). Modes:
 //   mpi                 every rank prints "rank R <hex digest of its results>"
+//                       (collectives on the executor's thread)
+//   mpi-thread          the same, through a communication thread
 //   in-process N        the same lines from N threads
 //   mismatch            rank 1 claims another artifact hash: every rank
 //                       prints the handshake's refusal and exits 1
@@ -31,12 +34,15 @@ namespace {
 
 /// Runs rank `r`'s executor twice on inputs seeded by the rank; the FNV-1a
 /// digest of every result buffer, or the error.
-Expected<std::string> runRank(comm::Communicator &c, const std::string &hash) {
+Expected<std::string> runRank(comm::Communicator &c, const std::string &hash,
+                              bool commThread = false) {
   program::Program p = test::meshProgram(c.size());
   if (Status s = checkSameProgram(c, p, hash); !s)
     return s;
   cpu::ExecutorOptions o;
   o.communicator = &c;
+  o.commThread = commThread ? cpu::ExecutorOptions::CommThread::On
+                            : cpu::ExecutorOptions::CommThread::Off;
   auto e = cpu::Executor::create(p, nullptr, o);
   if (!e)
     return e.status();
@@ -92,8 +98,8 @@ int main(int argc, char **argv) {
       std::printf("rank %d %s\n", r, out[size_t(r)].c_str());
     return 0;
   }
-  if (mode != "mpi" && mode != "mismatch") {
-    std::fprintf(stderr, "usage: %s mpi | mismatch | in-process N\n", argv[0]);
+  if (mode != "mpi" && mode != "mpi-thread" && mode != "mismatch") {
+    std::fprintf(stderr, "usage: %s mpi | mpi-thread | mismatch | in-process N\n", argv[0]);
     return 2;
   }
   auto c = comm::MpiCommunicator::create();
@@ -102,7 +108,7 @@ int main(int argc, char **argv) {
   (*c)->setTimeout(30);
   std::string hash =
       mode == "mismatch" && (*c)->rank() == 1 ? "artifact-b" : "artifact-a";
-  auto h = runRank(**c, hash);
+  auto h = runRank(**c, hash, mode == "mpi-thread");
   if (!h)
     return fail(h.status());
   std::printf("rank %d %s\n", (*c)->rank(), h->c_str());

@@ -13,12 +13,17 @@ trap 'rm -rf "$tmp"' EXIT
 
 $mpirun "$bin" mpi >"$tmp/mpi.out" 2>"$tmp/mpi.err" || {
   echo "FAIL: mpirun -np $n mpi exited $?"; cat "$tmp/mpi.out" "$tmp/mpi.err"; exit 1; }
+# The same through a communication thread per rank.
+$mpirun "$bin" mpi-thread >"$tmp/mpit.out" 2>"$tmp/mpit.err" || {
+  echo "FAIL: mpirun -np $n mpi-thread exited $?"; cat "$tmp/mpit.out" "$tmp/mpit.err"; exit 1; }
 "$bin" in-process "$n" >"$tmp/inproc.out" 2>&1 || {
   echo "FAIL: in-process $n"; cat "$tmp/inproc.out"; exit 1; }
 sort "$tmp/mpi.out" >"$tmp/mpi.sorted"
+sort "$tmp/mpit.out" >"$tmp/mpit.sorted"
 if [ "$(wc -l <"$tmp/mpi.sorted")" -ne "$n" ] || grep -q error "$tmp/inproc.out" ||
-   ! cmp -s "$tmp/mpi.sorted" "$tmp/inproc.out"; then
+   ! cmp -s "$tmp/mpi.sorted" "$tmp/inproc.out" || ! cmp -s "$tmp/mpit.sorted" "$tmp/inproc.out"; then
   echo "FAIL: MPI and in-process executors differ"; echo "mpi:"; cat "$tmp/mpi.sorted"
+  echo "mpi, communication thread:"; cat "$tmp/mpit.sorted"
   echo "in-process:"; cat "$tmp/inproc.out"; exit 1
 fi
 echo "same bits, $n ranks:"; cat "$tmp/mpi.sorted"
