@@ -238,6 +238,51 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
   return Status::ok();
 }
 
+/// Waits for asynchronously started step `i` of `f` and books it: the
+/// wait as exposed communication (Span::CollectiveWait), the collective's
+/// own run from `startedAt` (or, where the hooks run it inside the wait,
+/// at the end of the wait) for as long as the backend says it ran.
+/// `waiter`: the step that needs it (for the message), SIZE_MAX at the
+/// end; `profileMu`: held while booking (inter-op threads), or null.
+Status waitAndBook(const program::Program &p, const program::Function &f, size_t i,
+                   size_t waiter, StepHooks &hooks, StepProfile *profile, double startedAt,
+                   int thread, std::mutex *profileMu) {
+  const program::Step &s = f.steps[i];
+  Tracer *tracer = profile ? profile->tracer : nullptr;
+  double waitStart = tracer ? tracer->now() : 0;
+  if (profile)
+    if (Status r = hooks.beginTimed(); !r)
+      return r;
+  double ran = -1;
+  Status r = hooks.waitAsync(i, ran);
+  if (!r)
+    return Status::error(
+        fmt::format("{}: {}{}", stepWhere(f, i), r.message(),
+                    waiter == SIZE_MAX
+                        ? ""
+                        : fmt::format(" (surfaced when step {} waited for it)", waiter)),
+        r.kind());
+  if (!profile)
+    return Status::ok();
+  auto dt = hooks.endTimed();
+  if (!dt)
+    return dt.status();
+  if (tracer)
+    waitStart = hooks.timedStart(waitStart);
+  if (s.kind == program::Step::Collective) {
+    auto lock = lockIf(profileMu);
+    profile->addCollective(s, std::max(ran, 0.0));
+    profile->addCollectiveWait(s, *dt);
+    // It may have begun later than started, behind its queue.
+    double runStart = startedAt;
+    if (hooks.asyncRunsInWait()) // it ran at the end of this wait
+      runStart = std::max(runStart, waitStart + *dt - std::max(ran, 0.0));
+    traceStep(p, f, i, profile, Span::Collective, runStart, std::max(ran, 0.0), false, thread);
+    traceStep(p, f, i, profile, Span::CollectiveWait, waitStart, *dt, false, thread);
+  }
+  return Status::ok();
+}
+
 /// The steps a loop started asynchronously and has not waited for.
 class Pending {
 public:
@@ -258,39 +303,7 @@ public:
     if (i >= started_.size() || !started_[i])
       return Status::ok();
     started_[i] = false;
-    const program::Step &s = f_.steps[i];
-    double waitStart = profile_ && profile_->tracer ? profile_->tracer->now() : 0;
-    if (profile_)
-      if (Status r = hooks_.beginTimed(); !r)
-        return r;
-    double ran = -1;
-    Status r = hooks_.waitAsync(i, ran);
-    if (!r)
-      return Status::error(
-          fmt::format("{}: {}{}", stepWhere(f_, i), r.message(),
-                      waiter == SIZE_MAX
-                          ? ""
-                          : fmt::format(" (surfaced when step {} waited for it)", waiter)),
-          r.kind());
-    if (profile_) {
-      auto dt = hooks_.endTimed();
-      if (!dt)
-        return dt.status();
-      if (profile_->tracer)
-        waitStart = hooks_.timedStart(waitStart);
-      if (s.kind == program::Step::Collective) {
-        profile_->addCollective(s, std::max(ran, 0.0));
-        profile_->addCollectiveWait(s, *dt);
-        // Its run: from when it was started, for as long as it ran (the
-        // backend's measure; it may have begun later, behind its queue).
-        double runStart = startedAt_[i];
-        if (hooks_.asyncRunsInWait()) // it ran at the end of this wait
-          runStart = std::max(runStart, waitStart + *dt - std::max(ran, 0.0));
-        traceStep(p_, f_, i, profile_, Span::Collective, runStart, std::max(ran, 0.0));
-        traceStep(p_, f_, i, profile_, Span::CollectiveWait, waitStart, *dt);
-      }
-    }
-    return Status::ok();
+    return waitAndBook(p_, f_, i, waiter, hooks_, profile_, startedAt_[i], 0, nullptr);
   }
   /// Waits for every pending step, in the order started; the first error.
   /// `waiter`: the step that needs them (SIZE_MAX: the function's end).
@@ -457,35 +470,8 @@ private:
     return r;
   }
   Status waitAsyncStep(size_t i, size_t waiter, int thread) {
-    const program::Step &s = f_.steps[i];
-    Tracer *tracer = profile_ ? profile_->tracer : nullptr;
-    double waitStart = tracer ? tracer->now() : 0;
-    if (profile_)
-      if (Status r = hooks_.beginTimed(); !r)
-        return r;
-    double ran = -1;
-    Status r = hooks_.waitAsync(i, ran);
-    if (!r)
-      return Status::error(
-          fmt::format("{}: {}{}", stepWhere(f_, i), r.message(),
-                      waiter == SIZE_MAX
-                          ? ""
-                          : fmt::format(" (surfaced when step {} waited for it)", waiter)),
-          r.kind());
-    if (profile_) {
-      auto dt = hooks_.endTimed();
-      if (!dt)
-        return dt.status();
-      if (s.kind == program::Step::Collective) {
-        std::lock_guard<std::mutex> lock(profileMu_);
-        profile_->addCollective(s, std::max(ran, 0.0));
-        profile_->addCollectiveWait(s, *dt);
-        traceStep(p_, f_, i, profile_, Span::Collective, startedAt_[i - begin_],
-                  std::max(ran, 0.0), false, thread);
-        traceStep(p_, f_, i, profile_, Span::CollectiveWait, waitStart, *dt, false, thread);
-      }
-    }
-    return Status::ok();
+    return waitAndBook(p_, f_, i, waiter, hooks_, profile_, startedAt_[i - begin_], thread,
+                       &profileMu_);
   }
 
   /// One thread's share: claim, run, release, until the run is over.

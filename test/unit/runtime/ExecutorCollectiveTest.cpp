@@ -136,8 +136,9 @@ TEST_P(Collectives, BitwiseAsTheContractSays) {
     ASSERT_TRUE(e->write(4, x[i].data(), kN * 4));
     // Twice: the second run starts from the first's results (g summed).
     for (int run = 0; run < 2; ++run) {
-      if (run == 1)
+      if (run == 1) {
         ASSERT_TRUE(e->write(0, g[i].data(), kN * 4));
+      }
       Status s = e->run("train_step");
       if (!s) {
         errors[i] = s.message();
