@@ -1,27 +1,13 @@
 //===- InterOp.cpp - Threads that run a step's independent plan steps ------===//
 #include "runtime/core/InterOp.h"
+#include "runtime/core/Spin.h"
 
 #include <algorithm>
-#include <chrono>
-#include <sched.h>
 
 namespace kiln {
 
 bool InterOpPool::spinUntil(const std::function<bool()> &ready, int micros) {
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0;; ++i) {
-    if (ready())
-      return true;
-    // Yield now and then: the thread this one waits for may share its core.
-    if ((i & 15) == 15)
-      sched_yield();
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63 &&
-        std::chrono::steady_clock::now() - start > std::chrono::microseconds(micros))
-      return false;
-  }
+  return kiln::spinUntil(ready, micros);
 }
 
 InterOpPool::InterOpPool(int threads) {

@@ -1,10 +1,9 @@
 //===- ThreadPool.cpp - Deterministic parallel loops for CPU kernels ------===//
 #include "runtime/cpu/ThreadPool.h"
+#include "runtime/core/Spin.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <sched.h>
 
 namespace kiln::cpu {
 
@@ -19,27 +18,10 @@ int spinMicros() {
   static int us = std::getenv("KILN_SPIN_US") ? std::atoi(std::getenv("KILN_SPIN_US")) : 200;
   return us;
 }
-/// Spins up to ~200 us for `ready` before the caller blocks: kernels are
-/// often tens of microseconds long, far shorter than a futex sleep/wake.
-/// The spin yields the core every 16 pauses (about a microsecond), so a
-/// thread it waits for that was put on the same core still runs.
+/// Spins up to spinMicros() for `ready` before the caller blocks
+/// (runtime/core/Spin.h).
 template <typename Ready> bool spinUntil(Ready ready) {
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0;; ++i) {
-    if (ready())
-      return true;
-    // Yield now and then: where the other thread shares this core (other
-    // processes hold the rest), a spin that never yields keeps it from
-    // running for a whole time slice, and the step takes milliseconds.
-    if ((i & 15) == 15)
-      sched_yield();
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63 &&
-        std::chrono::steady_clock::now() - start > std::chrono::microseconds(spinMicros()))
-      return false;
-  }
+  return kiln::spinUntil(ready, spinMicros());
 }
 } // namespace
 
