@@ -45,6 +45,13 @@ double trainF(ModuleOp m, StringRef key, double def) {
   return def;
 }
 
+std::string trainS(ModuleOp m, StringRef key, StringRef def) {
+  auto t = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+  if (auto s = t ? t.getAs<StringAttr>(key) : StringAttr())
+    return s.getValue().str();
+  return def.str();
+}
+
 /// The shardings of @train_step's arguments: batch inputs split on dim 0
 /// over dp, parameters, step and (unsharded) state replicated, ZeRO state
 /// split; "replica" differs per device without being a split (unknown).
@@ -130,7 +137,8 @@ struct Grad {
 
 class Rewriter {
 public:
-  Rewriter(func::FuncOp f, int64_t n, int zero) : f_(f), n_(n), zero_(zero), b_(f.getContext()) {}
+  Rewriter(func::FuncOp f, int64_t n, int zero, Type reduceType)
+      : f_(f), n_(n), zero_(zero), reduceType_(reduceType), b_(f.getContext()) {}
 
   LogicalResult run(double firstMb, double restMb, int64_t &buckets,
                     int64_t &collectives, int64_t &bytes);
@@ -139,6 +147,9 @@ private:
   func::FuncOp f_;
   int64_t n_;
   int zero_;
+  /// The element type buckets travel in (grad_reduce): null to keep the
+  /// gradients' own, bf16 to halve the bytes of f32 gradients.
+  Type reduceType_;
   OpBuilder b_;
   Value replica_;
   std::vector<Grad> grads_; ///< in backward order
@@ -192,6 +203,25 @@ private:
     Value row = b_.create<GatherOp>(l, RankedTensorType::get({1, g.block}, g.type.getElementType()),
                                     rows, idx, b_.getI64IntegerAttr(0));
     return reshape(l, row, vec(g.block, g.type.getElementType()));
+  }
+
+  /// grad_reduce = bf16: the flat bucket `v` rounded to the reduce type
+  /// before its collective (v unchanged where the types agree).
+  Value narrow(Location l, Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (!reduceType_ || t.getElementType() == reduceType_ || !t.getElementType().isF32())
+      return v;
+    return b_.create<CastOp>(l, RankedTensorType::get(t.getShape(), reduceType_), v);
+  }
+  /// ... and the collective's result `r` widened back to `elem` after it
+  /// (an unpacking op: sunk to the first use with the slices).
+  Value widen(Location l, Value r, Type elem) {
+    auto t = cast<RankedTensorType>(r.getType());
+    if (t.getElementType() == elem)
+      return r;
+    auto c = b_.create<CastOp>(l, RankedTensorType::get(t.getShape(), elem), r);
+    unpack_.push_back(c);
+    return c;
   }
 
   LogicalResult collect();
@@ -293,14 +323,16 @@ void Rewriter::reduceBucket(size_t k) {
                      ? parts[0]
                      : b_.create<ConcatOp>(l, RankedTensorType::get({n_, width}, elem),
                                            parts, b_.getI64IntegerAttr(1));
-    Value flat = reshape(l, rows, vec(n_ * width, elem));
-    auto rs = b_.create<ReduceScatterOp>(l, vec(width, elem), flat, kAxis,
+    Value flat = narrow(l, reshape(l, rows, vec(n_ * width, elem)));
+    Type wire = cast<RankedTensorType>(flat.getType()).getElementType();
+    auto rs = b_.create<ReduceScatterOp>(l, vec(width, wire), flat, kAxis,
                                          CollectiveReduction::mean, int64_t(0));
     mark(rs);
+    Value got = widen(l, rs, elem);
     int64_t off = 0;
     for (size_t i : members) {
-      grads_[i].shard = slice1(l, rs, off, off + grads_[i].block);
-      if (Operation *d = grads_[i].shard.getDefiningOp(); d && d != rs.getOperation())
+      grads_[i].shard = slice1(l, got, off, off + grads_[i].block);
+      if (Operation *d = grads_[i].shard.getDefiningOp(); d && d != got.getDefiningOp())
         unpack_.push_back(d);
       off += grads_[i].block;
     }
@@ -315,13 +347,14 @@ void Rewriter::reduceBucket(size_t k) {
   Value flat = parts.size() == 1 ? parts[0]
                                  : b_.create<ConcatOp>(l, vec(total, elem), parts,
                                                        b_.getI64IntegerAttr(0));
-  auto ar = b_.create<AllReduceOp>(l, flat, kAxis, CollectiveReduction::mean);
+  auto ar = b_.create<AllReduceOp>(l, narrow(l, flat), kAxis, CollectiveReduction::mean);
   mark(ar);
+  Value got = widen(l, ar, elem);
   int64_t off = 0;
   for (size_t i : members) {
     Grad &g = grads_[i];
-    Value part = slice1(l, ar, off, off + g.numel);
-    if (part != ar.getResult())
+    Value part = slice1(l, got, off, off + g.numel);
+    if (part != got)
       unpack_.push_back(part.getDefiningOp());
     g.reduced = reshape(l, part, g.type);
     if (g.reduced != part)
@@ -573,8 +606,12 @@ LogicalResult Rewriter::run(double firstMb, double restMb, int64_t &buckets,
     g.tag->removeAttr(kDpGradAttr);
   sinkUnpacking();
   bytes = 0;
-  for (Grad &g : grads_)
-    bytes += g.numel * int64_t(g.type.getElementTypeBitWidth() / 8);
+  for (Grad &g : grads_) {
+    Type e = g.type.getElementType();
+    unsigned bits = reduceType_ && e.isF32() ? reduceType_.getIntOrFloatBitWidth()
+                                             : g.type.getElementTypeBitWidth();
+    bytes += g.numel * int64_t(bits / 8);
+  }
   buckets = int64_t(buckets_.size());
   collectives = collectives_;
   return success();
@@ -610,7 +647,17 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
       return; // @grad only (gradient checks)
     if (failed(checkDataParallelSharding(f, kAxis)))
       return signalPassFailure();
-    Rewriter r(f, n, z);
+    std::string reduce = gradReduce.empty() ? trainS(m, "grad_reduce", "fp32")
+                                            : std::string(gradReduce);
+    Type reduceType;
+    if (reduce == "bf16")
+      reduceType = BFloat16Type::get(m.getContext());
+    else if (reduce != "fp32") {
+      m.emitError() << "kiln-data-parallel: grad_reduce must be fp32 or bf16, got '" << reduce
+                    << "'";
+      return signalPassFailure();
+    }
+    Rewriter r(f, n, z, reduceType);
     int64_t buckets = 0, collectives = 0, bytes = 0;
     if (failed(r.run(first, rest, buckets, collectives, bytes)))
       return signalPassFailure();

@@ -113,7 +113,11 @@ def KilnDataParallelPass : Pass<"kiln-data-parallel", "mlir::ModuleOp"> {
       each holding block d of the zero-padded flattened tensor), updates the
       local block of every parameter and all-gathers the blocks. ZeRO-1
       all-reduces the buckets and keeps its block; ZeRO-2 reduce-scatters
-      them.
+      them;
+    - with `grad_reduce = "bf16"` (kiln.train, or the `grad-reduce` option):
+      casts each f32 bucket to bf16 before its collective and back to f32
+      after, halving the bytes on the wire (the communicators accumulate
+      bf16 in f32 and round once).
 
     Before (dp = 2; from kiln-train-step):
     ```mlir
@@ -137,6 +141,10 @@ def KilnDataParallelPass : Pass<"kiln-data-parallel", "mlir::ModuleOp"> {
            "Bucket size in MiB after the first (default: kiln.train's bucket_mb, else 25)">,
     Option<"firstBucketMb", "first-bucket-mb", "double", /*default=*/"-1",
            "First bucket's size in MiB (default: kiln.train's first_bucket_mb, else 1)">,
+    Option<"gradReduce", "grad-reduce", "std::string", /*default=*/"\"\"",
+           "Element type of the gradient buckets on the wire: fp32 or bf16 (cast "
+           "before each all_reduce/reduce_scatter and back after; default: "
+           "kiln.train's grad_reduce, else fp32)">,
     Option<"annotateSharding", "annotate-sharding", "bool", /*default=*/"false",
            "Attach the propagated kiln.sharding to every op of @train_step (for tests)">,
   ];

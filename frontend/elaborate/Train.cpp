@@ -132,7 +132,7 @@ void Elaborator::evalTrain() {
       "batch, steps, optimizer, schedule, precision, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, zero, bucket_mb, "
-      "first_bucket_mb";
+      "first_bucket_mb, grad_reduce";
   int64_t devices = 1;
   std::optional<std::pair<int64_t, SourceLoc>> zero;
   for (const TrainEntry &t : ast_.train) {
@@ -193,6 +193,14 @@ void Elaborator::evalTrain() {
                           ? e.text : "";
       if (p != "fp32" && p != "bf16" && p != "fp16")
         fail(e.loc, "precision must be fp32, bf16 or fp16");
+      trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "grad_reduce") {
+      // The element type of the gradient all-reduce (docs/parallel.md).
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (p != "fp32" && p != "bf16")
+        fail(e.loc, "grad_reduce must be fp32 or bf16");
       trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "data" || k == "val_data") {
       Val v = eval(*t.value, paramEnv_);

@@ -168,6 +168,12 @@ cl::opt<double> firstBucketMb("first-bucket-mb",
                                        "(overrides first_bucket_mb; default 1)"),
                               cl::init(0), cl::cat(kilncCategory));
 
+cl::opt<std::string> gradReduce(
+    "grad-reduce",
+    cl::desc("Element type of the data-parallel gradient all-reduce: fp32 (default) or "
+             "bf16 (half the bytes; overrides the train section's grad_reduce)"),
+    cl::value_desc("fp32|bf16"), cl::init(""), cl::cat(kilncCategory));
+
 cl::list<std::string> params(
     "param", cl::desc("Override a model parameter, e.g. --param layers=2"),
     cl::value_desc("NAME=VALUE"), cl::cat(kilncCategory));
@@ -297,7 +303,8 @@ int main(int argc, char **argv) {
   }
   // Data-parallel settings from the command line (docs/parallel.md).
   if (devicesOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
-      bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences()) {
+      bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences() ||
+      gradReduce.getNumOccurrences()) {
     mlir::Builder b(&context);
     auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
     mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
@@ -320,6 +327,11 @@ int main(int argc, char **argv) {
       if (!(firstBucketMb > 0))
         return userError("--first-bucket-mb must be > 0");
       t.set("first_bucket_mb", b.getF64FloatAttr(firstBucketMb));
+    }
+    if (gradReduce.getNumOccurrences()) {
+      if (gradReduce != "fp32" && gradReduce != "bf16")
+        return userError("--grad-reduce must be fp32 or bf16, got '" + gradReduce + "'");
+      t.set("grad_reduce", b.getStringAttr(gradReduce));
     }
     auto get = [&](llvm::StringRef k) {
       auto a = t.get(k);
