@@ -37,6 +37,7 @@ FailureOr<CompiledProgram> compileProgram(ModuleOp module,
   out.kernels = gen.takeKernels();
   out.neutralKernels = gen.takeNeutralKernels();
   out.refusals = gen.takeRefusals();
+  out.activations = gen.takeActivations();
   if (!options.emitLLVM)
     return out;
   if (failed(cpu::emitBitcode(out, options, error)))

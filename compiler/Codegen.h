@@ -26,6 +26,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <string>
 
 namespace kiln {
@@ -34,6 +35,16 @@ namespace kiln {
 struct Refusal {
   std::string function, producer, producerLoc, consumer, consumerLoc;
   std::string rule; ///< "rule-name: explanation"
+};
+
+/// The activation memory of @train_step: the buffers of forward values
+/// (those the first micro-batch's loss depends on) that a step computing
+/// something else reads: what backward keeps of forward, after fusion and
+/// buffer planning (recomputation and fused recomputes included). kilnc
+/// --emit=plan prints it; --precision-report compares two programs' by it.
+struct ActivationMemory {
+  int64_t bytes = 0, buffers = 0;
+  std::map<std::string, int64_t> bytesByType; ///< "f32", "bf16", ...
 };
 
 struct CompiledProgram {
@@ -45,6 +56,8 @@ struct CompiledProgram {
   std::string bitcode;                       ///< LLVM bitcode of every kernel
   std::string llvmIR;                        ///< textual IR, when asked for
   std::vector<Refusal> refusals;             ///< fusions not done
+  /// Per function name: its activation memory (@train_step only).
+  std::map<std::string, ActivationMemory> activations;
 };
 
 struct CodegenOptions {
@@ -64,7 +77,8 @@ mlir::FailureOr<CompiledProgram> compileProgram(mlir::ModuleOp module,
                                                 std::string &error);
 
 /// The schedule and memory plan, for humans (kilnc --emit=plan).
-void printPlan(const program::Program &program, llvm::raw_ostream &os);
+void printPlan(const program::Program &program, llvm::raw_ostream &os,
+               const std::map<std::string, ActivationMemory> &activations = {});
 
 /// Training memory per device by the ZeRO paper's accounting (Rajbhandari
 /// et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter

@@ -68,6 +68,7 @@ public:
 
   program::Program takeProgram() { return std::move(prog_); }
   std::vector<Refusal> takeRefusals() { return std::move(refusals_); }
+  std::map<std::string, ActivationMemory> takeActivations() { return std::move(activations_); }
   mlir::OwningOpRef<mlir::ModuleOp> takeKernels() { return std::move(kernels_); }
   mlir::OwningOpRef<mlir::ModuleOp> takeNeutralKernels() { return std::move(neutral_); }
 
@@ -97,6 +98,10 @@ private:
   static void exactDependencies(const program::Program &p, program::Function &f);
   mlir::LogicalResult assignBuffers(mlir::func::FuncOp fn, std::vector<VStep> &steps,
                                     mlir::func::ReturnOp ret);
+  /// @train_step's op computing the first micro-batch's loss (the end of
+  /// its forward pass), or null where the loss chain is not
+  /// kiln-train-step's.
+  mlir::Operation *forwardLoss(mlir::func::FuncOp fn);
 
   mlir::ModuleOp module_;
   mlir::MLIRContext *ctx_;
@@ -115,6 +120,13 @@ private:
   std::vector<Refusal> refusals_;
   /// Head transposes a GEMM reads (foldedIn) or writes (foldedOut) in place.
   llvm::DenseSet<mlir::Operation *> foldedIn_, foldedOut_;
+  /// For the function being compiled: whether forwardLoss() was found; the
+  /// step results that are forward values; the steps that compute anything
+  /// else (backward, the optimizer, the other micro-batches).
+  bool hasForward_ = false;
+  llvm::DenseSet<mlir::Value> forwardValues_;
+  std::vector<bool> otherSteps_;
+  std::map<std::string, ActivationMemory> activations_;
 };
 
 } // namespace kiln::codegen

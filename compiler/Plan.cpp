@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
@@ -346,6 +347,25 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     ce.replaceAllUsesWith(total);
     ce.erase();
   }
+  // The first micro-batch's forward pass: the ops its loss depends on,
+  // found again after fusion by a mark that no kernel keeps.
+  constexpr llvm::StringLiteral kForwardMark = "kiln.plan.forward";
+  hasForward_ = false;
+  forwardValues_.clear();
+  otherSteps_.clear();
+  if (Operation *loss = fn.getSymName() == "train_step" ? forwardLoss(fn) : nullptr) {
+    hasForward_ = true;
+    SmallVector<Operation *> work{loss};
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      if (op->hasAttr(kForwardMark))
+        continue;
+      op->setAttr(kForwardMark, UnitAttr::get(ctx_));
+      for (Value v : op->getOperands())
+        if (Operation *d = v.getDefiningOp(); d && d->getBlock() == &block)
+          work.push_back(d);
+    }
+  }
   FusionOptions fo;
   fo.enabled = fusion_;
   std::vector<FusionRefusal> refusals;
@@ -364,6 +384,36 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     refusals_.push_back(std::move(out));
   }
 
+  llvm::DenseSet<Operation *> forwardOps;
+  if (hasForward_)
+    fn.walk([&](Operation *op) {
+      if (op->hasAttr(kForwardMark)) {
+        op->removeAttr(kForwardMark);
+        forwardOps.insert(op);
+      }
+    });
+  // After the steps are made: which results are forward values, which
+  // steps compute something else.
+  auto classify = [&](Operation &op) {
+    if (!hasForward_)
+      return;
+    bool other = false;
+    if (auto fusion = dyn_cast<FusionOp>(op)) {
+      for (Operation &m : fusion.getMembers())
+        other |= !isa<ConstantOp>(m) && !forwardOps.count(&m);
+      auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+      for (auto [i, y] : llvm::enumerate(yield.getValues()))
+        if (Operation *d = y.getDefiningOp(); d && forwardOps.count(d))
+          forwardValues_.insert(fusion.getResult(unsigned(i)));
+    } else {
+      // A collective reads gradients or the loss: communication, not backward.
+      other = !forwardOps.count(&op) && !isa<AllReduceOp, ReduceScatterOp, AllGatherOp>(op);
+      if (forwardOps.count(&op))
+        for (Value r : op.getResults())
+          forwardValues_.insert(r);
+    }
+    otherSteps_.push_back(other);
+  };
   std::vector<VStep> steps;
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   // Parameter and state updates that their kernel may write over the old
@@ -415,6 +465,11 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     return ties;
   };
   for (Operation &op : block.without_terminator()) {
+    size_t before = steps.size();
+    auto made = llvm::make_scope_exit([&] {
+      if (steps.size() > before)
+        classify(op);
+    });
     if (isa<ConstantOp>(op) || (isa<ReshapeOp, BroadcastInDimOp>(op) && isCloneable(op.getResult(0))))
       continue; // only read inside kernels, which clone it
     if (foldedIn_.count(&op) || foldedOut_.count(&op))
@@ -529,6 +584,51 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     else if (!foldedOut_.count(v.getDefiningOp()))
       return fail(v.getDefiningOp(), "a returned value has no buffer");
   return assignBuffers(fn, steps, ret);
+}
+
+/// kiln-train-step returns loss = [all_reduce(mean)] of [(1/K) *] the sum
+/// l0 + l1 + ... of the micro-batches' losses (docs/training.md): l0's op
+/// (null where the chain is not that).
+Operation *Generator::forwardLoss(func::FuncOp fn) {
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  Value v;
+  for (unsigned i = 0; i < fn.getNumResults(); ++i)
+    if (auto o = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr))
+      if (o.getValue() == "loss")
+        v = ret.getOperand(i);
+  if (!v)
+    return nullptr;
+  int64_t k = 1;
+  if (auto t = module_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr))
+    if (auto a = t.getAs<IntegerAttr>("grad_accum"))
+      k = std::max<int64_t>(1, a.getInt());
+  bool mesh = getMesh(module_).axisSize("dp") > 1;
+  if (mesh) {
+    auto ar = v.getDefiningOp<AllReduceOp>();
+    if (!ar)
+      return nullptr;
+    v = ar->getOperand(0);
+  }
+  // (1/K) * ...: folded away where K = 1.
+  auto one = [](Value c) {
+    auto cst = c.getDefiningOp<ConstantOp>();
+    auto d = cst ? dyn_cast<DenseFPElementsAttr>(cst.getValue()) : DenseFPElementsAttr();
+    return d && d.isSplat() && d.getSplatValue<APFloat>().isExactlyValue(1.0);
+  };
+  if (k > 1 || mesh) {
+    auto mul = v.getDefiningOp<MulOp>();
+    if (mul && (k > 1 || one(mul.getRhs())))
+      v = mul.getLhs();
+    else if (k > 1)
+      return nullptr;
+  }
+  for (int64_t i = 1; i < k; ++i) {
+    auto add = v.getDefiningOp<AddOp>();
+    if (!add)
+      return nullptr;
+    v = add.getLhs();
+  }
+  return v.getDefiningOp();
 }
 
 LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &steps,
@@ -723,6 +823,30 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     queues.push_back(0);
   }
   out.scratchBytes = peak;
+  // Activations: temporaries holding forward values that a step computing
+  // something else (backward) reads.
+  if (hasForward_ && otherSteps_.size() == steps.size()) {
+    ActivationMemory a;
+    std::set<int> ids;
+    for (auto [i, s] : llvm::enumerate(steps)) {
+      if (!otherSteps_[i])
+        continue;
+      for (Value v : llvm::concat<Value>(s.ins, s.epiIns)) {
+        Value r = root(v);
+        auto it = buffer.find(r);
+        if (forwardValues_.count(r) && it != buffer.end() &&
+            prog_.buffers[size_t(it->second)].role == Role::Temp)
+          ids.insert(it->second);
+      }
+    }
+    for (int id : ids) {
+      const Buffer &b = prog_.buffers[size_t(id)];
+      a.bytes += b.bytes;
+      a.buffers++;
+      a.bytesByType[program::dtypeName(b.dtype)] += b.bytes;
+    }
+    activations_[out.name] = std::move(a);
+  }
   queues_.push_back(std::move(queues));
   prog_.functions.push_back(std::move(out));
   return success();
@@ -792,7 +916,8 @@ std::vector<size_t> overlapped(const program::Function &f, size_t i) {
 }
 } // namespace
 
-void printPlan(const program::Program &p, llvm::raw_ostream &os) {
+void printPlan(const program::Program &p, llvm::raw_ostream &os,
+               const std::map<std::string, ActivationMemory> &activations) {
   auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", double(b) / (1 << 20)); };
   os << fmt::format("arena: {} bytes ({}): persistent {} bytes (parameters and "
                     "optimizer state), scratch peak {} bytes\n",
@@ -866,6 +991,15 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os) {
       os << fmt::format("  dependency DAG: {} levels, widest {} steps, {:.2f} steps per level "
                         "(what --inter-op-threads can run at once)\n",
                         g.depth, g.widest, g.meanWidth());
+    if (auto it = activations.find(f.name); it != activations.end()) {
+      const ActivationMemory &a = it->second;
+      std::string types;
+      for (auto &[t, b] : a.bytesByType)
+        types += fmt::format("{}{} {} bytes", types.empty() ? "" : ", ", t, b);
+      os << fmt::format("  activations saved for backward: {} bytes ({}) in {} buffers (values "
+                        "the first micro-batch's loss depends on, read by backward){}{}\n",
+                        a.bytes, mib(a.bytes), a.buffers, types.empty() ? "" : ": ", types);
+    }
     for (size_t i = 0; i < f.steps.size(); ++i) {
       const Step &s = f.steps[i];
       std::string what = s.kind == Step::Kernel

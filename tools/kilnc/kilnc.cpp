@@ -14,6 +14,7 @@
 #include "compiler/cuda/Assemble.h"
 #include "compiler/cuda/Emitter.h"
 #include "compiler/Package.h"
+#include "compiler/PrecisionReport.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
 #include "frontend/Frontend.h"
@@ -120,6 +121,13 @@ cl::opt<bool> fusionReport("fusion-report",
                                     "model lines, FLOPs, bytes) and every refused "
                                     "fusion with its rule"),
                            cl::init(false), cl::cat(kilncCategory));
+
+cl::opt<std::string> precisionReport(
+    "precision-report",
+    cl::desc("Print every rounding point of the mixed-precision program (op, model line, "
+             "from and to type, rule), the ops kept in fp32 and why, the user's casts, and "
+             "the activation memory against fp32; =json for tools"),
+    cl::value_desc("text|json"), cl::ValueOptional, cl::init(""), cl::cat(kilncCategory));
 
 cl::opt<std::string> target("target",
                             cl::desc("Code generation targets: cpu (default), cuda, or "
@@ -356,6 +364,56 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (precisionReport.getNumOccurrences()) {
+    if (!precisionReport.empty() && precisionReport != "text" && precisionReport != "json")
+      return userError("--precision-report takes text (the default) or json, got '" +
+                       precisionReport + "'");
+    // The same model in fp32, for the activation memory it would need.
+    mlir::OwningOpRef<mlir::ModuleOp> fp32 = module->clone();
+    std::string why;
+    bool haveFp32 = kiln::makeFp32Variant(*fp32, why);
+    auto build = [&](mlir::ModuleOp m) {
+      if (m.lookupSymbol("train_step") || mlir::succeeded(kiln::buildTrainProgram(m)))
+        return true;
+      std::fprintf(stderr, "%s", mlirDiags.c_str());
+      std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
+                   inputFile.c_str());
+      return false;
+    };
+    if (!build(*module))
+      return 1;
+    kiln::PrecisionReport report = kiln::collectPrecisionReport(*module);
+    if (report.precision != "fp32") {
+      std::string err;
+      report.activationBytes = kiln::trainStepActivationBytes(
+          *module, !noFusion, &report.activationBytesByType, err);
+      if (report.activationBytes < 0 && module->lookupSymbol("train_step")) {
+        std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
+        return 1;
+      }
+      if (haveFp32) {
+        if (!build(*fp32))
+          return 1;
+        report.fp32ActivationBytes =
+            kiln::trainStepActivationBytes(*fp32, !noFusion, nullptr, err);
+        if (report.fp32ActivationBytes < 0)
+          report.fp32Note = err;
+      } else {
+        report.fp32Note = why;
+      }
+    }
+    std::string error;
+    auto output = mlir::openOutputFile(outputFile, &error);
+    if (!output)
+      return userError(error);
+    if (precisionReport == "json")
+      kiln::printPrecisionReportJson(report, output->os());
+    else
+      kiln::printPrecisionReport(report, output->os());
+    output->keep();
+    return 0;
+  }
+
   if (gradcheck) // the check runs the whole program, gradients too, in float64
     kiln::convertToF64(module->lookupSymbol<mlir::func::FuncOp>("forward"));
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
@@ -494,7 +552,7 @@ int main(int argc, char **argv) {
     if (fusionReport)
       kiln::printFusionReport(compiled->program, compiled->refusals, output->os());
     else if (emit == Emit::Plan)
-      kiln::printPlan(compiled->program, output->os());
+      kiln::printPlan(compiled->program, output->os(), compiled->activations);
     else if (emit == Emit::Kernels)
       compiled->kernels->print(output->os());
     else if (emit == Emit::Fused)
