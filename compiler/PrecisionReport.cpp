@@ -174,7 +174,7 @@ void printPrecisionReport(const PrecisionReport &r, llvm::raw_ostream &os) {
     if (!r.userCasts.empty()) {
       os << fmt::format("user casts: {} (user cast, respected)\n", r.userCasts.size());
       for (const auto &c : r.userCasts)
-        os << fmt::format("  {:<24} {:>14} -> {:<5} {} -> {}\n", c.loc, c.from, c.to, c.producer,
+        os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}\n", c.loc, c.from, c.to, c.producer,
                           c.consumers);
     }
     return;
@@ -183,16 +183,16 @@ void printPrecisionReport(const PrecisionReport &r, llvm::raw_ostream &os) {
                     r.precision, r.mode.empty() ? "kiln" : r.mode);
   os << fmt::format("\nrounding points: {} casts inserted\n", r.casts.size());
   for (const auto &c : r.casts)
-    os << fmt::format("  {:<24} {:>14} -> {:<5} {} -> {}  [{}]\n", c.loc, c.from, c.to, c.producer,
+    os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  [{}]\n", c.loc, c.from, c.to, c.producer,
                       c.consumers, c.rule);
-  os << fmt::format("\nkept in fp32: {} ops\n", r.kept.size());
+  os << fmt::format("\nkept in fp32 (the result, or the statistics inside the kernel): {} ops\n", r.kept.size());
   for (const auto &k : r.kept)
-    os << fmt::format("  {:<24} {:<14} {:<16} [{}]{}\n", k.loc, k.op, k.type, k.rule,
+    os << fmt::format("  {:<32} {:<14} {:<16} [{}]{}\n", k.loc, k.op, k.type, k.rule,
                       k.statistics ? " (low type in and out, fp32 statistics in the kernel)"
                                    : "");
   os << fmt::format("\nuser casts: {}\n", r.userCasts.size());
   for (const auto &c : r.userCasts)
-    os << fmt::format("  {:<24} {:>14} -> {:<5} {} -> {}  user cast, respected\n", c.loc, c.from,
+    os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  user cast, respected\n", c.loc, c.from,
                       c.to, c.producer, c.consumers);
   std::string rules;
   for (auto &[rule, n] : r.castsByRule)
