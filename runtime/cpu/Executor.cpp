@@ -203,13 +203,15 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
 }
 
 HalfGemm Executor::halfGemmMethod(const program::Step &s, const RunParts &run) {
-  program::DType t = s.gemm.dtype;
-  bool haveLibrary = hasLibraryHalfGemm(t);
+  bool haveLibrary = hasLibraryHalfGemm(s.gemm.dtype);
   if (halfMode_ == HalfMode::Widen || !haveLibrary)
     return HalfGemm::Widen;
   if (halfMode_ == HalfMode::Library)
     return HalfGemm::Library;
-  std::string key = halfGemmKey(s.gemm, pool_->threads());
+  // Too small to time reliably (and to matter): widened, without measuring.
+  if (program::gemmFlops(s.gemm) < double(1 << 19))
+    return HalfGemm::Widen;
+  std::string key = halfGemmKey(s.gemm);
   if (auto c = halfCache_->lookup(key))
     return c->method;
   // Both ways, alternately, on this step's buffers; the fastest of three
@@ -229,8 +231,8 @@ HalfGemm Executor::halfGemmMethod(const program::Step &s, const RunParts &run) {
   c.widenSeconds = best[0];
   c.librarySeconds = best[1];
   halfCache_->remember(key, c);
-  log::debug("{} {} ({}): widened + sgemm {:.1f} us, library {:.1f} us: {}",
-             t == program::DType::BF16 ? "bf16" : "f16", program::gemmLabel(s.gemm),
+  log::debug("{} ({}): widened + sgemm {:.1f} us, library {:.1f} us: {}",
+             program::gemmLabel(s.gemm),
              s.loc.empty() ? "?" : s.loc, best[0] * 1e6, best[1] * 1e6, halfGemmName(c.method));
   return c.method;
 }

@@ -5,6 +5,7 @@
 #include "runtime/cpu/Blas.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace kiln::cpu {
@@ -135,6 +136,36 @@ template <typename F> void pieces(int64_t n, const RunParts &run, F f) {
   int64_t p = convertPieces(n);
   run(p, [&](int64_t i) { f(n * i / p, n * (i + 1) / p); });
 }
+
+/// Widens [b, e) of `h` into `f` (bf16: a shift, in a loop the compiler
+/// vectorizes; f16 through halfToFloat).
+void widen(program::DType t, const uint16_t *h, float *f, int64_t b, int64_t e) {
+  if (t == program::DType::BF16) {
+    for (int64_t i = b; i < e; ++i) {
+      uint32_t u = uint32_t(h[i]) << 16;
+      std::memcpy(&f[i], &u, 4);
+    }
+    return;
+  }
+  for (int64_t i = b; i < e; ++i)
+    f[i] = halfToFloat(t, h[i]);
+}
+
+/// Rounds [b, e) of `f` into `h` (nearest even; the same bits as
+/// floatToHalf).
+void narrow(program::DType t, const float *f, uint16_t *h, int64_t b, int64_t e) {
+  if (t == program::DType::BF16) {
+    for (int64_t i = b; i < e; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &f[i], 4);
+      uint16_t r = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+      h[i] = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : r;
+    }
+    return;
+  }
+  for (int64_t i = b; i < e; ++i)
+    h[i] = floatToHalf(t, f[i]);
+}
 } // namespace
 
 void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *out,
@@ -149,10 +180,7 @@ void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *ou
   // Strided outputs keep the elements between matrices: start from them
   // (widened exactly, rounded back to the same bits).
   if (s.heads)
-    pieces(no, run, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        c[size_t(i)] = halfToFloat(t, ho[i]);
-    });
+    pieces(no, run, [&](int64_t b, int64_t e) { widen(t, ho, c.data(), b, e); });
   int64_t parts = gemmParts(s);
   Blas::GemmHalf lib = nullptr;
   if (method == HalfGemm::Library) {
@@ -166,21 +194,12 @@ void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *ou
     std::vector<float> &a = scratch.lhs, &b = scratch.rhs;
     a.resize(size_t(nl));
     b.resize(size_t(nr));
-    pieces(nl, run, [&](int64_t x, int64_t e) {
-      for (int64_t i = x; i < e; ++i)
-        a[size_t(i)] = halfToFloat(t, hl[i]);
-    });
-    pieces(nr, run, [&](int64_t x, int64_t e) {
-      for (int64_t i = x; i < e; ++i)
-        b[size_t(i)] = halfToFloat(t, hr[i]);
-    });
+    pieces(nl, run, [&](int64_t x, int64_t e) { widen(t, hl, a.data(), x, e); });
+    pieces(nr, run, [&](int64_t x, int64_t e) { widen(t, hr, b.data(), x, e); });
     Blas::Sgemm f = sgemm();
     run(parts, [&](int64_t p) { part(s, f, a.data(), b.data(), c.data(), p, parts); });
   }
-  pieces(no, run, [&](int64_t x, int64_t e) {
-    for (int64_t i = x; i < e; ++i)
-      ho[i] = floatToHalf(t, c[size_t(i)]);
-  });
+  pieces(no, run, [&](int64_t x, int64_t e) { narrow(t, c.data(), ho, x, e); });
 }
 
 bool foldsBatch(const MatmulShape &s) {

@@ -40,12 +40,12 @@ std::string layout(const program::MatrixLayout &l) {
 
 } // namespace
 
-std::string halfGemmKey(const MatmulShape &s, int threads) {
-  return fmt::format("{}:{}x{}x{}x{}:{}{}:{}{}:{}:{}/{}/{}:t{}",
+std::string halfGemmKey(const MatmulShape &s) {
+  return fmt::format("{}:{}x{}x{}x{}:{}{}:{}{}:{}:{}/{}/{}",
                      s.dtype == program::DType::BF16 ? "bf16" : "f16", s.batch, s.m, s.n, s.k,
                      s.transposeLhs ? 'T' : 'N', s.transposeRhs ? 'T' : 'N', int(s.lhsBatched),
                      int(s.rhsBatched), s.heads, layout(s.lhsLayout), layout(s.rhsLayout),
-                     layout(s.outLayout), threads);
+                     layout(s.outLayout));
 }
 
 std::string halfGemmMachine() {

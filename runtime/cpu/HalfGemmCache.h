@@ -28,9 +28,11 @@
 
 namespace kiln::cpu {
 
-/// The shape (every field of the GEMM that can change its speed) and the
-/// thread count: "bf16:1x768x512x128:NN:10:0:0.0.0/0.0.0/0.0.0:t2".
-std::string halfGemmKey(const MatmulShape &s, int threads);
+/// The shape, every field of the GEMM that can change its speed:
+/// "bf16:1x768x512x128:NN:10:0:0.0.0/0.0.0/0.0.0". Not the thread count:
+/// one choice per shape and machine, so the bits do not depend on --threads
+/// (the choice is measured with the threads of the run that made it).
+std::string halfGemmKey(const MatmulShape &s);
 
 /// The CPU model (/proc/cpuinfo) and the BLAS library, without spaces.
 std::string halfGemmMachine();
