@@ -78,6 +78,25 @@ Value fconst(OpBuilder &b, Location loc, Type t, double v) {
   return b.create<arith::ConstantOp>(loc, t, b.getFloatAttr(t, v));
 }
 
+/// bf16 and f16 are storage types: reductions, matmuls and scatter_add
+/// over them accumulate in f32 (docs/dialect.md, "Element types").
+bool isLowFloat(Type t) { return t.isBF16() || t.isF16(); }
+/// The type an accumulation over `et` runs in.
+Type accumulatorType(Type et) { return isLowFloat(et) ? Float32Type::get(et.getContext()) : et; }
+
+/// An f32 accumulator tensor to `to` (bf16/f16): a truncf tagged
+/// kAccumulatorAttr, which kiln-widen-low-precision rounds only where it is
+/// stored. Identity when `to` is not a low type.
+Value endAccumulation(OpBuilder &b, Location loc, Value acc, RankedTensorType to) {
+  if (!isLowFloat(to.getElementType()))
+    return acc;
+  return elementwise(b, loc, to, acc, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+    auto t = nb.create<arith::TruncFOp>(l, to.getElementType(), a[0]);
+    t->setAttr(kAccumulatorAttr, nb.getUnitAttr());
+    return t;
+  });
+}
+
 } // namespace
 
 /// The scalar computation of one elementwise kiln op, or null if `op` is
@@ -236,6 +255,9 @@ struct LowerReduce : OpRewritePattern<OpT> {
         outExprs.push_back(rw.getAffineDimExpr(d));
       }
     }
+    auto lowType = RankedTensorType::get(kept, et);
+    Type inType = et;
+    et = accumulatorType(et);
     auto outType = RankedTensorType::get(kept, et);
     TypedAttr initAttr;
     if (isa<FloatType>(et))
@@ -248,15 +270,18 @@ struct LowerReduce : OpRewritePattern<OpT> {
     Value r = generic(rw, loc, outType, op.getOperand(), rw.getMultiDimIdentityMap(in.getRank()),
                       outMap, iters, init, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
                         bool f = isa<FloatType>(et);
+                        Value x = a[0];
+                        if (inType != et)
+                          x = b.create<arith::ExtFOp>(l, et, x);
                         // reassoc: the loop vectorizer may then keep
                         // several partial results (a tree in vector lanes);
                         // the order is fixed by the compiled code, so
                         // results still do not depend on the thread count.
                         if (isMax)
-                          return f ? b.create<arith::MaximumFOp>(l, a[0], a[1], kReassoc).getResult()
-                                   : b.create<arith::MaxSIOp>(l, a[0], a[1]).getResult();
-                        return f ? b.create<arith::AddFOp>(l, a[0], a[1], kReassoc).getResult()
-                                 : b.create<arith::AddIOp>(l, a[0], a[1]).getResult();
+                          return f ? b.create<arith::MaximumFOp>(l, x, a[1], kReassoc).getResult()
+                                   : b.create<arith::MaxSIOp>(l, x, a[1]).getResult();
+                        return f ? b.create<arith::AddFOp>(l, x, a[1], kReassoc).getResult()
+                                 : b.create<arith::AddIOp>(l, x, a[1]).getResult();
                       });
     if (isMean) {
       double inv = 1.0 / double(count);
@@ -264,6 +289,7 @@ struct LowerReduce : OpRewritePattern<OpT> {
         return b.create<arith::MulFOp>(l, a[0], fconst(b, l, et, inv));
       });
     }
+    r = endAccumulation(rw, loc, r, lowType);
     if (op.getKeepdims()) {
       // Group each kept dim with the reduced (size-1) dims around it.
       SmallVector<ReassociationIndices> groups;
@@ -309,18 +335,24 @@ struct LowerMatmul : OpRewritePattern<MatmulOp> {
     oe.append({m, nn});
     SmallVector<utils::IteratorType> iters(n - 1, utils::IteratorType::parallel);
     iters.push_back(utils::IteratorType::reduction);
-    Type et = ot.getElementType();
+    Type et = accumulatorType(ot.getElementType());
     bool f = isa<FloatType>(et);
+    RankedTensorType lowType = ot;
+    ot = ot.clone(et);
     Value zero = rw.create<arith::ConstantOp>(loc, f ? TypedAttr(rw.getFloatAttr(et, 0.0)) : TypedAttr(rw.getIntegerAttr(et, 0)));
     Value init = rw.create<linalg::FillOp>(loc, zero, emptyLike(rw, loc, ot)).getResult(0);
     auto map = [&](ArrayRef<AffineExpr> e) { return AffineMap::get(n, 0, e, rw.getContext()); };
     Value r = generic(rw, loc, ot, {op.getLhs(), op.getRhs()}, {map(le), map(re)}, map(oe), iters, init,
                       [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                        if (f)
-                          return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, a[0], a[1]));
+                        if (f) {
+                          Value x = a[0], y = a[1];
+                          if (x.getType() != et) x = b.create<arith::ExtFOp>(l, et, x);
+                          if (y.getType() != et) y = b.create<arith::ExtFOp>(l, et, y);
+                          return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, x, y));
+                        }
                         return b.create<arith::AddIOp>(l, a[2], b.create<arith::MulIOp>(l, a[0], a[1]));
                       });
-    rw.replaceOp(op, r);
+    rw.replaceOp(op, endAccumulation(rw, loc, r, lowType));
     return success();
   }
 };
@@ -675,10 +707,11 @@ struct LowerScatterAdd : OpRewritePattern<ScatterAddOp> {
     for (int64_t d = 0; d < axis; ++d) outer *= res.getDimSize(d);
     for (int64_t d = axis + 1; d < res.getRank(); ++d) inner *= res.getDimSize(d);
     int64_t m = idxT.getNumElements();
-    Type et = res.getElementType();
-    auto u3T = RankedTensorType::get({outer, m, inner}, et);
+    Type low = res.getElementType(), et = accumulatorType(low);
+    auto u3T = RankedTensorType::get({outer, m, inner}, low);
     auto r3T = RankedTensorType::get({outer, n, inner}, et);
     auto rowT = RankedTensorType::get({outer, 1, inner}, et);
+    auto uRowT = RankedTensorType::get({outer, 1, inner}, low);
     Value u3 = reshapeVia1D(rw, loc, op.getUpdates(), u3T);
     Value idx = reshapeVia1D(rw, loc, op.getIndices(), RankedTensorType::get({m}, idxT.getElementType()));
     Value init = filled(rw, loc, r3T, 0.0);
@@ -697,16 +730,20 @@ struct LowerScatterAdd : OpRewritePattern<ScatterAddOp> {
           SmallVector<OpFoldResult> offR{b.getIndexAttr(0), row, b.getIndexAttr(0)};
           SmallVector<OpFoldResult> sizes{b.getIndexAttr(outer), b.getIndexAttr(1), b.getIndexAttr(inner)};
           SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
-          Value u = b.create<tensor::ExtractSliceOp>(l, rowT, u3, offU, sizes, strides);
+          Value u = b.create<tensor::ExtractSliceOp>(l, uRowT, u3, offU, sizes, strides);
           Value cur = b.create<tensor::ExtractSliceOp>(l, rowT, acc, offR, sizes, strides);
           Value sum = elementwise(b, l, rowT, ValueRange{u, cur}, [&](OpBuilder &nb, Location nl, ValueRange a) -> Value {
-            return isa<FloatType>(et) ? nb.create<arith::AddFOp>(nl, a[0], a[1]).getResult()
-                                      : nb.create<arith::AddIOp>(nl, a[0], a[1]).getResult();
+            Value x = a[0];
+            if (low != et)
+              x = nb.create<arith::ExtFOp>(nl, et, x);
+            return isa<FloatType>(et) ? nb.create<arith::AddFOp>(nl, x, a[1]).getResult()
+                                      : nb.create<arith::AddIOp>(nl, x, a[1]).getResult();
           });
           Value next = b.create<tensor::InsertSliceOp>(l, sum, acc, offR, sizes, strides);
           b.create<scf::YieldOp>(l, next);
         });
-    rw.replaceOp(op, reshapeVia1D(rw, loc, loop.getResult(0), res));
+    Value r = reshapeVia1D(rw, loc, loop.getResult(0), res.clone(et));
+    rw.replaceOp(op, endAccumulation(rw, loc, r, res));
     return success();
   }
 };

@@ -25,6 +25,13 @@ inline constexpr llvm::StringLiteral kDpGradAttr = "kiln.dp.grad";
 inline constexpr llvm::StringLiteral kDpLossAttr = "kiln.dp.loss";
 inline constexpr llvm::StringLiteral kDpGradNormAttr = "kiln.dp.grad_norm";
 
+/// On an arith.truncf to bf16/f16 that kiln-lower-to-linalg puts at the end
+/// of an f32 accumulation (a reduction, matmul or scatter_add over a low
+/// type): kiln-widen-low-precision rounds it only where it is stored, never
+/// for a use inside the kernel (fp32 statistics; an explicit kiln.cast's
+/// truncf, which has no such attribute, is always a rounding point).
+inline constexpr llvm::StringLiteral kAccumulatorAttr = "kiln_accumulator";
+
 /// The reverse sweep shared by kiln-autodiff and kiln-train-step. The ops
 /// that compute `loss` must already be in the builder's block; gradients are
 /// appended at the builder's insertion point. Returns one gradient per `wrt`

@@ -365,4 +365,40 @@ def KilnKernelElementwiseFusionPass
                            "mlir::arith::ArithDialect"];
 }
 
+def KilnWidenLowPrecisionPass
+    : Pass<"kiln-widen-low-precision", "mlir::ModuleOp"> {
+  let summary = "Compute bf16/f16 in f32 inside each generic; round once where stored";
+  let description = [{
+    Part of the CPU kernel lowering (passes/Pipelines.cpp), after
+    kiln-kernel-elementwise-fusion: bf16 and f16 are storage types. In each
+    `linalg.generic` whose body touches a low-precision type, every loaded
+    value is widened to f32 once (`arith.extf`, exact), every arith/math op
+    is rebuilt on f32, and a value is rounded to nearest even
+    (`arith.truncf`) only where the generic yields it to a bf16/f16 output.
+    An explicit cast (a `truncf` to a low type) stays a rounding point; a
+    `truncf` tagged `kiln_accumulator` (the end of an f32 reduction) does not
+    round values used inside the kernel. f32, f64 and integer generics are
+    unchanged.
+
+    Before:
+    ```mlir
+    ^bb0(%a: bf16, %b: bf16, %o: bf16):
+      %0 = arith.addf %a, %b : bf16
+      %1 = arith.mulf %0, %b : bf16
+      linalg.yield %1 : bf16
+    ```
+    After:
+    ```mlir
+    ^bb0(%a: bf16, %b: bf16, %o: bf16):
+      %a32 = arith.extf %a : bf16 to f32
+      %b32 = arith.extf %b : bf16 to f32
+      %0 = arith.addf %a32, %b32 : f32
+      %1 = arith.mulf %0, %b32 : f32
+      %r = arith.truncf %1 : f32 to bf16
+      linalg.yield %r : bf16
+    ```
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
 #endif // KILN_PASSES_TD

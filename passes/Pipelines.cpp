@@ -58,6 +58,9 @@ void buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   // materialised between fused ops.
   pm.addPass(createKilnKernelElementwiseFusionPass());
   pm.addPass(createCanonicalizerPass());
+  // bf16/f16: f32 arithmetic between loads and stores, one rounding per
+  // stored value (a no-op for f32 kernels).
+  pm.addPass(createKilnWidenLowPrecisionPass());
   pm.addPass(bufferization::createEmptyTensorEliminationPass());
   bufferization::OneShotBufferizationOptions opts;
   opts.allowReturnAllocsFromLoops = true;

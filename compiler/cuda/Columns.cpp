@@ -102,8 +102,7 @@ LogicalResult KernelEmitter::emitColumns(std::vector<gpu::Launch> &launches) {
     bool isMax = isa<ReduceMaxOp>(red);
     double scale = isa<ReduceMeanOp>(red) ? 1.0 / double(n) : 1.0;
     std::string fin = scale == 1.0 ? acc : fmt::format("{} * {}", acc, floatLiteral(scale, ti.compute == "double"));
-    if (!ti.round.empty())
-      fin = ti.round + "(" + fin + ")";
+    // fp32 statistics: a low-precision result is rounded only where stored.
     line(fmt::format("{} {} = {};", ti.compute, acc, accInit(red)));
     line(threadPerColumn ? fmt::format("for (int n = 0; n < {}; ++n) {{", n)
                          : fmt::format("for (int n = threadIdx.x; n < {}; n += blockDim.x) {{", n));

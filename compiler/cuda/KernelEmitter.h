@@ -56,7 +56,7 @@ inline int64_t product(ArrayRef<int64_t> s) {
 struct TypeInfo {
   std::string storage, compute;
   bool isFloat = false, isLow = false; // f16/bf16
-  std::string round;                   // rounding after each op ("" if none)
+  std::string round;                   // rounding at a cast to the type ("" if none)
 };
 
 bool typeInfo(Type t, TypeInfo &ti);

@@ -57,9 +57,12 @@ std::string KernelEmitter::emitOp(Operation *op, ArrayRef<std::string> idx) {
     (void)fail(op, "unsupported element type");
     return "";
   }
+  // bf16/f16 are storage types (docs/dialect.md, "Element types"): values
+  // stay in float registers, rounded where stored (store(): kiln_from_float)
+  // and where a kiln.cast to the low type says so; not after every op.
   auto define = [&](const std::string &expr) {
     std::string name = fresh("v");
-    std::string e = ti.round.empty() ? expr : ti.round + "(" + expr + ")";
+    std::string e = ti.round.empty() || !isa<CastOp>(op) ? expr : ti.round + "(" + expr + ")";
     line(fmt::format("const {} {} = {};", ti.compute, name, e));
     return name;
   };

@@ -85,6 +85,9 @@ Expected<Blas> loadMkl(const std::vector<std::string> &candidates) {
     Blas b;
     b.sgemm = sgemm;
     b.mkl = true;
+    // Half-precision GEMMs (oneMKL 2020+; absent from older libraries).
+    b.gemmBf16 = reinterpret_cast<Blas::GemmHalf>(dlsym(h, "cblas_gemm_bf16bf16f32"));
+    b.gemmF16 = reinterpret_cast<Blas::GemmHalf>(dlsym(h, "cblas_gemm_f16f16f32"));
     char v[256] = {0};
     if (version)
       version(v, sizeof v - 1);

@@ -20,6 +20,7 @@
 
 #include "runtime/core/Status.h"
 
+#include <cstdint>
 #include <string>
 
 namespace kiln::cpu {
@@ -30,6 +31,13 @@ struct Blas {
                          const float *a, int lda, const float *b, int ldb, float beta, float *c,
                          int ldc);
   Sgemm sgemm = nullptr;
+  /// Row-major bf16 x bf16 -> f32 and f16 x f16 -> f32 GEMMs with float32
+  /// accumulation (oneMKL's cblas_gemm_bf16bf16f32, cblas_gemm_f16f16f32;
+  /// the operands are the 16-bit patterns); null where the library has none.
+  using GemmHalf = void (*)(int layout, int transA, int transB, int m, int n, int k, float alpha,
+                            const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
+                            float *c, int ldc);
+  GemmHalf gemmBf16 = nullptr, gemmF16 = nullptr;
   bool mkl = false;
   std::string name; ///< "Intel oneMKL 2026.0.2 (sequential)", "OpenBLAS (SkylakeX)"
   std::string path; ///< the shared library MKL was loaded from ("" for OpenBLAS)

@@ -1,6 +1,7 @@
 //===- Executor.cpp - Runs a compiled program on the CPU ------------------===//
 #include "runtime/cpu/Executor.h"
 
+#include "runtime/core/Log.h"
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Split.h"
@@ -97,6 +98,26 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
   }
   if (options.interOpThreads > 1)
     e->interOp_ = std::make_unique<InterOpPool>(options.interOpThreads);
+  std::string half = options.halfGemm;
+  if (half.empty())
+    if (const char *env = std::getenv("KILN_HALF_GEMM"))
+      half = env;
+  if (half == "widen")
+    e->halfMode_ = HalfMode::Widen;
+  else if (half == "library")
+    e->halfMode_ = HalfMode::Library;
+  else if (!half.empty() && half != "measure")
+    return Status::error("KILN_HALF_GEMM=" + half +
+                         ": use measure (the default: time both ways per GEMM shape, keep the "
+                         "faster), widen (float32 copies and sgemm) or library (the BLAS "
+                         "library's bf16/f16 GEMM)");
+  bool anyHalf = false;
+  for (const program::Function &f : program.functions)
+    for (const program::Step &st : f.steps)
+      anyHalf = anyHalf || (st.kind == program::Step::Gemm && st.gemm.dtype != program::DType::F32);
+  if (anyHalf)
+    e->halfCache_ = std::make_unique<HalfGemmCache>(
+        options.cacheDir.empty() ? "" : options.cacheDir + "/half-gemm-v1.txt", halfGemmMachine());
   return e;
 }
 
@@ -159,9 +180,18 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
   float *out = as<float>(s.args[2]);
   int64_t parts = gemmParts(s.gemm);
   if (s.gemm.dtype != program::DType::F32) {
-    // Half precision: widened to float32 and back (one thread; the
-    // CPU has no half-precision BLAS to split).
-    matmulTyped(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]));
+    // Half precision: the same parts as float32, on the pool; widened to
+    // float32 for sgemm or the library's bf16/f16 GEMM, whichever was
+    // measured faster for this shape.
+    RunParts run = [&](int64_t n, const std::function<void(int64_t)> &job) {
+      if (n == 1 || pool_->threads() == 1)
+        serialParts(n, job);
+      else
+        pool_->forEach(n, std::min<int64_t>(n, pool_->threads()), job);
+    };
+    thread_local HalfGemmScratch scratch;
+    matmulHalf(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]),
+               halfGemmMethod(s, run), scratch, run);
   } else if (int t = gemmThreads(s.gemm, parts); t == 1) {
     for (int64_t p = 0; p < parts; ++p)
       matmulPart(s.gemm, lhs, rhs, out, p, parts);
@@ -170,6 +200,41 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
     pool_->forEach(parts, t, [&](int64_t p) { matmulPart(s.gemm, lhs, rhs, out, p, parts); });
   }
   return Status::ok();
+}
+
+HalfGemm Executor::halfGemmMethod(const program::Step &s, const RunParts &run) {
+  bool haveLibrary = hasLibraryHalfGemm(s.gemm.dtype);
+  if (halfMode_ == HalfMode::Widen || !haveLibrary)
+    return HalfGemm::Widen;
+  if (halfMode_ == HalfMode::Library)
+    return HalfGemm::Library;
+  // Too small to time reliably (and to matter): widened, without measuring.
+  if (program::gemmFlops(s.gemm) < double(1 << 19))
+    return HalfGemm::Widen;
+  std::string key = halfGemmKey(s.gemm);
+  if (auto c = halfCache_->lookup(key))
+    return c->method;
+  // Both ways, alternately, on this step's buffers; the fastest of three
+  // runs each (after one warm-up each). The step then runs for real.
+  thread_local HalfGemmScratch scratch;
+  double best[2] = {1e30, 1e30};
+  for (int rep = 0; rep < 4; ++rep)
+    for (HalfGemm m : {HalfGemm::Widen, HalfGemm::Library}) {
+      auto t0 = std::chrono::steady_clock::now();
+      matmulHalf(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]), m, scratch, run);
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rep > 0)
+        best[int(m)] = std::min(best[int(m)], sec);
+    }
+  HalfGemmChoice c;
+  c.method = best[1] < best[0] ? HalfGemm::Library : HalfGemm::Widen;
+  c.widenSeconds = best[0];
+  c.librarySeconds = best[1];
+  halfCache_->remember(key, c);
+  log::debug("{} ({}): widened + sgemm {:.1f} us, library {:.1f} us: {}",
+             program::gemmLabel(s.gemm),
+             s.loc.empty() ? "?" : s.loc, best[0] * 1e6, best[1] * 1e6, halfGemmName(c.method));
+  return c.method;
 }
 
 int Executor::gemmThreads(const MatmulShape &g, int64_t parts) const {

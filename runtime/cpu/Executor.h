@@ -35,6 +35,7 @@
 #include "runtime/core/InterOp.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/StepLoop.h"
+#include "runtime/cpu/HalfGemmCache.h"
 #include "runtime/cpu/Jit.h"
 #include "runtime/cpu/ThreadPool.h"
 
@@ -68,6 +69,14 @@ struct ExecutorOptions {
   /// the same bits either way.
   enum class CommThread { Auto, On, Off };
   CommThread commThread = CommThread::Auto;
+  /// Where the choice between the two ways of running a bf16/f16 GEMM is
+  /// remembered (runtime/cpu/HalfGemmCache.h): the kernel cache's
+  /// directory; "" keeps choices in memory (measured again next run).
+  std::string cacheDir;
+  /// bf16/f16 GEMMs: "measure" (time both ways at a shape's first use, keep
+  /// the faster), "widen" or "library"; "" reads KILN_HALF_GEMM (default
+  /// measure).
+  std::string halfGemm;
 };
 
 class Executor : public Backend, private StepHooks {
@@ -129,6 +138,9 @@ private:
   Status runCopy(const program::Step &s) override;
   /// Threads to share a float32 GEMM's `parts` (runtime/cpu/Split.h).
   int gemmThreads(const program::GemmParams &g, int64_t parts) const;
+  /// How bf16/f16 GEMM step `s` runs: its remembered choice, or measured
+  /// now on the step's own buffers (the output is written again after).
+  HalfGemm halfGemmMethod(const program::Step &s, const RunParts &run);
   const char *gemmName() const override { return "gemm (BLAS)"; }
   /// Per thread (inter-op threads time their own steps).
   Status beginTimed() override;
@@ -162,6 +174,8 @@ private:
   std::unique_ptr<InterOpPool> interOp_; ///< with more than one inter-op thread
   bool profiling_ = false;
   StepProfile profile_;
+  enum class HalfMode { Measure, Widen, Library } halfMode_ = HalfMode::Measure;
+  std::unique_ptr<HalfGemmCache> halfCache_;
 };
 
 } // namespace kiln::cpu

@@ -5,6 +5,7 @@
 #include "runtime/cpu/Blas.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace kiln::cpu {
@@ -12,17 +13,19 @@ namespace kiln::cpu {
 namespace {
 /// Rows [r0, r1) and columns [c0, c1) of op(A) times op(B) into the same
 /// block of C, for one product; lda/ldb/ldc are the stored row strides.
-void block(const MatmulShape &s, const float *a, int64_t lda, const float *b, int64_t ldb,
+/// `call` is a row-major CBLAS GEMM on T operands with a float32 C.
+template <typename T, typename Call>
+void block(const MatmulShape &s, Call call, const T *a, int64_t lda, const T *b, int64_t ldb,
            float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   if (r1 <= r0 || c1 <= c0)
     return;
   // Row r of op(A): row r of A, or column r of a transposed A ([k, m]).
-  const float *ar = s.transposeLhs ? a + r0 : a + r0 * lda;
+  const T *ar = s.transposeLhs ? a + r0 : a + r0 * lda;
   // Column j of op(B): column j of B ([k, n]), or row j of a transposed B.
-  const float *bc = s.transposeRhs ? b + c0 * ldb : b + c0;
-  sgemm()(kCblasRowMajor, s.transposeLhs ? kCblasTrans : kCblasNoTrans,
-          s.transposeRhs ? kCblasTrans : kCblasNoTrans, int(r1 - r0), int(c1 - c0), int(s.k),
-          1.0f, ar, int(lda), bc, int(ldb), 0.0f, c + r0 * ldc + c0, int(ldc));
+  const T *bc = s.transposeRhs ? b + c0 * ldb : b + c0;
+  call(kCblasRowMajor, s.transposeLhs ? kCblasTrans : kCblasNoTrans,
+       s.transposeRhs ? kCblasTrans : kCblasNoTrans, int(r1 - r0), int(c1 - c0), int(s.k), 1.0f,
+       ar, int(lda), bc, int(ldb), 0.0f, c + r0 * ldc + c0, int(ldc));
 }
 
 /// Start of matrix `b` of an operand: dense, or per its strided layout.
@@ -39,10 +42,10 @@ int64_t splitRows(const MatmulShape &s) { return foldsBatch(s) ? s.batch * s.m :
 /// Whether a split of a single product divides its columns: when it has
 /// too few rows for two blocks (weight gradients, [128, k] x [k, 512]).
 bool splitsColumns(const MatmulShape &s) { return splitRows(s) < 2 * kMinBlock; }
-} // namespace
 
-void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
-                int64_t part, int64_t parts) {
+template <typename T, typename Call>
+void part(const MatmulShape &s, Call call, const T *lhs, const T *rhs, float *out, int64_t part,
+          int64_t parts) {
   auto share = [&](int64_t n, int64_t p) { return n * p / parts; };
   int64_t lda = s.heads ? s.lhsLayout.ld : (s.transposeLhs ? s.m : s.k);
   int64_t ldb = s.heads ? s.rhsLayout.ld : (s.transposeRhs ? s.k : s.n);
@@ -52,13 +55,13 @@ void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float 
   if (foldsBatch(s)) {
     int64_t total = s.batch * s.m;
     if (parts > 1 && splitsColumns(s))
-      block(s, lhs, lda, rhs, ldb, out, ldc, 0, total, share(s.n, part), share(s.n, part + 1));
+      block(s, call, lhs, lda, rhs, ldb, out, ldc, 0, total, share(s.n, part), share(s.n, part + 1));
     else
-      block(s, lhs, lda, rhs, ldb, out, ldc, share(total, part), share(total, part + 1), 0, s.n);
+      block(s, call, lhs, lda, rhs, ldb, out, ldc, share(total, part), share(total, part + 1), 0, s.n);
     return;
   }
   auto one = [&](int64_t b, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    block(s, lhs + (s.lhsBatched ? start(s, s.lhsLayout, b, s.m * s.k) : 0), lda,
+    block(s, call, lhs + (s.lhsBatched ? start(s, s.lhsLayout, b, s.m * s.k) : 0), lda,
           rhs + (s.rhsBatched ? start(s, s.rhsLayout, b, s.k * s.n) : 0), ldb,
           out + start(s, s.outLayout, b, s.m * s.n), ldc, r0, r1, c0, c1);
   };
@@ -73,6 +76,12 @@ void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float 
     else
       one(b, share(s.m, part), share(s.m, part + 1), 0, s.n);
   }
+}
+} // namespace
+
+void matmulPart(const MatmulShape &s, const float *lhs, const float *rhs, float *out,
+                int64_t p, int64_t parts) {
+  part(s, sgemm(), lhs, rhs, out, p, parts);
 }
 
 void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out) {
@@ -98,26 +107,99 @@ void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *o
            static_cast<float *>(out));
     return;
   }
+  thread_local HalfGemmScratch scratch;
+  matmulHalf(s, lhs, rhs, out, HalfGemm::Widen, scratch, serialParts);
+}
+
+void serialParts(int64_t parts, const std::function<void(int64_t)> &job) {
+  for (int64_t p = 0; p < parts; ++p)
+    job(p);
+}
+
+const char *halfGemmName(HalfGemm m) { return m == HalfGemm::Library ? "library" : "widen"; }
+
+bool hasLibraryHalfGemm(program::DType t) {
+  auto b = blas();
+  if (!b)
+    return false;
+  return t == program::DType::BF16 ? (*b)->gemmBf16 != nullptr
+                                   : t == program::DType::F16 && (*b)->gemmF16 != nullptr;
+}
+
+namespace {
+/// Conversions run as this many fixed pieces (of whole elements: the bits
+/// never depend on how many threads run them).
+constexpr int64_t kConvertPieces = 8;
+constexpr int64_t kMinConvert = 1 << 15; ///< elements; fewer: one piece
+int64_t convertPieces(int64_t n) { return n < kMinConvert ? 1 : kConvertPieces; }
+template <typename F> void pieces(int64_t n, const RunParts &run, F f) {
+  int64_t p = convertPieces(n);
+  run(p, [&](int64_t i) { f(n * i / p, n * (i + 1) / p); });
+}
+
+/// Widens [b, e) of `h` into `f` (bf16: a shift, in a loop the compiler
+/// vectorizes; f16 through halfToFloat).
+void widen(program::DType t, const uint16_t *h, float *f, int64_t b, int64_t e) {
+  if (t == program::DType::BF16) {
+    for (int64_t i = b; i < e; ++i) {
+      uint32_t u = uint32_t(h[i]) << 16;
+      std::memcpy(&f[i], &u, 4);
+    }
+    return;
+  }
+  for (int64_t i = b; i < e; ++i)
+    f[i] = halfToFloat(t, h[i]);
+}
+
+/// Rounds [b, e) of `f` into `h` (nearest even; the same bits as
+/// floatToHalf).
+void narrow(program::DType t, const float *f, uint16_t *h, int64_t b, int64_t e) {
+  if (t == program::DType::BF16) {
+    for (int64_t i = b; i < e; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &f[i], 4);
+      uint16_t r = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+      h[i] = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u) : r;
+    }
+    return;
+  }
+  for (int64_t i = b; i < e; ++i)
+    h[i] = floatToHalf(t, f[i]);
+}
+} // namespace
+
+void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *out,
+                HalfGemm method, HalfGemmScratch &scratch, const RunParts &run) {
+  program::DType t = s.dtype;
   int64_t nl, nr, no;
   gemmExtents(s, nl, nr, no);
-  thread_local std::vector<float> a, b, c;
-  a.resize(size_t(nl));
-  b.resize(size_t(nr));
-  c.assign(size_t(no), 0.0f);
-  auto in = [&](const void *src, std::vector<float> &dst) {
-    const uint16_t *h = static_cast<const uint16_t *>(src);
-    for (size_t i = 0; i < dst.size(); ++i)
-      dst[i] = halfToFloat(s.dtype, h[i]);
-  };
-  in(lhs, a);
-  in(rhs, b);
-  // Strided outputs keep the elements between matrices: start from them.
+  const uint16_t *hl = static_cast<const uint16_t *>(lhs), *hr = static_cast<const uint16_t *>(rhs);
+  uint16_t *ho = static_cast<uint16_t *>(out);
+  std::vector<float> &c = scratch.out;
+  c.resize(size_t(no));
+  // Strided outputs keep the elements between matrices: start from them
+  // (widened exactly, rounded back to the same bits).
   if (s.heads)
-    in(out, c);
-  matmul(s, a.data(), b.data(), c.data());
-  uint16_t *o = static_cast<uint16_t *>(out);
-  for (size_t i = 0; i < c.size(); ++i)
-    o[i] = floatToHalf(s.dtype, c[i]);
+    pieces(no, run, [&](int64_t b, int64_t e) { widen(t, ho, c.data(), b, e); });
+  int64_t parts = gemmParts(s);
+  Blas::GemmHalf lib = nullptr;
+  if (method == HalfGemm::Library) {
+    auto b = blas();
+    if (b)
+      lib = t == program::DType::BF16 ? (*b)->gemmBf16 : (*b)->gemmF16;
+  }
+  if (lib) {
+    run(parts, [&](int64_t p) { part(s, lib, hl, hr, c.data(), p, parts); });
+  } else {
+    std::vector<float> &a = scratch.lhs, &b = scratch.rhs;
+    a.resize(size_t(nl));
+    b.resize(size_t(nr));
+    pieces(nl, run, [&](int64_t x, int64_t e) { widen(t, hl, a.data(), x, e); });
+    pieces(nr, run, [&](int64_t x, int64_t e) { widen(t, hr, b.data(), x, e); });
+    Blas::Sgemm f = sgemm();
+    run(parts, [&](int64_t p) { part(s, f, a.data(), b.data(), c.data(), p, parts); });
+  }
+  pieces(no, run, [&](int64_t x, int64_t e) { narrow(t, c.data(), ho, x, e); });
 }
 
 bool foldsBatch(const MatmulShape &s) {

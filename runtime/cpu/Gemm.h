@@ -14,6 +14,8 @@
 #include "runtime/core/Program.h"
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 namespace kiln::cpu {
 
@@ -29,6 +31,39 @@ void matmul(const MatmulShape &s, const float *lhs, const float *rhs, float *out
 /// f16 GEMMs accumulate in float32 too). Whole buffers are converted, so
 /// strided head layouts keep their offsets.
 void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *out);
+
+/// How a bf16/f16 GEMM runs on the CPU. Both accumulate each dot product
+/// in float32 and round the result once to the output type; they differ
+/// only in the order of the float32 additions (the library's blocking), so
+/// for the same inputs their results differ by at most
+/// 2 * k * 2^-24 * sum_k |a||b| before the output rounding (one bf16 ulp,
+/// 2^-8 relative, after it at worst).
+enum class HalfGemm {
+  Widen,   ///< operands widened to float32 (exact), then the f32 GEMM's sgemm
+  Library, ///< the BLAS library's own bf16/f16 GEMM (oneMKL's
+           ///< cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32) into float32
+};
+const char *halfGemmName(HalfGemm m);
+/// Whether the loaded BLAS library has a GEMM for `t` (BF16 or F16).
+bool hasLibraryHalfGemm(program::DType t);
+
+/// Runs `parts` jobs (job(0) .. job(parts - 1)), in any order, on any
+/// threads: the executor's pool, or serialParts.
+using RunParts = std::function<void(int64_t parts, const std::function<void(int64_t)> &job)>;
+void serialParts(int64_t parts, const std::function<void(int64_t)> &job);
+
+/// Float32 copies a half-precision GEMM works in (kept between calls).
+struct HalfGemmScratch {
+  std::vector<float> lhs, rhs, out;
+};
+
+/// matmulTyped() for bf16/f16 (s.dtype) with `method` (Library falls back
+/// to Widen where the library has no such GEMM), its conversions and GEMM
+/// parts run through `run`: the same parts as the float32 GEMM
+/// (gemmParts), conversions in fixed pieces, so the bits do not depend on
+/// the number of threads behind `run`.
+void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *out,
+                HalfGemm method, HalfGemmScratch &scratch, const RunParts &run);
 
 /// Element counts of the buffers a GEMM reads and writes: lhs, rhs, out
 /// (strided layouts: up to the last element any matrix touches).

@@ -76,6 +76,7 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
   cpu::ExecutorOptions eo;
   eo.threads = o.threads;
   eo.interOpThreads = o.interOpThreads;
+  eo.cacheDir = jo.cacheDir; // bf16/f16 GEMM choices, next to the kernels
   eo.communicator = o.comm;
   eo.device = o.comm ? o.deviceIndex : -1;
   if (o.commThread) {

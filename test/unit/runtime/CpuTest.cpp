@@ -1,6 +1,8 @@
 //===- CpuTest.cpp - Thread pool and BLAS matmul --------------------------===//
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
+#include "runtime/cpu/HalfGemmCache.h"
+#include "runtime/core/Half.h"
 #include "runtime/cpu/Split.h"
 #include "runtime/cpu/ThreadPool.h"
 
@@ -13,6 +15,10 @@
 #include <mutex>
 #include <numeric>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
 #include <random>
 #include <thread>
 
@@ -434,3 +440,171 @@ TEST(Gemm, StridedHeadLayouts) {
 }
 
 } // namespace
+
+// bf16/f16 GEMMs both ways (runtime/cpu/Gemm.h, HalfGemm): widened to
+// float32 for sgemm, and the BLAS library's own half-precision GEMM (oneMKL's
+// cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32), on fresh random inputs,
+// against a double reference of the same (rounded) inputs. Both accumulate
+// each k-term dot product in float32: |error| <= k 2^-24 sum|a||b| before
+// the output rounding, which adds at most the unit roundoff: 2^-8 relative
+// for bf16 (8 significant bits), 2^-11 for f16 (11). With several threads, the same bits as one.
+namespace {
+
+using kiln::program::DType;
+
+/// The exact value of 16-bit pattern `h`.
+double halfValue(DType t, uint16_t h) { return double(kiln::halfToFloat(t, h)); }
+
+struct HalfCase {
+  MatmulShape s;
+  std::vector<uint16_t> a, b;
+  HalfCase(DType t, int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+           bool rhsBatched, unsigned seed) {
+    s.dtype = t;
+    s.batch = batch;
+    s.m = m;
+    s.n = n;
+    s.k = k;
+    s.transposeLhs = ta;
+    s.transposeRhs = tb;
+    s.lhsBatched = true;
+    s.rhsBatched = rhsBatched;
+    int64_t nl, nr, no;
+    gemmExtents(s, nl, nr, no);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist;
+    for (int64_t i = 0; i < nl; ++i) a.push_back(kiln::floatToHalf(t, dist(rng)));
+    for (int64_t i = 0; i < nr; ++i) b.push_back(kiln::floatToHalf(t, dist(rng)));
+  }
+  std::vector<uint16_t> run(HalfGemm m, const RunParts &run) const {
+    int64_t nl, nr, no;
+    gemmExtents(s, nl, nr, no);
+    std::vector<uint16_t> c(size_t(no), 0x7fff);
+    HalfGemmScratch scratch;
+    matmulHalf(s, a.data(), b.data(), c.data(), m, scratch, run);
+    return c;
+  }
+  /// Checks `c` against double products of the rounded inputs.
+  void check(const std::vector<uint16_t> &c, const char *what) const {
+    double unit = std::ldexp(1.0, s.dtype == DType::BF16 ? -8 : -11);
+    for (int64_t p = 0; p < s.batch; ++p)
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          double ref = 0, mag = 0;
+          for (int64_t q = 0; q < s.k; ++q) {
+            int64_t ai = (s.transposeLhs ? q * s.m + i : i * s.k + q) + p * s.m * s.k;
+            int64_t bi = (s.transposeRhs ? j * s.k + q : q * s.n + j) +
+                         (s.rhsBatched ? p * s.k * s.n : 0);
+            double x = halfValue(s.dtype, a[size_t(ai)]) * halfValue(s.dtype, b[size_t(bi)]);
+            ref += x;
+            mag += std::fabs(x);
+          }
+          double acc = double(s.k) * std::ldexp(1.0, -24) * mag;
+          double got = halfValue(s.dtype, c[size_t((p * s.m + i) * s.n + j)]);
+          ASSERT_LE(std::fabs(got - ref), acc + unit * (std::fabs(ref) + acc))
+              << what << " " << kiln::program::gemmLabel(s) << " "
+              << kiln::program::dtypeName(s.dtype) << " batch " << p << " (" << i << ", " << j
+              << ")";
+        }
+  }
+};
+
+std::vector<HalfCase> halfCases(DType t) {
+  return {HalfCase(t, 1, 200, 130, 70, false, false, false, 1),  // row parts
+          HalfCase(t, 3, 40, 300, 64, false, true, false, 2),    // folded batch, column parts
+          HalfCase(t, 6, 33, 17, 45, true, false, true, 3),      // whole batches
+          HalfCase(t, 1, 96, 65, 128, true, true, false, 4)};    // both transposed
+}
+
+RunParts poolParts(ThreadPool &pool) {
+  return [&pool](int64_t n, const std::function<void(int64_t)> &job) {
+    pool.forEach(n, int(std::min<int64_t>(n, pool.threads())), job);
+  };
+}
+
+} // namespace
+
+TEST(HalfGemm, WidenedAgainstDouble) {
+  ThreadPool pool(3);
+  for (DType t : {DType::BF16, DType::F16})
+    for (const HalfCase &c : halfCases(t)) {
+      std::vector<uint16_t> one = c.run(HalfGemm::Widen, serialParts);
+      c.check(one, "widened");
+      EXPECT_EQ(c.run(HalfGemm::Widen, poolParts(pool)), one) << "threads changed the bits";
+    }
+}
+
+TEST(HalfGemm, LibraryAgainstDouble) {
+  for (DType t : {DType::BF16, DType::F16}) {
+    if (!hasLibraryHalfGemm(t))
+      GTEST_SKIP() << "the BLAS library (" << (blas() ? (*blas())->name : "none")
+                   << ") has no " << kiln::program::dtypeName(t)
+                   << " GEMM; oneMKL has (python3 -m pip install mkl)";
+    ThreadPool pool(3);
+    for (const HalfCase &c : halfCases(t)) {
+      std::vector<uint16_t> one = c.run(HalfGemm::Library, serialParts);
+      c.check(one, "library");
+      EXPECT_EQ(c.run(HalfGemm::Library, poolParts(pool)), one) << "threads changed the bits";
+    }
+  }
+}
+
+// The choice cache: a second reader finds what the first remembered; a
+// damaged line is skipped with a warning (the others still read); lines of
+// another machine are kept when the file is rewritten.
+TEST(HalfGemm, ChoiceCache) {
+  std::string dir = ::testing::TempDir() + "/kiln-half-gemm-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/half-gemm-v1.txt";
+  std::filesystem::remove(path);
+  MatmulShape s;
+  s.dtype = DType::BF16;
+  s.m = 768;
+  s.n = 512;
+  s.k = 128;
+  std::string k1 = halfGemmKey(s, 2), k2 = halfGemmKey(s, 4);
+  EXPECT_NE(k1, k2);
+  {
+    HalfGemmCache c(path, "cpu|blas");
+    EXPECT_FALSE(c.lookup(k1));
+    c.remember(k1, {HalfGemm::Library, 2e-4, 1e-4});
+    c.remember(k2, {HalfGemm::Widen, 1e-4, 2e-4});
+  }
+  {
+    HalfGemmCache other(path, "another cpu|blas"); // reads none of them
+    EXPECT_FALSE(other.lookup(k1));
+    other.remember(k1, {HalfGemm::Widen, 1e-4, 3e-4});
+  }
+  HalfGemmCache c(path, "cpu|blas");
+  EXPECT_EQ(c.skipped(), 0);
+  ASSERT_TRUE(c.lookup(k1));
+  EXPECT_EQ(c.lookup(k1)->method, HalfGemm::Library);
+  EXPECT_NEAR(c.lookup(k1)->librarySeconds, 1e-4, 1e-9);
+  EXPECT_EQ(c.lookup(k2)->method, HalfGemm::Widen);
+  // Damage k1's line: flip its choice without fixing the check.
+  std::string text;
+  {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  size_t at = text.find(k1 + " library");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at + k1.size() + 1, 7, "widen  ");
+  text += "garbage\n";
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  HalfGemmCache damaged(path, "cpu|blas");
+  EXPECT_EQ(damaged.skipped(), 2);
+  EXPECT_FALSE(damaged.lookup(k1)); // measured again
+  ASSERT_TRUE(damaged.lookup(k2));
+  EXPECT_EQ(damaged.lookup(k2)->method, HalfGemm::Widen);
+  HalfGemmCache missing(dir + "/none/half-gemm-v1.txt", "cpu|blas"); // no file: empty
+  EXPECT_FALSE(missing.lookup(k1));
+  missing.remember(k1, {HalfGemm::Widen, 1, 2}); // an unwritable path is no error
+  EXPECT_TRUE(missing.lookup(k1));
+  std::filesystem::remove_all(dir);
+}
