@@ -152,6 +152,7 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   if (auto n = trainAttrs_.get("devices"))
     if (cast<IntegerAttr>(n).getInt() > 1)
       setMesh(mod, MeshShape{{MeshAxis{"dp", cast<IntegerAttr>(n).getInt()}}});
+  checkFp32Layers();
   warnUnusedLayers();
   return std::move(module_);
 }

@@ -49,6 +49,59 @@ def KilnAutodiffPass : Pass<"kiln-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnMixedPrecisionPass : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "Apply precision = bf16|fp16 to @forward from the per-op policy table";
+  let description = [{
+    Runs first in the training pipeline, on `@forward`, when the module's
+    `kiln.train` has `precision = "bf16"` or `"fp16"` (or the `precision`
+    option overrides it); with fp32 or no precision it does nothing at all.
+    Each op is typed by its class in the policy table
+    (dialects/kiln/Precision.cpp, one entry per op; docs/training.md
+    renders it): `low` (operands cast to the low type), `fp32` (operands
+    cast to f32), `fp32-stats` (low in and out, statistics in fp32 inside
+    the kernel), `follow` (data movement) or `promote` (the widest input).
+    An op with no entry is an error. Parameters stay f32 in the signature;
+    a low op reads one cast of each, made at the entry with rule
+    `master-weight-copy`. Results are returned in their declared types (the
+    loss and logits in f32). A user's kiln.cast (no `kiln.precision.rule`)
+    and ops the user typed in a non-f32 type are left as written; ops with
+    `kiln.precision.fp32` (the frontend's override) stay f32. Every inserted
+    cast and every op kept in fp32 carries `kiln.precision.rule`; the module
+    gets `kiln.precision` and `kiln.precision.mode` (passes/Precision.h).
+
+    Before:
+    ```mlir
+    func.func @forward(%w: tensor<4x4xf32> {kiln.param = "w"}, %x: tensor<2x4xf32> {kiln.input = "x"})
+        -> (tensor<f32> {kiln.output = "loss"}) {
+      %0 = kiln.matmul %x, %w : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>
+      %1 = kiln.reduce_sum %0 axes = [0, 1] : tensor<2x4xf32> -> tensor<f32>
+      return %1 : tensor<f32>
+    }
+    ```
+    After (bf16):
+    ```mlir
+    func.func @forward(%w: tensor<4x4xf32> {kiln.param = "w"}, %x: tensor<2x4xf32> {kiln.input = "x"})
+        -> (tensor<f32> {kiln.output = "loss"}) {
+      %wb = kiln.cast %w {kiln.precision.rule = "master-weight-copy"} : tensor<4x4xf32> -> tensor<4x4xbf16>
+      %xb = kiln.cast %x {kiln.precision.rule = "gemm-low"} : tensor<2x4xf32> -> tensor<2x4xbf16>
+      %0 = kiln.matmul %xb, %wb : tensor<2x4xbf16>, tensor<4x4xbf16> -> tensor<2x4xbf16>
+      %0f = kiln.cast %0 {kiln.precision.rule = "reduction-fp32"} : tensor<2x4xbf16> -> tensor<2x4xf32>
+      %1 = kiln.reduce_sum %0f axes = [0, 1] {kiln.precision.rule = "reduction-fp32"} : tensor<2x4xf32> -> tensor<f32>
+      return %1 : tensor<f32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"\"",
+           "fp32, bf16 or fp16 (default: kiln.train's precision, else fp32)">,
+    Option<"mode", "mode", "std::string", /*default=*/"\"\"",
+           "kiln (default) or autocast (PyTorch autocast's rounding points; default: kiln.train's precision_mode)">,
+  ];
+  let statistics = [
+    Statistic<"numCasts", "casts", "Casts inserted">,
+  ];
+}
+
 def KilnTrainStepPass : Pass<"kiln-train-step", "mlir::ModuleOp"> {
   let summary = "Build @init, @grad, @train_step, @eval_step and @predict from @forward and kiln.train";
   let description = [{

@@ -39,6 +39,8 @@ namespace kiln {
 void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
   KilnTrainStepPassOptions options;
   options.gradOnly = gradOnly;
+  // Mixed precision on @forward (a no-op without precision = bf16|fp16).
+  pm.addPass(createKilnMixedPrecisionPass());
   pm.addPass(createKilnTrainStepPass(options));
   // Data parallelism when kiln.mesh has dp > 1 (a no-op without a mesh, so
   // single-device programs are unchanged); before canonicalization, which
@@ -111,7 +113,7 @@ struct TrainPipelineOptions : PassPipelineOptions<TrainPipelineOptions> {
 void registerKilnPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "kiln-train-pipeline",
-      "kiln-train-step, kiln-data-parallel, canonicalize, cse: @forward to the training program (kilnc)",
+      "kiln-mixed-precision, kiln-train-step, kiln-data-parallel, canonicalize, cse: @forward to the training program (kilnc)",
       [](OpPassManager &pm, const TrainPipelineOptions &o) {
         buildTrainProgramPipeline(pm, o.gradOnly);
       });

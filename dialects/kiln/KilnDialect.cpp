@@ -180,6 +180,20 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'kiln.bucket' must be an integer";
     return success();
   }
+  // Mixed precision (passes/MixedPrecision.cpp, passes/Precision.h): the
+  // policy rule on an op, the override tag from the frontend, and the
+  // module's precision and mode.
+  if (name == "kiln.precision.rule" || name == "kiln.precision.fp32")
+    return verifyNonEmptyString(op, attr);
+  if (name == "kiln.precision" || name == "kiln.precision.mode") {
+    auto s = dyn_cast<StringAttr>(attr.getValue());
+    llvm::StringRef v = s ? s.getValue() : "";
+    if (name == "kiln.precision" ? v != "bf16" && v != "fp16" : v != "kiln" && v != "autocast")
+      return op->emitError() << "'" << name << "' must be "
+                             << (name == "kiln.precision" ? "\"bf16\" or \"fp16\""
+                                                         : "\"kiln\" or \"autocast\"");
+    return success();
+  }
   if (name == kShardingAttr) {
     auto list = dyn_cast<ArrayAttr>(attr.getValue());
     if (!list || list.size() != op->getNumResults())

@@ -125,14 +125,20 @@ struct Args {
   bool has(size_t i) const { return vals[i].has_value(); }
 };
 
-/// Tags every op built inside a repeat iteration with `kiln.block`.
+/// Tags every op built inside a repeat iteration with `kiln.block`, and
+/// every op built under a user's fp32 override (`precision = fp32` on a
+/// call, `fp32_layers` in the train section) with `kiln.precision.fp32`
+/// (its value names the override), which kiln-mixed-precision keeps in fp32.
 struct BlockTagger : OpBuilder::Listener {
   std::string tag;
+  std::string fp32;
   void notifyOperationInserted(Operation *op,
                                OpBuilder::InsertPoint) override {
     if (!tag.empty())
       op->setAttr(KilnDialect::kBlockAttr,
                   StringAttr::get(op->getContext(), tag));
+    if (!fp32.empty())
+      op->setAttr("kiln.precision.fp32", StringAttr::get(op->getContext(), fp32));
   }
 };
 
@@ -200,6 +206,26 @@ private:
   bool leadingDim_ = false;
   NamedAttrList dimBindings_;
   NamedAttrList trainAttrs_;
+  // Mixed-precision overrides (docs/language.md "Keeping parts in fp32").
+  /// The `precision = fp32` argument of the call being dispatched: bindArgs
+  /// and callDef skip it.
+  const Expr *precisionArg_ = nullptr;
+  /// The train section's fp32_layers patterns, where each was written, and
+  /// whether it matched a layer, repeat iteration or def call.
+  struct Fp32Pattern {
+    std::string glob;
+    SourceLoc loc;
+    bool used = false;
+  };
+  std::vector<Fp32Pattern> fp32Layers_;
+  /// Every layer and scope name seen (for "did you mean").
+  std::vector<std::string> scopeNames_;
+  /// Whether `name` (a layer, repeat iteration or def scope) is under an
+  /// fp32_layers pattern; if so, ops built from now on are tagged until the
+  /// caller restores tagger_.fp32.
+  void matchFp32Layers(const std::string &name);
+  /// Errors for fp32_layers patterns that matched nothing.
+  void checkFp32Layers();
 
   //===--------------------------------------------------------------------===//
   // Errors and locations (Values.cpp)

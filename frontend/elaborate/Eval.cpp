@@ -159,6 +159,8 @@ Args Elaborator::bindArgs(const Expr &e, Env &env,
   };
   size_t positional = 0;
   for (size_t k = 0; k < e.args.size(); ++k) {
+    if (precisionArg_ && e.args[k].get() == precisionArg_)
+      continue; // `precision = fp32`, taken by call()
     size_t idx;
     if (e.argNames[k].empty()) {
       idx = positional++;
@@ -194,8 +196,39 @@ Args Elaborator::bindArgs(const Expr &e, Env &env,
 
 Val Elaborator::call(const Expr &e, Env &env) {
   auto def = defs_.find(e.text);
-  if (def != defs_.end())
-    return callDef(*def->second, e, env);
+  // `precision = fp32` on any call (a def keeps its own parameter of that
+  // name): the ops the call builds, its arguments' included, stay fp32
+  // under mixed precision. The fp32_layers tag set by a layer's name
+  // (layerName) lasts until the call returns, too.
+  const Expr *outerArg = precisionArg_;
+  std::string outerFp32 = tagger_.fp32;
+  const Expr *mine = nullptr;
+  bool defHasIt = def != defs_.end() &&
+                  llvm::any_of(def->second->params,
+                               [](const Param &p) { return p.name == "precision"; });
+  for (size_t k = 0; k < e.args.size() && !defHasIt; ++k) {
+    if (e.argNames[k] != "precision")
+      continue;
+    const Expr &v = *e.args[k];
+    if ((v.kind != Expr::Kind::Name && v.kind != Expr::Kind::String) || v.text != "fp32")
+      fail(v.loc, "precision = ... on a call must be fp32 (keeps the call's ops "
+                  "in fp32 under mixed precision; the train section's precision "
+                  "chooses bf16 or fp16)");
+    mine = &v;
+    if (tagger_.fp32.empty())
+      tagger_.fp32 = e.text + " at line " + std::to_string(e.loc.line);
+  }
+  precisionArg_ = mine;
+  auto restore = [&] {
+    precisionArg_ = outerArg;
+    tagger_.fp32 = outerFp32;
+  };
+  Val out;
+  if (def != defs_.end()) {
+    out = callDef(*def->second, e, env);
+    restore();
+    return out;
+  }
   auto it = builtins_.find(e.text);
   if (it == builtins_.end()) {
     SourceLoc l = e.loc;
@@ -204,7 +237,9 @@ Val Elaborator::call(const Expr &e, Env &env) {
       fail(l, "'" + e.text + "' is a variable, not a function");
     fail(l, "unknown function '" + e.text + "'" + suggest(e.text, &env));
   }
-  return it->second(e, env);
+  out = it->second(e, env);
+  restore();
+  return out;
 }
 
 Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
@@ -215,7 +250,11 @@ Val Elaborator::callDef(const DefDecl &def, const Expr &e, Env &env) {
   local.parent = &paramEnv_;
   size_t positional = 0;
   std::vector<bool> bound(def.params.size(), false);
+  const Expr *skip = precisionArg_;
+  precisionArg_ = nullptr; // the def's body makes calls of its own
   for (size_t k = 0; k < e.args.size(); ++k) {
+    if (skip && e.args[k].get() == skip)
+      continue; // `precision = fp32`, taken by call()
     size_t idx = 0;
     if (e.argNames[k].empty()) {
       idx = positional++;
@@ -266,6 +305,8 @@ Val Elaborator::inlineDef(const DefDecl &def, Env &local, SourceLoc l) {
   int &count = nameCounts_[base + "|def:" + def.name];
   prefix_.push_back(def.name + (count ? "_" + std::to_string(count) : ""));
   ++count;
+  std::string outerFp32 = tagger_.fp32;
+  matchFp32Layers(joinPrefix());
   callStack_.push_back(loc(l));
   ++callDepth_;
   std::optional<Val> ret;
@@ -273,6 +314,7 @@ Val Elaborator::inlineDef(const DefDecl &def, Env &local, SourceLoc l) {
   --callDepth_;
   callStack_.pop_back();
   prefix_.pop_back();
+  tagger_.fp32 = outerFp32;
   if (!ret)
     fail(l, "'" + def.name + "' returned no value; end it with "
                 "'return EXPR'");
@@ -435,7 +477,10 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
                           " statements to evaluate; reduce repeat counts");
         prefix_.push_back(scope + "." + std::to_string(i));
         tagger_.tag = joinPrefix();
+        std::string outerFp32 = tagger_.fp32;
+        matchFp32Layers(tagger_.tag);
         execBlock(s.body, env, inDef, /*topLevel=*/false, ret);
+        tagger_.fp32 = outerFp32;
         prefix_.pop_back();
       }
       tagger_.tag = outerTag;

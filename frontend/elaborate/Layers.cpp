@@ -43,7 +43,59 @@ std::string Elaborator::layerName(const std::string &kind, const Args &args,
     } while (layers_.count(full));
   }
   currentLayer_ = LayerCall{kind, full, args.callLoc};
+  matchFp32Layers(full);
   return full;
+}
+
+namespace {
+/// Glob match: `*` stands for any characters (dots included).
+bool globMatch(llvm::StringRef glob, llvm::StringRef s) {
+  if (glob.empty())
+    return s.empty();
+  if (glob.front() == '*') {
+    for (size_t i = 0; i <= s.size(); ++i)
+      if (globMatch(glob.drop_front(), s.drop_front(i)))
+        return true;
+    return false;
+  }
+  return !s.empty() && glob.front() == s.front() &&
+         globMatch(glob.drop_front(), s.drop_front());
+}
+} // namespace
+
+void Elaborator::matchFp32Layers(const std::string &name) {
+  if (fp32Layers_.empty())
+    return;
+  scopeNames_.push_back(name);
+  for (Fp32Pattern &p : fp32Layers_) {
+    if (!globMatch(p.glob, name))
+      continue;
+    p.used = true;
+    if (tagger_.fp32.empty())
+      tagger_.fp32 = name;
+  }
+}
+
+void Elaborator::checkFp32Layers() {
+  for (const Fp32Pattern &p : fp32Layers_) {
+    if (p.used)
+      continue;
+    std::string best;
+    unsigned bestDist = std::max<unsigned>(3, p.glob.size() / 3);
+    for (const std::string &n : scopeNames_) {
+      unsigned d = llvm::StringRef(p.glob).edit_distance(n, true, bestDist);
+      if (d < bestDist)
+        bestDist = d, best = n;
+    }
+    std::string known;
+    for (size_t i = 0; i < scopeNames_.size() && i < 8; ++i)
+      known += (i ? ", " : "") + scopeNames_[i];
+    if (scopeNames_.size() > 8)
+      known += ", ...";
+    fail(p.loc, "fp32_layers: '" + p.glob + "' matches no layer, repeat iteration or def call" +
+                    (best.empty() ? "" : "; did you mean '" + best + "'?") +
+                    (known.empty() ? "" : " (names: " + known + ")"));
+  }
 }
 
 DictionaryAttr Elaborator::initAttr(const Val &init) {

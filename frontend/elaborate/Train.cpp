@@ -129,7 +129,8 @@ void Elaborator::evalTrain() {
   };
   const double req = std::nan("");
   static const char *known =
-      "batch, steps, optimizer, schedule, precision, loss_scale, seed, grad_clip, "
+      "batch, steps, optimizer, schedule, precision, precision_mode, fp32_layers, "
+      "loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, zero, bucket_mb, "
       "first_bucket_mb";
@@ -233,6 +234,26 @@ void Elaborator::evalTrain() {
       if (!(f("backoff_factor") > 0 && f("backoff_factor") <= 1))
         fail(e.loc, "backoff_factor of loss_scale must be in (0, 1]");
       trainAttrs_.set(k, o.getDictionary(&ctx_));
+    } else if (k == "fp32_layers") {
+      // Layer names, repeat iterations ("h.3") or def scopes kept in fp32
+      // under mixed precision; `*` matches any characters.
+      const Expr &e = *t.value;
+      if (e.kind != Expr::Kind::List)
+        fail(e.loc, "fp32_layers must be a list of layer-name patterns, e.g. "
+                    "[\"lm_head\", \"h.3.*\"]");
+      for (const ExprPtr &item : e.args) {
+        if (item->kind != Expr::Kind::String || item->text.empty())
+          fail(item->loc, "fp32_layers: each entry must be a non-empty string "
+                          "(a layer name; * matches any characters)");
+        fp32Layers_.push_back({item->text, item->loc});
+      }
+    } else if (k == "precision_mode") {
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (p != "kiln" && p != "autocast")
+        fail(e.loc, "precision_mode must be kiln or autocast");
+      trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "data" || k == "val_data") {
       Val v = eval(*t.value, paramEnv_);
       if (v.kind != Val::Kind::Str || v.s.empty())

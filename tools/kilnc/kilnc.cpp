@@ -168,6 +168,17 @@ cl::opt<double> firstBucketMb("first-bucket-mb",
                                        "(overrides first_bucket_mb; default 1)"),
                               cl::init(0), cl::cat(kilncCategory));
 
+cl::opt<std::string> precisionOpt(
+    "precision",
+    cl::desc("fp32, bf16 or fp16: the training step's precision (overrides the "
+             "train section's precision; docs/training.md \"Mixed precision\")"),
+    cl::value_desc("fp32|bf16|fp16"), cl::cat(kilncCategory));
+cl::opt<std::string> precisionModeOpt(
+    "precision-mode",
+    cl::desc("kiln (default: Kiln's policy) or autocast (rounding points where "
+             "PyTorch autocast puts them) for --precision bf16/fp16"),
+    cl::value_desc("kiln|autocast"), cl::cat(kilncCategory));
+
 cl::list<std::string> params(
     "param", cl::desc("Override a model parameter, e.g. --param layers=2"),
     cl::value_desc("NAME=VALUE"), cl::cat(kilncCategory));
@@ -335,6 +346,23 @@ int main(int argc, char **argv) {
     if (n > 1)
       mesh.axes.push_back({"dp", n});
     kiln::setMesh(*module, mesh);
+  }
+  // Mixed precision from the command line: kiln-mixed-precision reads it.
+  if (precisionOpt.getNumOccurrences() || precisionModeOpt.getNumOccurrences()) {
+    mlir::Builder b(&context);
+    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
+    mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
+    if (precisionOpt.getNumOccurrences()) {
+      if (precisionOpt != "fp32" && precisionOpt != "bf16" && precisionOpt != "fp16")
+        return userError("--precision=" + precisionOpt + ": use fp32, bf16 or fp16");
+      t.set("precision", b.getStringAttr(precisionOpt));
+    }
+    if (precisionModeOpt.getNumOccurrences()) {
+      if (precisionModeOpt != "kiln" && precisionModeOpt != "autocast")
+        return userError("--precision-mode=" + precisionModeOpt + ": use kiln or autocast");
+      t.set("precision_mode", b.getStringAttr(precisionModeOpt));
+    }
+    (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
   }
   if (mlir::failed(mlir::verify(*module))) {
     std::fprintf(stderr,

@@ -1,0 +1,72 @@
+//===- Precision.h - The mixed-precision policy, one entry per op -*- C++ -*-===//
+//
+// What kiln-mixed-precision (passes/MixedPrecision.cpp) does with each kiln
+// op when a train step runs in bf16 or fp16: the op's class in the "kiln"
+// mode (Kiln's own policy: low-precision storage, fp32 statistics inside
+// kernels) and in the "autocast" mode (rounding points where PyTorch's
+// autocast puts them), and the rule name the pass records in
+// `kiln.precision.rule` (passes/Precision.h). The table is in Precision.cpp,
+// one line per op, beside the gradient and sharding rules; docs/training.md
+// renders it. An op without an entry is refused by the pass, so a new op
+// cannot escape the policy silently.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_DIALECTS_KILN_PRECISION_H
+#define KILN_DIALECTS_KILN_PRECISION_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace kiln {
+
+/// How an op's floating-point operands and results are typed.
+enum class PrecisionClass {
+  /// Operands cast to the low type (bf16/f16), result in the low type.
+  Low,
+  /// Operands cast to f32, result f32.
+  Fp32,
+  /// Low type in and out; the kernel keeps its statistics (max, sums,
+  /// mean, variance) in fp32 registers.
+  Fp32Stats,
+  /// Data movement: the result has its input's type (several inputs of
+  /// different types are promoted to the widest).
+  Follow,
+  /// Mixed inputs: every operand is cast to the widest input type, which
+  /// the result takes. Splat constants (the frontend's scalars) do not
+  /// widen, like PyTorch's Python scalars.
+  Promote,
+  /// The op keeps the types it was written with (kiln.cast).
+  Keep,
+};
+
+/// One entry of the table.
+struct PrecisionPolicy {
+  llvm::StringLiteral op;          ///< "kiln.matmul"
+  PrecisionClass kiln;             ///< class in the "kiln" mode
+  llvm::StringLiteral kilnRule;    ///< its rule name ("" for Follow/Promote)
+  PrecisionClass autocast;         ///< class in the "autocast" mode
+  llvm::StringLiteral autocastRule;
+};
+
+/// The table, in KilnOps.td's order.
+llvm::ArrayRef<PrecisionPolicy> precisionPolicies();
+/// The entry for an op name ("kiln.softmax"), or null.
+const PrecisionPolicy *lookupPrecisionPolicy(llvm::StringRef opName);
+/// "low", "fp32", "fp32-stats", "follow", "promote", "keep".
+llvm::StringRef precisionClassName(PrecisionClass c);
+
+/// Op attribute the frontend puts on every op built under a user's fp32
+/// override (`precision = fp32` on a call, `fp32_layers` in the train
+/// section): the pass keeps such ops in fp32 (rule "user-fp32-override").
+/// Its value is the override's name for reports (the layer or block).
+inline constexpr llvm::StringLiteral kPrecisionOverrideAttr = "kiln.precision.fp32";
+
+/// Rule names the pass uses outside the table.
+inline constexpr llvm::StringLiteral kRuleMasterWeightCopy = "master-weight-copy";
+inline constexpr llvm::StringLiteral kRuleUserOverride = "user-fp32-override";
+inline constexpr llvm::StringLiteral kRuleOutputFp32 = "output-fp32";
+inline constexpr llvm::StringLiteral kRuleUserTyped = "user-typed";
+
+} // namespace kiln
+
+#endif // KILN_DIALECTS_KILN_PRECISION_H
