@@ -10,6 +10,7 @@
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Precision.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -57,8 +58,8 @@ struct Config {
 };
 
 /// The rule kiln-mixed-precision gives the one cast per parameter that low
-/// ops read (passes/Precision.h); the train step turns it into state.
-constexpr StringLiteral kMasterWeightCopyRule = "master-weight-copy";
+/// ops read (dialects/kiln/Precision.h); the train step turns it into state.
+constexpr StringLiteral kMasterWeightCopyRule = kRuleMasterWeightCopy;
 /// On the cast of that copy's gradient back to fp32 in @train_step.
 constexpr StringLiteral kMasterWeightGradRule = "master-weight-grad";
 

@@ -163,10 +163,6 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
                                 "kiln.reduce_scatter, kiln.all_gather)";
     return success();
   }
-  // Mixed precision (passes/Precision.h).
-  if (name == "kiln.precision" || name == "kiln.precision.mode" ||
-      name == "kiln.precision.rule")
-    return verifyNonEmptyString(op, attr);
   // Data parallelism (passes/DataParallel.cpp, docs/parallel.md).
   if (name == "kiln.dp.grad")
     return verifyNonEmptyString(op, attr);
