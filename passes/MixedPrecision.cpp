@@ -238,6 +238,14 @@ private:
     StringRef rule = kilnMode_ ? policy->kilnRule : policy->autocastRule;
     switch (cls) {
     case PrecisionClass::Low:
+      // GEMMs always run low. Elementwise ops narrow with their inputs: one
+      // whose (non-constant) inputs are all f32, such as arithmetic on the
+      // loss after cross_entropy, stays f32 rather than round the loss.
+      if (!isa<MatmulOp>(op) && llvm::none_of(op->getOperands(), [&](Value v) {
+            return isFloatValue(v) && !v.getDefiningOp<ConstantOp>() &&
+                   width(seenType(v)) == 1;
+          }))
+        return success();
       apply(op, low_, rule);
       return success();
     case PrecisionClass::Fp32Stats:
