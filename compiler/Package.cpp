@@ -5,6 +5,7 @@
 #include "dialects/kiln/KilnOps.h"
 #include "reference/Interpreter.h"
 #include "runtime/core/Checkpoint.h"
+#include "runtime/core/Half.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -171,6 +172,18 @@ bool toBytes(const interp::Tensor &t, const program::Buffer &b, ckpt::Tensor &ou
     out.dtype = "I64";
     out.bytes.resize(size_t(n) * 8);
     std::memcpy(out.bytes.data(), t.i.data(), size_t(n) * 8);
+    return true;
+  }
+  case program::DType::BF16:
+  case program::DType::F16: {
+    // Mixed precision's low copies of parameters (the values are already
+    // rounded by @init's cast, so this conversion is exact).
+    out.dtype = b.dtype == program::DType::BF16 ? "BF16" : "F16";
+    out.bytes.resize(size_t(n) * 2);
+    for (int64_t k = 0; k < n; ++k) {
+      uint16_t h = floatToHalf(b.dtype, float(t.f[k]));
+      std::memcpy(&out.bytes[size_t(k) * 2], &h, 2);
+    }
     return true;
   }
   case program::DType::I32: {

@@ -33,7 +33,7 @@ Value zerosLike(OpBuilder &b, Location loc, Value v) {
 FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
                                                 ArrayRef<Value> wrt,
                                                 int64_t *numOps,
-                                                bool recompute) {
+                                                bool recompute, Value seed) {
   Block *block = b.getInsertionBlock();
   Location loc = loss.getLoc();
   // Forward ops are everything before the insertion point.
@@ -92,7 +92,9 @@ FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
   };
 
   llvm::DenseMap<Value, Value> adjoint;
-  {
+  if (seed) {
+    adjoint[loss] = seed;
+  } else {
     auto t = cast<RankedTensorType>(loss.getType());
     adjoint[loss] = b.create<ConstantOp>(
         loc, DenseElementsAttr::get(t, FloatAttr::get(t.getElementType(), 1.0)));

@@ -44,10 +44,14 @@ inline constexpr llvm::StringLiteral kAccumulatorAttr = "kiln_accumulator";
 /// rules read the clones: activations inside a block are then dead after the
 /// forward pass, at the price of running each block's forward twice. The
 /// values are bit-identical.
+///
+/// `seed`, when given, is the adjoint of `loss` (a value of its type
+/// defined before the insertion point) instead of the constant 1: fp16 loss
+/// scaling seeds the sweep with the scale (docs/training.md).
 mlir::FailureOr<llvm::SmallVector<mlir::Value>>
 buildReverseSweep(mlir::OpBuilder &builder, mlir::Value loss,
                   llvm::ArrayRef<mlir::Value> wrt, int64_t *numOps = nullptr,
-                  bool recompute = false);
+                  bool recompute = false, mlir::Value seed = {});
 
 /// Erases pure ops whose results are unused, in `block`, to a fixpoint.
 void eraseDeadOps(mlir::Block &block);

@@ -6,14 +6,17 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
+#include "passes/Precision.h"
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Precision.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 
@@ -46,7 +49,19 @@ struct Config {
   int64_t warmup = 0, decaySteps = -1, steps = 1, gradAccum = 1, seed = 0;
   double minLr = 0.0, gradClip = 0.0;
   bool recompute = false;
+  int64_t zero = 0;
+  /// Loss scaling: "" (the precision's default: dynamic for fp16, none
+  /// otherwise), "dynamic", "static" or "none"; GradScaler's defaults.
+  std::string lossScale;
+  double scaleInit = 65536.0, growthFactor = 2.0, backoffFactor = 0.5;
+  int64_t growthInterval = 2000;
 };
+
+/// The rule kiln-mixed-precision gives the one cast per parameter that low
+/// ops read (dialects/kiln/Precision.h); the train step turns it into state.
+constexpr StringLiteral kMasterWeightCopyRule = kRuleMasterWeightCopy;
+/// On the cast of that copy's gradient back to fp32 in @train_step.
+constexpr StringLiteral kMasterWeightGradRule = "master-weight-grad";
 
 double getF(DictionaryAttr d, StringRef k, double def) {
   if (!d)
@@ -95,6 +110,17 @@ Config readConfig(ModuleOp m) {
   c.gradClip = getF(t, "grad_clip", 0.0);
   if (auto r = t.getAs<BoolAttr>("recompute"))
     c.recompute = r.getValue();
+  c.zero = getI(t, "zero", 0);
+  if (auto ls = t.getAs<DictionaryAttr>("loss_scale")) {
+    if (auto n = ls.getAs<StringAttr>("name"))
+      c.lossScale = n.getValue().str();
+    c.scaleInit = getF(ls, "init", c.scaleInit);
+    c.growthFactor = getF(ls, "growth_factor", c.growthFactor);
+    c.backoffFactor = getF(ls, "backoff_factor", c.backoffFactor);
+    c.growthInterval = int64_t(getF(ls, "growth_interval", double(c.growthInterval)));
+    if (c.lossScale == "static")
+      c.growthFactor = c.backoffFactor = 1.0;
+  }
   if (c.decaySteps < 0)
     c.decaySteps = c.steps;
   return c;
@@ -173,6 +199,46 @@ public:
     cfg_ = readConfig(m);
     auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
     hasLogits_ = ret.getNumOperands() > 1;
+    if (auto p = m->getAttrOfType<StringAttr>(kPrecisionAttr))
+      precision_ = p.getValue().str();
+    scaler_ = cfg_.lossScale == "dynamic" || cfg_.lossScale == "static" ||
+              (cfg_.lossScale.empty() && precision_ == "fp16");
+    collectMasterCopies();
+  }
+
+  /// The master-weight-copy casts of @forward, per parameter. Under ZeRO
+  /// (the update runs on this device's block) they stay plain casts.
+  void collectMasterCopies() {
+    lowCasts_.resize(params_.size());
+    lowType_.resize(params_.size());
+    direct_.assign(params_.size(), true);
+    if (getMesh(m_).axisSize("dp") > 1 && cfg_.zero > 0)
+      return;
+    llvm::DenseMap<unsigned, size_t> paramOf;
+    for (auto [i, p] : llvm::enumerate(params_))
+      paramOf[p.arg] = i;
+    for (Operation &op : fwd_.getBody().front()) {
+      auto c = dyn_cast<CastOp>(op);
+      auto rule = c ? c->getAttrOfType<StringAttr>(kPrecisionRuleAttr) : StringAttr();
+      if (!rule || rule.getValue() != kMasterWeightCopyRule)
+        continue;
+      auto a = dyn_cast<BlockArgument>(c.getOperand());
+      auto it = a ? paramOf.find(a.getArgNumber()) : paramOf.end();
+      if (it == paramOf.end()) {
+        badCopy_ = c;
+        continue;
+      }
+      auto t = cast<RankedTensorType>(c.getType());
+      if (lowType_[it->second] && lowType_[it->second] != t)
+        badCopy_ = c;
+      lowType_[it->second] = t;
+      lowCasts_[it->second].push_back(c);
+    }
+    for (auto [i, p] : llvm::enumerate(params_))
+      if (lowType_[i])
+        direct_[i] = llvm::any_of(fwd_.getArgument(p.arg).getUsers(), [&](Operation *u) {
+          return !llvm::is_contained(lowCasts_[i], u);
+        });
   }
 
   /// Rejects a kiln.train the builder cannot honour (the frontend checks the
@@ -189,6 +255,21 @@ public:
                  "' (expected constant, linear_warmup or cosine)");
     if (cfg_.gradAccum < 1 || cfg_.steps < 1 || cfg_.warmup < 0)
       return bad("grad_accum and steps must be >= 1 and warmup >= 0");
+    if (!cfg_.lossScale.empty() && cfg_.lossScale != "dynamic" &&
+        cfg_.lossScale != "static" && cfg_.lossScale != "none")
+      return bad("unknown loss_scale '" + cfg_.lossScale +
+                 "' (expected dynamic, static or none)");
+    if (scaler_ && (!(cfg_.scaleInit > 0) || !std::isfinite(cfg_.scaleInit) ||
+                    cfg_.scaleInit > 3.4e38 || cfg_.growthInterval < 1 ||
+                    !(cfg_.growthFactor >= 1) || !(cfg_.backoffFactor > 0) ||
+                    !(cfg_.backoffFactor <= 1)))
+      return bad("loss_scale needs 0 < init <= 3.4e38, growth_interval >= 1, "
+                 "growth_factor >= 1 and 0 < backoff_factor <= 1");
+    if (badCopy_)
+      return badCopy_.emitOpError()
+             << "has " << kPrecisionRuleAttr << " = \"" << kMasterWeightCopyRule
+             << "\" but does not read a parameter argument of @forward (or casts it to "
+                "a second type); kiln-mixed-precision leaves one such cast per parameter";
     return success();
   }
 
@@ -209,6 +290,21 @@ private:
   Config cfg_;
   bool hasLogits_ = false;
   func::FuncOp current_; ///< set by inferenceFunction()
+  std::string precision_; ///< the module's kiln.precision ("" for fp32)
+  bool scaler_ = false;   ///< loss scaling compiled into @train_step
+  /// Per parameter: @forward's master-weight-copy casts of it, their type
+  /// (null: none) and whether @forward also reads it directly.
+  std::vector<SmallVector<CastOp>> lowCasts_;
+  std::vector<RankedTensorType> lowType_;
+  std::vector<bool> direct_;
+  CastOp badCopy_;
+
+  /// The low copy of a parameter value, tagged as the pass tags its casts.
+  Value lowCopy(Value w, size_t i, StringRef rule = kMasterWeightCopyRule) {
+    auto c = b_.create<CastOp>(loc(), lowType_[i], w);
+    c->setAttr(kPrecisionRuleAttr, b_.getStringAttr(rule));
+    return c;
+  }
 
   Location loc() { return fwd_.getLoc(); }
 
@@ -268,6 +364,9 @@ private:
           out.push_back(map.lookup(v));
         return out;
       }
+      // Results mapped beforehand (master-weight copies read from state).
+      if (op.getNumResults() == 1 && map.contains(op.getResult(0)))
+        continue;
       if (noDropout)
         if (auto d = dyn_cast<DropoutOp>(op)) {
           map.map(d.getResult(), map.lookup(d.getOperand()));
@@ -316,6 +415,15 @@ LogicalResult Builder::buildInit() {
       results.push_back(s.cst(0.0, p.type));
       names.push_back(slot + ":" + p.name);
     }
+  for (auto [i, p] : llvm::enumerate(params_))
+    if (lowType_[i]) {
+      results.push_back(lowCopy(results[i], i));
+      names.push_back("lowp:" + p.name);
+    }
+  if (scaler_) {
+    results.append({s.cst(cfg_.scaleInit), s.cst(0.0), s.cst(0.0)});
+    names.insert(names.end(), {"loss_scale", "scale_good_steps", "skipped_steps"});
+  }
   finish(f, results, names);
   return success();
 }
@@ -356,6 +464,18 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   for (auto [k, slot] : llvm::enumerate(slotNames))
     for (const Param &p : params_)
       state[k].push_back(addArg(f, p.type, loc(), KilnDialect::kStateAttr, slot + ":" + p.name));
+  // Mixed precision: the low copy of each parameter low ops read is state
+  // (written by the update below), and the loss scaler's state.
+  SmallVector<Value> lowps(params_.size());
+  for (auto [i, p] : llvm::enumerate(params_))
+    if (lowType_[i])
+      lowps[i] = addArg(f, lowType_[i], loc(), KilnDialect::kStateAttr, "lowp:" + p.name);
+  Value scale, goodSteps, skipped, invScale;
+  if (scaler_) {
+    scale = addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "loss_scale");
+    goodSteps = addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "scale_good_steps");
+    skipped = addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "skipped_steps");
+  }
   int64_t K = cfg_.gradAccum;
   SmallVector<Value> ins;
   for (const Input &in : inputs_) {
@@ -382,6 +502,8 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   if (mesh)
     replica = addArg(f, i64, loc(), KilnDialect::kInputAttr, "replica");
   Block *body = &f.getBody().front();
+  if (scaler_)
+    invScale = s.div(s.cst(1.0), scale);
 
   // Forward and backward per micro-batch.
   Value lossSum;
@@ -390,6 +512,9 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     IRMapping map;
     for (auto [p, v] : llvm::zip(params_, ps))
       map.map(fwd_.getArgument(p.arg), v);
+    for (auto [casts, v] : llvm::zip(lowCasts_, lowps))
+      for (CastOp c : casts)
+        map.map(c.getResult(), v);
     for (auto [in, v] : llvm::zip(inputs_, ins)) {
       Value x = v;
       if (K > 1) {
@@ -413,10 +538,45 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       map.map(fwd_.getArgument(dropoutSeedArg_), seed);
     }
     SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
+    // Gradients with respect to the parameters and their low copies; the
+    // loss scaler seeds the sweep with the scale.
+    SmallVector<Value> wrt(ps.begin(), ps.end());
+    for (Value v : lowps)
+      if (v)
+        wrt.push_back(v);
+    Value seed;
+    if (scaler_) {
+      auto lt = cast<RankedTensorType>(outs[0].getType());
+      seed = scale;
+      if (lt != s.f32())
+        seed = b_.create<CastOp>(loc(), lt, scale);
+    }
     FailureOr<SmallVector<Value>> grads =
-        buildReverseSweep(b_, outs[0], ps, nullptr, cfg_.recompute);
+        buildReverseSweep(b_, outs[0], wrt, nullptr, cfg_.recompute, seed);
     if (failed(grads))
       return failure();
+    // A parameter's gradient: through its direct uses plus its low copy's
+    // gradient cast back to fp32 (the cast's own gradient rule), so the
+    // accumulation over micro-batches and everything after it is fp32.
+    for (size_t i = 0, j = params_.size(); i < params_.size(); ++i) {
+      if (!lowps[i])
+        continue;
+      OpBuilder::InsertionGuard guard(b_);
+      Value low = (*grads)[j++];
+      b_.setInsertionPointAfterValue(low);
+      auto c = b_.create<CastOp>(loc(), params_[i].type, low);
+      c->setAttr(kPrecisionRuleAttr, b_.getStringAttr(kMasterWeightGradRule));
+      Value g = c;
+      if (direct_[i]) {
+        Value d = (*grads)[i];
+        Operation *dd = d.getDefiningOp(), *gd = g.getDefiningOp();
+        if (dd && gd->isBeforeInBlock(dd))
+          b_.setInsertionPointAfter(dd);
+        g = s.add(d, g);
+      }
+      (*grads)[i] = g;
+    }
+    grads->resize(params_.size());
     lossSum = lossSum ? s.add(lossSum, outs[0]) : outs[0];
     for (size_t i = 0; i < params_.size(); ++i) {
       // With a mesh, each accumulated gradient is built as soon as backward
@@ -432,7 +592,12 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       }
       gradSum[i] = gradSum[i] ? s.add(gradSum[i], (*grads)[i]) : (*grads)[i];
       if (mesh && k == K - 1) {
-        gradSum[i] = s.mul(gradSum[i], s.splat(s.cst(1.0 / double(K)), params_[i].type));
+        // With loss scaling the mean also unscales: the reduced gradients
+        // (and the norm kiln-data-parallel computes from them) are unscaled.
+        Value factor = s.cst(1.0 / double(K));
+        if (scaler_)
+          factor = s.mul(factor, invScale);
+        gradSum[i] = s.mul(gradSum[i], s.splat(factor, params_[i].type));
         gradSum[i].getDefiningOp()->setAttr(kDpGradAttr, b_.getStringAttr(params_[i].name));
       }
       if (mesh)
@@ -449,6 +614,9 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     for (auto [g, p] : llvm::zip(grads, params_))
       g = s.mul(g, s.splat(s.cst(1.0 / double(K)), p.type));
   }
+  if (scaler_ && !mesh)
+    for (auto [g, p] : llvm::zip(grads, params_))
+      g = s.mul(g, s.splat(invScale, p.type));
 
   // Global gradient norm and clipping (PyTorch's clip_grad_norm_).
   Value sq;
@@ -486,7 +654,9 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   // Optimizer.
   SmallVector<Value> newParams;
   std::vector<SmallVector<Value>> newState(slotNames.size());
-  Value t1 = s.add(it, s.cst(1.0));
+  // Adam's t counts applied steps: a step the loss scaler skipped does not
+  // advance it (as torch.optim.Adam under GradScaler).
+  Value t1 = s.add(scaler_ ? s.sub(it, skipped) : it, s.cst(1.0));
   Value bc1 = s.sub(s.cst(1.0), s.pow(s.cst(cfg_.beta1), t1));
   Value bc2 = s.sub(s.cst(1.0), s.pow(s.cst(cfg_.beta2), t1));
   for (auto [i, p] : llvm::enumerate(params_)) {
@@ -523,6 +693,31 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     newState[1].push_back(v);
   }
 
+  // Loss scaling: a step whose gradients are not all finite (found by the
+  // global norm, the same on every data-parallel device) changes nothing
+  // but the scaler; GradScaler's update of the scale.
+  SmallVector<Value> scalerOut;
+  if (scaler_) {
+    Value inf = s.cst(std::numeric_limits<double>::infinity());
+    for (auto [i, p] : llvm::enumerate(params_)) {
+      Value ok = s.lt(s.splat(norm, p.type), s.splat(inf, p.type));
+      newParams[i] = s.select(ok, newParams[i], ps[i]);
+      for (size_t k = 0; k < slotNames.size(); ++k)
+        newState[k][i] = s.select(ok, newState[k][i], state[k][i]);
+    }
+    Value ok = s.lt(norm, inf);
+    Value good1 = s.add(goodSteps, s.cst(1.0));
+    Value grow = b_.create<CompareOp>(loc(), CompareDirection::ge, good1,
+                                      s.cst(double(cfg_.growthInterval)));
+    Value grown = s.mul(scale, s.cst(cfg_.growthFactor));
+    grown = s.select(s.lt(grown, inf), grown, scale); // never to infinity
+    Value cleanScale = s.select(grow, grown, scale);
+    Value cleanGood = s.select(grow, s.cst(0.0), good1);
+    scalerOut = {s.select(ok, cleanScale, s.mul(scale, s.cst(cfg_.backoffFactor))),
+                 s.select(ok, cleanGood, s.cst(0.0)),
+                 s.select(ok, skipped, s.add(skipped, s.cst(1.0)))};
+  }
+
   SmallVector<Value> results(newParams.begin(), newParams.end());
   std::vector<std::string> names;
   for (const Param &p : params_)
@@ -532,6 +727,17 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       results.push_back(newState[k][i]);
       names.push_back(slot + ":" + p.name);
     }
+  // The new low copies, computed from the new parameters: the fusion pass
+  // puts each in its parameter's update kernel.
+  for (auto [i, p] : llvm::enumerate(params_))
+    if (lowps[i]) {
+      results.push_back(lowCopy(newParams[i], i));
+      names.push_back("lowp:" + p.name);
+    }
+  if (scaler_) {
+    results.append(scalerOut);
+    names.insert(names.end(), {"loss_scale", "scale_good_steps", "skipped_steps"});
+  }
   results.append({loss, norm, lr});
   names.insert(names.end(), {"loss", "grad_norm", "lr"});
   finish(f, results, names);

@@ -129,7 +129,8 @@ void Elaborator::evalTrain() {
   };
   const double req = std::nan("");
   static const char *known =
-      "batch, steps, optimizer, schedule, precision, precision_mode, fp32_layers, seed, grad_clip, "
+      "batch, steps, optimizer, schedule, precision, precision_mode, fp32_layers, "
+      "loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, zero, bucket_mb, "
       "first_bucket_mb, grad_reduce";
@@ -202,6 +203,45 @@ void Elaborator::evalTrain() {
       if (p != "fp32" && p != "bf16")
         fail(e.loc, "grad_reduce must be fp32 or bf16");
       trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "loss_scale") {
+      // Loss scaling (docs/training.md "Master weights and loss scaling"):
+      // dynamic(init, growth_factor, backoff_factor, growth_interval), a
+      // number (a static scale) or none; fp16 defaults to dynamic().
+      const Expr &e = *t.value;
+      NamedAttrList o;
+      if (e.kind == Expr::Kind::Name || e.kind == Expr::Kind::Call) {
+        Call c = asCall(e, k);
+        o.set("name", b_.getStringAttr(c.name));
+        if (c.name == "dynamic")
+          bindCall(c, {{"init", 65536}, {"growth_factor", 2}, {"backoff_factor", 0.5},
+                       {"growth_interval", 2000}}, o);
+        else if (c.name == "static")
+          bindCall(c, {{"init", req}}, o);
+        else if (c.name == "none")
+          bindCall(c, {}, o);
+        else
+          fail(e.loc, "unknown loss_scale '" + c.name +
+                          "'; expected dynamic(...), static(init = S), a number or none");
+      } else {
+        Val v = eval(e, paramEnv_);
+        o.set("name", b_.getStringAttr("static"));
+        o.set("init", b_.getF64FloatAttr(num(v, k)));
+      }
+      auto f = [&](StringRef n) {
+        auto a = o.getDictionary(&ctx_).getAs<FloatAttr>(n);
+        return a ? a.getValueAsDouble() : 1.0;
+      };
+      double init = f("init"), interval = f("growth_interval");
+      if (!(init > 0) || !(init <= 3.4e38))
+        fail(e.loc, "loss_scale init must be > 0 and at most 3.4e38 (float32's largest), got " +
+                        std::to_string(init));
+      if (!(interval >= 1) || interval != std::floor(interval) || interval > 1e9)
+        fail(e.loc, "growth_interval of loss_scale must be a whole number of steps >= 1");
+      if (!(f("growth_factor") >= 1))
+        fail(e.loc, "growth_factor of loss_scale must be >= 1");
+      if (!(f("backoff_factor") > 0 && f("backoff_factor") <= 1))
+        fail(e.loc, "backoff_factor of loss_scale must be in (0, 1]");
+      trainAttrs_.set(k, o.getDictionary(&ctx_));
     } else if (k == "fp32_layers") {
       // Layer names, repeat iterations ("h.3") or def scopes kept in fp32
       // under mixed precision; `*` matches any characters.

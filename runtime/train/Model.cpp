@@ -1,9 +1,13 @@
 //===- Model.cpp - A loaded artifact with its backend ---------------------===//
 #include "runtime/train/Model.h"
 
+#include "runtime/core/Half.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <sys/stat.h>
 
@@ -36,6 +40,30 @@ Status Model::attach(std::unique_ptr<Backend> backend, bool profile) {
 }
 
 namespace {
+/// Mixed precision's low copy of parameter P is the state "lowp:P": derived
+/// data, recomputed from P on load and never saved (docs/training.md).
+constexpr const char *kLowPrefix = "lowp:";
+bool isLowCopy(const std::string &name) { return name.rfind(kLowPrefix, 0) == 0; }
+/// The loss scaler's state: a checkpoint without it (written by a program
+/// without loss scaling) resumes with the scaler's initial values.
+bool isScalerState(const std::string &name) {
+  return name == "loss_scale" || name == "scale_good_steps" || name == "skipped_steps";
+}
+
+/// `param` (float32 bytes) rounded to `t` (BF16 or F16) as the update
+/// kernel's cast rounds it: to nearest even.
+std::string lowCopyOf(const std::string &param, program::DType t) {
+  size_t n = param.size() / 4;
+  std::string out(n * 2, '\0');
+  for (size_t k = 0; k < n; ++k) {
+    float f;
+    std::memcpy(&f, param.data() + k * 4, 4);
+    uint16_t h = floatToHalf(t, f);
+    std::memcpy(&out[k * 2], &h, 2);
+  }
+  return out;
+}
+
 const ShardSpec &specOf(std::vector<ShardSpec> &shards, const program::Program &p, size_t id) {
   if (shards.size() != p.buffers.size())
     shards = shardSpecs(p);
@@ -59,6 +87,20 @@ Status Model::setPersistent(const ckpt::Checkpoint &c) {
     if (b.role != Role::Param && b.role != Role::State)
       continue;
     const ckpt::Tensor *t = c.find(b.name);
+    ckpt::Tensor low;
+    if (!t && isLowCopy(b.name)) {
+      const ckpt::Tensor *w = c.find(b.name.substr(std::strlen(kLowPrefix)));
+      if (!w || w->dtype != "F32" || w->bytes.size() != size_t(b.bytes) * 2 ||
+          (b.dtype != DType::BF16 && b.dtype != DType::F16) ||
+          specOf(shards, prog(), id).sharded())
+        return Status::internal(fmt::format(
+            "{}: cannot derive '{}' from its float32 parameter", pkg.path, b.name));
+      low.name = b.name;
+      low.bytes = lowCopyOf(w->bytes, b.dtype);
+      t = &low;
+    }
+    if (!t && isScalerState(b.name) && &c != &pkg.initial)
+      t = pkg.initial.find(b.name);
     if (!t)
       return Status::internal(fmt::format("{}: no tensor '{}' to load", pkg.path, b.name));
     const ShardSpec &spec = specOf(shards, prog(), id);
@@ -226,6 +268,10 @@ Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint6
   if (!got)
     return got.status();
   ckpt::Checkpoint c = std::move(*got);
+  // Low copies are recomputed on load (Model::setPersistent): not stored.
+  c.tensors.erase(std::remove_if(c.tensors.begin(), c.tensors.end(),
+                                 [](const ckpt::Tensor &t) { return isLowCopy(t.name); }),
+                  c.tensors.end());
   c.metadata["kiln.format"] = "kiln-checkpoint-1";
   c.metadata["step"] = std::to_string(nextStep);
   c.metadata["data_seed"] = std::to_string(seed);
@@ -251,6 +297,8 @@ Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &pat
     std::vector<int64_t> shape =
         id < m.shards.size() ? m.shards[id].logicalShape : shardOf(b).logicalShape;
     const ckpt::Tensor *t = c->find(b.name);
+    if (!t && (isLowCopy(b.name) || isScalerState(b.name)))
+      continue; // derived on load, or the scaler's initial state
     if (!t)
       return Status::error(fmt::format(
           "{}: has no tensor '{}', which the model needs; was it written for "

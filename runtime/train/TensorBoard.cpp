@@ -227,9 +227,11 @@ void attachTensorBoard(TrainOptions &o, std::shared_ptr<TensorBoardWriter> w, Si
         {"train/grad_norm", p.gradNorm},
         {p.tokens ? "perf/tokens_per_second" : "perf/samples_per_second", float(p.itemsPerSecond)},
         {"perf/step_time_ms", float(p.msPerStep)},
-        // Mixed precision, once it exists: "train/loss_scale" and
-        // "train/skipped_steps" (docs/profiling.md, TensorBoard).
     };
+    if (p.skippedSteps >= 0) { // a program with loss scaling
+      v.push_back({"train/loss_scale", p.lossScale});
+      v.push_back({"train/skipped_steps", float(p.skippedSteps)});
+    }
     report(w->write(p.step, v));
   };
   auto prevEval = o.onEval;

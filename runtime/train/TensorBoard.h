@@ -92,7 +92,8 @@ private:
 /// Makes `o` write the trainer's log points and evaluations to `w` (rank 0
 /// calls them), after any callbacks `o` already has. Tags: train/loss,
 /// train/lr, train/grad_norm, perf/tokens_per_second (samples_per_second
-/// for non-token data), perf/step_time_ms, val/loss, val/accuracy. The
+/// for non-token data), perf/step_time_ms, val/loss, val/accuracy, and
+/// with loss scaling train/loss_scale and train/skipped_steps. The
 /// first write error is reported once to `out` as a warning.
 void attachTensorBoard(TrainOptions &o, std::shared_ptr<TensorBoardWriter> w, Sink out);
 

@@ -161,6 +161,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->lossId_ = m.result("train_step", "loss");
   t->normId_ = m.result("train_step", "grad_norm");
   t->lrId_ = m.result("train_step", "lr");
+  t->scaleId_ = m.result("train_step", "loss_scale");
+  t->skippedId_ = m.result("train_step", "skipped_steps");
   if (t->lossId_ < 0 || t->stepIn_ < 0)
     return Status::error(o.artifact + ": @train_step lacks its step input or loss output");
   if (t->inputs_.empty())
@@ -260,6 +262,14 @@ Expected<TrainResult> Trainer::run() {
   double lossSum = 0, lastVal = NAN;
   float loss = 0, norm = 0, lr = 0;
   int64_t step = start_;
+  // Loss scaling: the scale and the skipped-step count after each step
+  // (a checkpoint carries them across a resume).
+  float scale = NAN;
+  int64_t skipped = -1, skippedBefore = 0, lossCount = 0;
+  if (skippedId_ >= 0) {
+    skipped = skippedBefore = int64_t(m.scalar(skippedId_));
+    scale = m.scalar(scaleId_);
+  }
   // The next batch is written while the step runs (a GPU queues the step
   // and copies the batch meanwhile); when an evaluation follows the step it
   // is written after it (entry points share scratch memory).
@@ -341,13 +351,22 @@ Expected<TrainResult> Trainer::run() {
     loss = m.scalar(lossId_);
     norm = normId_ >= 0 ? m.scalar(normId_) : 0.f;
     lr = lrId_ >= 0 ? m.scalar(lrId_) : 0.f;
+    bool skippedNow = false;
+    if (skippedId_ >= 0) {
+      int64_t now = int64_t(m.scalar(skippedId_));
+      skippedNow = now > skipped;
+      skipped = now;
+      scale = m.scalar(scaleId_);
+    }
     stepSpan.span().step = step;
     stepSpan.finish(); // the step ends when its results are back
     if (o_.onStep)
-      o_.onStep(StepMetrics{step, loss, norm, lr});
+      o_.onStep(StepMetrics{step, loss, norm, lr, scale, skipped});
     if (lossLog_)
       std::fprintf(lossLog_, "%lld %.9g %.9g\n", (long long)step, double(loss), double(norm));
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+    // A step the loss scaler skipped (its gradients overflowed) changed
+    // nothing but the scale: training goes on.
+    if (!skippedNow && (!std::isfinite(loss) || !std::isfinite(norm))) {
       if (lossLog_) {
         std::fclose(lossLog_);
         lossLog_ = nullptr;
@@ -357,25 +376,33 @@ Expected<TrainResult> Trainer::run() {
           "overwritten.\n  Lower the learning rate, set grad_clip in the train section, or "
           "resume from the last checkpoint with --resume.", step, loss, norm, ckptPath_));
     }
-    lossSum += loss;
+    if (std::isfinite(loss)) {
+      lossSum += loss;
+      ++lossCount;
+    }
     ++sinceLog;
     bool last = step + 1 == steps_;
     if ((!o_.quiet || o_.onLog) && (sinceLog == o_.logInterval || last || step == start_)) {
       auto now = clock::now();
       double dt = std::chrono::duration<double>(now - tLog).count() / double(sinceLog);
       double eta = dt * double(steps_ - step - 1);
+      double meanLoss = lossCount ? lossSum / double(lossCount) : double(NAN);
       if (o_.onLog && leader())
-        o_.onLog(LogPoint{step + 1, lossSum / double(sinceLog), lr, norm, double(items_) / dt,
-                          tokens_, dt * 1e3});
+        o_.onLog(LogPoint{step + 1, meanLoss, lr, norm, double(items_) / dt, tokens_, dt * 1e3,
+                          scale, skipped});
       if (!o_.quiet)
         say(Channel::Progress,
-            fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} "
+            fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f}{} | {:.1f} "
                         "ms/step | {:.1f}k {}/s | ETA {}",
-                        step + 1, steps_, lossSum / double(sinceLog), lr, norm, dt * 1e3,
-                        double(items_) / dt / 1e3, tokens_ ? "tok" : "samples", duration(eta)));
+                        step + 1, steps_, meanLoss, lr, norm,
+                        skippedId_ >= 0 ? fmt::format(" | scale {:g} skipped {}", scale, skipped)
+                                        : "",
+                        dt * 1e3, double(items_) / dt / 1e3, tokens_ ? "tok" : "samples",
+                        duration(eta)));
       tLog = now;
       sinceLog = 0;
       lossSum = 0;
+      lossCount = 0;
     }
     if (val_ && evalInterval_ > 0 && ((step + 1) % evalInterval_ == 0 || last)) {
       SpanScope evalSpan(tracer, Span::Eval, "evaluation");
@@ -430,6 +457,11 @@ Expected<TrainResult> Trainer::run() {
                     tokens_ ? "tok" : "samples", loss,
                     std::isnan(lastVal) ? "" : fmt::format(", val loss {:.4f}", lastVal),
                     ckptPath_));
+    if (skippedId_ >= 0)
+      say(Channel::Line,
+          fmt::format("loss scaling: {} of {} steps skipped (gradients not finite), scale "
+                      "now {:g}; {} skipped in all", skipped - skippedBefore, ran, scale,
+                      skipped));
   }
   return r;
 }

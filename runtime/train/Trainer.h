@@ -32,6 +32,7 @@
 #include "runtime/core/Trace.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -45,6 +46,10 @@ namespace kiln::train {
 struct StepMetrics {
   int64_t step = 0;
   float loss = 0, gradNorm = 0, lr = 0;
+  /// Loss scaling (fp16): the scale after this step and the steps skipped
+  /// so far; NaN and -1 for a program without a scaler.
+  float lossScale = NAN;
+  int64_t skippedSteps = -1;
 };
 
 /// What the progress line says at each log interval, for TrainOptions::onLog
@@ -56,7 +61,10 @@ struct LogPoint {
   double itemsPerSecond = 0;  ///< tokens (or samples) of the global batch per second
   bool tokens = false;        ///< whether the items are tokens
   double msPerStep = 0;       ///< mean wall time per step over the interval
-  // Mixed precision (loss scale, skipped steps) goes here once it exists.
+  /// Loss scaling: the scale after the interval's last step and the steps
+  /// skipped so far (overflowing gradients); NaN and -1 without a scaler.
+  float lossScale = NAN;
+  int64_t skippedSteps = -1;
 };
 
 /// An evaluation's result, for TrainOptions::onEval (rank 0 only).
@@ -195,6 +203,8 @@ private:
   RankFault fault_;
   DataFault dataFault_;
   int stepIn_ = -1, lossId_ = -1, normId_ = -1, lrId_ = -1;
+  /// Loss scaling's outputs (docs/training.md), -1 without a scaler.
+  int scaleId_ = -1, skippedId_ = -1;
   int64_t items_ = 0; ///< tokens or samples per step
   bool tokens_ = false;
   std::FILE *lossLog_ = nullptr;

@@ -71,3 +71,28 @@ module attributes {kiln.train = {grad_accum = 0 : i64}} {
     return %0 : tensor<f32>
   }
 }
+
+// -----
+
+// A master-weight copy must read a parameter (kiln-mixed-precision's
+// contract, dialects/kiln/Precision.h): the train step makes it state.
+module attributes {kiln.precision = "bf16"} {
+  func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}, %x: tensor<4xf32> {kiln.input = "x"}) -> (tensor<f32> {kiln.output = "loss"}) {
+    // expected-error @+1 {{'kiln.cast' op has kiln.precision.rule = "master-weight-copy" but does not read a parameter argument of @forward}}
+    %xl = kiln.cast %x {kiln.precision.rule = "master-weight-copy"} : tensor<4xf32> -> tensor<4xbf16>
+    %xf = kiln.cast %xl {kiln.precision.rule = "loss-fp32"} : tensor<4xbf16> -> tensor<4xf32>
+    %p = kiln.mul %xf, %w : tensor<4xf32>
+    %0 = kiln.reduce_sum %p axes = [0] : tensor<4xf32> -> tensor<f32>
+    return %0 : tensor<f32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{kiln.train: unknown loss_scale 'adaptive' (expected dynamic, static or none)}}
+module attributes {kiln.train = {loss_scale = {name = "adaptive"}}} {
+  func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.output = "loss"}) {
+    %0 = kiln.reduce_sum %w axes = [0] : tensor<4xf32> -> tensor<f32>
+    return %0 : tensor<f32>
+  }
+}
