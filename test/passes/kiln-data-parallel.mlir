@@ -3,6 +3,8 @@
 // RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=zero=1 | FileCheck %s --check-prefix=ZERO1
 // RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=zero=2 | FileCheck %s --check-prefix=ZERO2
 // RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=annotate-sharding=true | FileCheck %s --check-prefix=SHARDING
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel=grad-reduce=bf16 | FileCheck %s --check-prefix=BF16
+// RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel="zero=2 grad-reduce=bf16" | FileCheck %s --check-prefix=BF16Z2
 // The annotated module re-parses (kiln.sharding and kiln.shard verify).
 // RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel="zero=2 annotate-sharding=true" | kiln-opt | FileCheck %s --check-prefix=ZERO2
 
@@ -65,6 +67,21 @@
 // ZERO2: kiln.reduce_scatter %{{[0-9]+}} axis = "dp" reduction = mean dim = 0 {kiln.bucket = 0 : i64, kiln.overlap{{.*}}} : tensor<16xf32> -> tensor<8xf32>
 // ZERO2-NOT: kiln.all_reduce {{.*}} tensor<15xf32>
 // ZERO2: kiln.all_gather %{{[0-9]+}} axis = "dp" dim = 0 {kiln.bucket = 0 : i64{{.*}}} : tensor<8xf32> -> tensor<16xf32>
+
+// grad-reduce=bf16: the bucket travels in bf16 (cast before, back to f32
+// after, where the slices read it); the loss and the norm stay f32.
+// BF16-LABEL: func.func @train_step(
+// BF16: %[[N:[0-9]+]] = kiln.cast %{{[0-9]+}} : tensor<15xf32> -> tensor<15xbf16>
+// BF16-NEXT: %[[R:[0-9]+]] = kiln.all_reduce %[[N]] axis = "dp" reduction = mean {kiln.bucket = 0 : i64, kiln.overlap} : tensor<15xbf16>
+// BF16: kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = mean : tensor<f32>
+// BF16-NEXT: %[[W:[0-9]+]] = kiln.cast %[[R]] : tensor<15xbf16> -> tensor<15xf32>
+// BF16-NEXT: kiln.slice %[[W]] start = [3] limit = [15]
+// BF16: kiln.all_reduce %{{[0-9]+}} axis = "dp" reduction = sum : tensor<f32>
+// BF16Z2-LABEL: func.func @train_step(
+// BF16Z2: %[[N:[0-9]+]] = kiln.cast %{{[0-9]+}} : tensor<16xf32> -> tensor<16xbf16>
+// BF16Z2-NEXT: %[[RS:[0-9]+]] = kiln.reduce_scatter %[[N]] axis = "dp" reduction = mean dim = 0 {kiln.bucket = 0 : i64, kiln.overlap} : tensor<16xbf16> -> tensor<8xbf16>
+// BF16Z2: kiln.cast %[[RS]] : tensor<8xbf16> -> tensor<8xf32>
+// BF16Z2: kiln.all_gather %{{[0-9]+}} axis = "dp" dim = 0 {kiln.bucket = 0 : i64{{.*}}} : tensor<8xf32> -> tensor<16xf32>
 
 // The sharding rule table: the batch split propagates, the loss and the
 // weight gradient come out partial over dp, the all-reduce makes them
