@@ -45,6 +45,28 @@ struct G {
     return b.create<ConstantOp>(loc, DenseElementsAttr::get(t, a));
   }
   Value scale(Value x, double v) { return mul(x, splat(x, v)); }
+  /// Mixed precision: a bf16/f16 value as f32 (a kiln.cast carrying the
+  /// op's policy rule, passes/Precision.h), so rules whose statistics must
+  /// stay fp32 compute in f32; any other value unchanged.
+  Value toF32(Value x, StringRef rule) {
+    if (!x || !isHalf(x))
+      return x;
+    auto c = b.create<CastOp>(loc, type(x).clone(b.getF32Type()), x);
+    c->setAttr("kiln.precision.rule", b.getStringAttr(rule));
+    return c;
+  }
+  /// `x` (f32) back in `like`'s element type.
+  Value toTypeOf(Value x, Value like, StringRef rule) {
+    if (!x || type(x).getElementType() == type(like).getElementType())
+      return x;
+    auto c = b.create<CastOp>(loc, type(x).clone(type(like).getElementType()), x);
+    c->setAttr("kiln.precision.rule", b.getStringAttr(rule));
+    return c;
+  }
+  bool isHalf(Value x) {
+    Type e = type(x).getElementType();
+    return e.isBF16() || e.isF16();
+  }
   Value cmp(CompareDirection d, Value x, Value y) {
     return b.create<CompareOp>(loc, d, x, y);
   }
@@ -541,8 +563,13 @@ LogicalResult SoftmaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     out.push_back({});
     return success();
   }
+  // bf16/f16 (mixed precision): the dot product and the difference in f32.
+  constexpr llvm::StringLiteral rule = "softmax-fp32-stats";
+  Value y0 = y;
+  g = h.toF32(g, rule);
+  y = h.toF32(y, rule);
   Value dot = h.expand(h.sum(h.mul(g, y), {int64_t(getAxis())}, true), h.type(y));
-  out.push_back(h.mul(y, h.sub(g, dot)));
+  out.push_back(h.toTypeOf(h.mul(y, h.sub(g, dot)), y0, rule));
   return success();
 }
 
@@ -573,6 +600,11 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     if (getBias()) out.push_back({});
     return success();
   }
+  // bf16/f16 (mixed precision): mean, variance and the sums in f32.
+  constexpr llvm::StringLiteral rule = "layer-norm-fp32-stats";
+  Value x0 = x;
+  x = h.toF32(x, rule);
+  g = h.toF32(g, rule);
   RankedTensorType t = h.type(x);
   int64_t last = t.getRank() - 1, n = t.getDimSize(last);
   auto mean = [&](Value v) {
@@ -587,13 +619,13 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     lead.push_back(d);
   Value dxh = g;
   if (Value gamma = getScale())
-    dxh = h.mul(g, h.broadcast(gamma, t, {last}));
+    dxh = h.mul(g, h.broadcast(h.toF32(gamma, rule), t, {last}));
   Value dx = h.mul(rstd, h.sub(h.sub(dxh, mean(dxh)), h.mul(xh, mean(h.mul(dxh, xh)))));
-  out.push_back(dx);
+  out.push_back(h.toTypeOf(dx, x0, rule));
   if (getScale())
-    out.push_back(h.sum(h.mul(g, xh), lead));
+    out.push_back(h.toTypeOf(h.sum(h.mul(g, xh), lead), getScale(), rule));
   if (getBias())
-    out.push_back(h.sum(g, lead));
+    out.push_back(h.toTypeOf(h.sum(g, lead), getBias(), rule));
   return success();
 }
 
