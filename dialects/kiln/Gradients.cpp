@@ -11,6 +11,7 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -197,8 +198,15 @@ LogicalResult GeluOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     // result (y / x) instead of evaluating erf again, the costlier half of
     // the derivative. Where |x| < 1e-20, cdf(x) is 0.5 to float precision
     // and y / x would lose digits to underflow.
+    // In f16 (mixed precision) 1e-20 is 0 and x = 0 would give 0 / 0: the
+    // threshold is then f16's smallest normal, 6.1e-5, below which
+    // cdf = 0.5 is within 3e-5 (f16's unit roundoff is 4.9e-4).
     Value y = getResult();
-    Value tiny = h.cmp(CompareDirection::lt, b.create<AbsOp>(getLoc(), x), h.splat(x, 1e-20));
+    double tinyValue = 1e-20;
+    if (auto ft = dyn_cast<FloatType>(h.type(x).getElementType()))
+      tinyValue = std::max(
+          tinyValue, llvm::APFloat::getSmallestNormalized(ft.getFloatSemantics()).convertToDouble());
+    Value tiny = h.cmp(CompareDirection::lt, b.create<AbsOp>(getLoc(), x), h.splat(x, tinyValue));
     Value cdf = h.select(tiny, h.splat(x, 0.5), h.div(y, x));
     Value pdf = h.scale(h.exp(h.scale(h.mul(x, x), -0.5)), 1.0 / std::sqrt(2.0 * M_PI));
     d = h.add(cdf, h.mul(x, pdf));
