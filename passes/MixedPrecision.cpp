@@ -202,6 +202,20 @@ private:
     return false;
   }
 
+  /// add(matmul(...), broadcast_in_dim(parameter)) in either order.
+  bool isLinearBias(Operation *op) {
+    if (!isa<AddOp>(op))
+      return false;
+    auto isBias = [&](Value v) {
+      if (auto b = v.getDefiningOp<BroadcastInDimOp>())
+        v = b.getOperand();
+      return isParam(v);
+    };
+    Value a = op->getOperand(0), b = op->getOperand(1);
+    return (a.getDefiningOp<MatmulOp>() && isBias(b)) ||
+           (b.getDefiningOp<MatmulOp>() && isBias(a));
+  }
+
   LogicalResult visit(Operation *op) {
     MLIRContext *ctx = op->getContext();
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -236,6 +250,12 @@ private:
     }
     PrecisionClass cls = kilnMode_ ? policy->kiln : policy->autocast;
     StringRef rule = kilnMode_ ? policy->kilnRule : policy->autocastRule;
+    // autocast: a linear layer's bias add belongs to the GEMM, as in
+    // F.linear (on autocast's lower-precision list, bias included).
+    if (!kilnMode_ && isLinearBias(op)) {
+      cls = PrecisionClass::Low;
+      rule = lookupPrecisionPolicy("kiln.matmul")->autocastRule;
+    }
     switch (cls) {
     case PrecisionClass::Low:
       // GEMMs always run low. Elementwise ops narrow with their inputs: one

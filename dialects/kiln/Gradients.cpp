@@ -11,6 +11,7 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -45,6 +46,28 @@ struct G {
     return b.create<ConstantOp>(loc, DenseElementsAttr::get(t, a));
   }
   Value scale(Value x, double v) { return mul(x, splat(x, v)); }
+  /// Mixed precision: a bf16/f16 value as f32 (a kiln.cast carrying the
+  /// op's policy rule, passes/Precision.h), so rules whose statistics must
+  /// stay fp32 compute in f32; any other value unchanged.
+  Value toF32(Value x, StringRef rule) {
+    if (!x || !isHalf(x))
+      return x;
+    auto c = b.create<CastOp>(loc, type(x).clone(b.getF32Type()), x);
+    c->setAttr("kiln.precision.rule", b.getStringAttr(rule));
+    return c;
+  }
+  /// `x` (f32) back in `like`'s element type.
+  Value toTypeOf(Value x, Value like, StringRef rule) {
+    if (!x || type(x).getElementType() == type(like).getElementType())
+      return x;
+    auto c = b.create<CastOp>(loc, type(x).clone(type(like).getElementType()), x);
+    c->setAttr("kiln.precision.rule", b.getStringAttr(rule));
+    return c;
+  }
+  bool isHalf(Value x) {
+    Type e = type(x).getElementType();
+    return e.isBF16() || e.isF16();
+  }
   Value cmp(CompareDirection d, Value x, Value y) {
     return b.create<CompareOp>(loc, d, x, y);
   }
@@ -175,8 +198,15 @@ LogicalResult GeluOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     // result (y / x) instead of evaluating erf again, the costlier half of
     // the derivative. Where |x| < 1e-20, cdf(x) is 0.5 to float precision
     // and y / x would lose digits to underflow.
+    // In f16 (mixed precision) 1e-20 is 0 and x = 0 would give 0 / 0: the
+    // threshold is then f16's smallest normal, 6.1e-5, below which
+    // cdf = 0.5 is within 3e-5 (f16's unit roundoff is 4.9e-4).
     Value y = getResult();
-    Value tiny = h.cmp(CompareDirection::lt, b.create<AbsOp>(getLoc(), x), h.splat(x, 1e-20));
+    double tinyValue = 1e-20;
+    if (auto ft = dyn_cast<FloatType>(h.type(x).getElementType()))
+      tinyValue = std::max(
+          tinyValue, llvm::APFloat::getSmallestNormalized(ft.getFloatSemantics()).convertToDouble());
+    Value tiny = h.cmp(CompareDirection::lt, b.create<AbsOp>(getLoc(), x), h.splat(x, tinyValue));
     Value cdf = h.select(tiny, h.splat(x, 0.5), h.div(y, x));
     Value pdf = h.scale(h.exp(h.scale(h.mul(x, x), -0.5)), 1.0 / std::sqrt(2.0 * M_PI));
     d = h.add(cdf, h.mul(x, pdf));
@@ -541,8 +571,13 @@ LogicalResult SoftmaxOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     out.push_back({});
     return success();
   }
+  // bf16/f16 (mixed precision): the dot product and the difference in f32.
+  constexpr llvm::StringLiteral rule = "softmax-fp32-stats";
+  Value y0 = y;
+  g = h.toF32(g, rule);
+  y = h.toF32(y, rule);
   Value dot = h.expand(h.sum(h.mul(g, y), {int64_t(getAxis())}, true), h.type(y));
-  out.push_back(h.mul(y, h.sub(g, dot)));
+  out.push_back(h.toTypeOf(h.mul(y, h.sub(g, dot)), y0, rule));
   return success();
 }
 
@@ -573,6 +608,11 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     if (getBias()) out.push_back({});
     return success();
   }
+  // bf16/f16 (mixed precision): mean, variance and the sums in f32.
+  constexpr llvm::StringLiteral rule = "layer-norm-fp32-stats";
+  Value x0 = x;
+  x = h.toF32(x, rule);
+  g = h.toF32(g, rule);
   RankedTensorType t = h.type(x);
   int64_t last = t.getRank() - 1, n = t.getDimSize(last);
   auto mean = [&](Value v) {
@@ -587,13 +627,13 @@ LogicalResult LayerNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads,
     lead.push_back(d);
   Value dxh = g;
   if (Value gamma = getScale())
-    dxh = h.mul(g, h.broadcast(gamma, t, {last}));
+    dxh = h.mul(g, h.broadcast(h.toF32(gamma, rule), t, {last}));
   Value dx = h.mul(rstd, h.sub(h.sub(dxh, mean(dxh)), h.mul(xh, mean(h.mul(dxh, xh)))));
-  out.push_back(dx);
+  out.push_back(h.toTypeOf(dx, x0, rule));
   if (getScale())
-    out.push_back(h.sum(h.mul(g, xh), lead));
+    out.push_back(h.toTypeOf(h.sum(h.mul(g, xh), lead), getScale(), rule));
   if (getBias())
-    out.push_back(h.sum(g, lead));
+    out.push_back(h.toTypeOf(h.sum(g, lead), getBias(), rule));
   return success();
 }
 

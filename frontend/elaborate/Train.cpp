@@ -233,8 +233,7 @@ void Elaborator::evalTrain() {
       };
       double init = f("init"), interval = f("growth_interval");
       if (!(init > 0) || !(init <= 3.4e38))
-        fail(e.loc, "loss_scale init must be > 0 and at most 3.4e38 (float32's largest), got " +
-                        std::to_string(init));
+        fail(e.loc, "loss_scale init must be > 0 and at most 3.4e38 (float32's largest)");
       if (!(interval >= 1) || interval != std::floor(interval) || interval > 1e9)
         fail(e.loc, "growth_interval of loss_scale must be a whole number of steps >= 1");
       if (!(f("growth_factor") >= 1))

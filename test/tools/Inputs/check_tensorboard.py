@@ -7,7 +7,9 @@ own reader and compares every scalar with what kiln-run printed and logged.
                        [--first-step S] [--tokens]
 
 - tags: train/loss, train/lr, train/grad_norm, perf/step_time_ms and
-  perf/tokens_per_second (--tokens) or perf/samples_per_second, and
+  perf/tokens_per_second (--tokens) or perf/samples_per_second,
+  train/loss_scale and train/skipped_steps where the progress lines show a
+  loss scale (equal to the printed scale's 6 digits and count), and
   val/loss (plus val/accuracy where the progress shows one) when
   --eval-every is given;
 - steps: those of the progress lines ("step N/M"), which are steps done;
@@ -39,7 +41,9 @@ except ImportError as e:
              "pip install tensorboard, or run scripts/setup.sh" % e)
 
 PROGRESS = re.compile(r"step\s+(\d+)/\d+ \| loss ([0-9.]+) \| lr ([0-9.e+-]+) \| grad norm "
-                      r"([0-9.]+) \| ([0-9.]+) ms/step \| ([0-9.]+)k (tok|samples)/s")
+                      r"([0-9.]+|-?nan|inf) \| ([0-9.]+) ms/step \| ([0-9.]+)k (tok|samples)/s")
+# Loss scaling adds "| scale S skipped N" after the grad norm (docs/training.md).
+SCALER = re.compile(r" \| scale (\S+) skipped (\d+)")
 VAL = re.compile(r"step\s+(\d+): val loss ([0-9.]+)(?:, accuracy ([0-9.]+)%)?")
 
 
@@ -78,7 +82,12 @@ def main():
     ea.Reload()
     got = {t: [(s.step, s.value) for s in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
 
-    progress = [m for m in map(PROGRESS.search, open(a.progress)) if m]
+    progress, scaler_of = [], []
+    for line in open(a.progress):
+        m = PROGRESS.search(SCALER.sub("", line))
+        if m:
+            progress.append(m)
+            scaler_of.append(SCALER.search(line))
     vals = [m for m in map(VAL.search, open(a.progress)) if m]
     losslog = {}
     for line in open(a.loss_log):
@@ -89,6 +98,9 @@ def main():
 
     rate = "perf/tokens_per_second" if a.tokens else "perf/samples_per_second"
     expected = ["train/loss", "train/lr", "train/grad_norm", "perf/step_time_ms", rate]
+    scaled = bool(progress) and bool(scaler_of[0])
+    if scaled:
+        expected += ["train/loss_scale", "train/skipped_steps"]
     if a.eval_every:
         expected.append("val/loss")
         if vals and vals[0].group(3) is not None:
@@ -127,7 +139,8 @@ def main():
             errors.append("train/loss at step %d: %r, the loss log's mean over steps %d..%d %r"
                           % (step, d[step], prev, step - 1, mean))
         norm = f32(losslog[step - 1][1])
-        if dict(got["train/grad_norm"])[step] != norm:
+        if dict(got["train/grad_norm"])[step] != norm and not (
+                math.isnan(norm) and math.isnan(dict(got["train/grad_norm"])[step])):
             errors.append("train/grad_norm at step %d: %r, the loss log's %r"
                           % (step, dict(got["train/grad_norm"])[step], norm))
         near("train/loss", step, d[step], float(m.group(2)), 5e-5)
@@ -135,6 +148,13 @@ def main():
         near("train/lr", step, dict(got["train/lr"])[step], lr, 0.005 * 10 ** math.floor(math.log10(lr)) if lr > 0 else 0)
         near("perf/step_time_ms", step, dict(got["perf/step_time_ms"])[step], float(m.group(5)), 0.05)
         near(rate, step, dict(got[rate])[step], 1e3 * float(m.group(6)), 50)
+        if scaled:
+            # The scale printed with 6 significant digits; the count exactly.
+            sc = float(scaler_of[i].group(1))
+            near("train/loss_scale", step, dict(got["train/loss_scale"])[step], sc, 5e-6 * sc)
+            if dict(got["train/skipped_steps"])[step] != float(scaler_of[i].group(2)):
+                errors.append("train/skipped_steps at step %d: %r, printed %s"
+                              % (step, dict(got["train/skipped_steps"])[step], scaler_of[i].group(2)))
         prev = step
 
     if a.eval_every:
