@@ -33,6 +33,20 @@ struct KilnKernelElementwiseFusionPass
       return fused->get().getDefiningOp() != nullptr;
     };
     linalg::populateElementwiseOpsFusionPatterns(patterns, always);
+    // The end of an f32 accumulation over bf16/f16 (kAccumulatorAttr: a
+    // reduction's truncation) moves through the reshapes after it, so that
+    // it fuses into the reduction's readers and the statistic stays f32
+    // there (kiln-widen-low-precision). Only those generics: f32 kernels
+    // are unchanged.
+    linalg::ControlFusionFn accumulatorEnd = [](OpOperand *fused) {
+      auto g = fused->get().getDefiningOp<linalg::GenericOp>();
+      if (!g)
+        return false;
+      bool found = false;
+      g.getRegion().walk([&](arith::TruncFOp t) { found = found || t->hasAttr(kAccumulatorAttr); });
+      return found;
+    };
+    linalg::populateFoldReshapeOpsByExpansionPatterns(patterns, accumulatorEnd);
     linalg::populateConstantFoldLinalgOperations(patterns, always);
     linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
     tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);

@@ -255,7 +255,6 @@ struct LowerReduce : OpRewritePattern<OpT> {
         outExprs.push_back(rw.getAffineDimExpr(d));
       }
     }
-    auto lowType = RankedTensorType::get(kept, et);
     Type inType = et;
     et = accumulatorType(et);
     auto outType = RankedTensorType::get(kept, et);
@@ -289,7 +288,6 @@ struct LowerReduce : OpRewritePattern<OpT> {
         return b.create<arith::MulFOp>(l, a[0], fconst(b, l, et, inv));
       });
     }
-    r = endAccumulation(rw, loc, r, lowType);
     if (op.getKeepdims()) {
       // Group each kept dim with the reduced (size-1) dims around it.
       SmallVector<ReassociationIndices> groups;
@@ -303,9 +301,12 @@ struct LowerReduce : OpRewritePattern<OpT> {
       }
       if (!pending.empty() && !groups.empty())
         groups.back().append(pending.begin(), pending.end());
-      r = rw.create<tensor::ExpandShapeOp>(loc, op.getType(), r, groups);
+      r = rw.create<tensor::ExpandShapeOp>(loc, op.getType().clone(et), r, groups);
     }
-    rw.replaceOp(op, r);
+    // After the expand, so that the truncation fuses into the reduction's
+    // readers (softmax, layer_norm: an f32 statistic, never rounded inside
+    // the kernel).
+    rw.replaceOp(op, endAccumulation(rw, loc, r, op.getType()));
     return success();
   }
 };

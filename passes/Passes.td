@@ -338,7 +338,9 @@ def KilnKernelElementwiseFusionPass
     division; layer_norm's normalized input) is then recomputed in each loop
     nest instead of materialised in a temporary buffer, so fused ops exchange
     no intermediate arrays; only reduction results (one value per row) stay
-    in memory.
+    in memory. The truncation that ends an f32 accumulation over bf16/f16
+    (`kiln_accumulator`) is also moved through the reshapes after it, so it
+    fuses into the reduction's readers (f32 generics are not affected).
 
     Before:
     ```mlir

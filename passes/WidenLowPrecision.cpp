@@ -1,4 +1,5 @@
-//===- WidenLowPrecision.cpp - kiln-widen-low-precision --------------------===//
+//===- WidenLowPrecision.cpp - kiln-widen-low-precision
+//--------------------===//
 //
 // bf16 and f16 are storage types (docs/dialect.md, "Element types"): inside
 // a kernel every low-precision value is widened to f32 once, where it is
@@ -37,7 +38,8 @@ namespace {
 bool isLow(Type t) { return t.isBF16() || t.isF16(); }
 
 bool touchesLow(Operation *op) {
-  return llvm::any_of(op->getOperandTypes(), isLow) || llvm::any_of(op->getResultTypes(), isLow);
+  return llvm::any_of(op->getOperandTypes(), isLow) ||
+         llvm::any_of(op->getResultTypes(), isLow);
 }
 
 /// Rewrites the body of one generic; returns whether it changed.
@@ -59,7 +61,8 @@ bool widen(linalg::GenericOp g) {
     OpBuilder::InsertionGuard guard(b);
     if (auto arg = dyn_cast<BlockArgument>(v); arg && arg.getOwner() == &body)
       b.setInsertionPointToStart(&body);
-    else if (Operation *def = v.getDefiningOp(); def && def->getBlock() == &body)
+    else if (Operation *def = v.getDefiningOp();
+             def && def->getBlock() == &body)
       b.setInsertionPointAfter(def);
     else
       b.setInsertionPointToStart(&body);
@@ -79,7 +82,8 @@ bool widen(linalg::GenericOp g) {
     if (!touchesLow(&op))
       continue;
     Dialect *d = op.getDialect();
-    bool compute = d && (isa<arith::ArithDialect>(d) || isa<math::MathDialect>(d)) &&
+    bool compute = d &&
+                   (isa<arith::ArithDialect>(d) || isa<math::MathDialect>(d)) &&
                    op.getNumRegions() == 0;
     if (!compute)
       continue; // a load (tensor.extract, ...): widened where first used
@@ -91,11 +95,15 @@ bool widen(linalg::GenericOp g) {
         t->setOperand(0, wideOf(in));
       if (t->hasAttr(kAccumulatorAttr) && !isLow(in.getType())) {
         // The end of an f32 accumulation: no rounding inside the kernel.
-        wide.map(t.getResult(), in.getType().isF32() ? in : b.create<arith::TruncFOp>(loc, f32, in).getResult());
+        wide.map(t.getResult(),
+                 in.getType().isF32()
+                     ? in
+                     : b.create<arith::TruncFOp>(loc, f32, in).getResult());
       } else {
         // A user's cast: a rounding point.
         b.setInsertionPointAfter(&op);
-        wide.map(t.getResult(), b.create<arith::ExtFOp>(loc, f32, t.getResult()).getResult());
+        wide.map(t.getResult(),
+                 b.create<arith::ExtFOp>(loc, f32, t.getResult()).getResult());
       }
       continue;
     }
@@ -104,7 +112,8 @@ bool widen(linalg::GenericOp g) {
       if (e.getType().isF32())
         e.getResult().replaceAllUsesWith(w);
       else
-        e.getResult().replaceAllUsesWith(b.create<arith::ExtFOp>(loc, e.getType(), w).getResult());
+        e.getResult().replaceAllUsesWith(
+            b.create<arith::ExtFOp>(loc, e.getType(), w).getResult());
       replaced.push_back(&op);
       continue;
     }
@@ -115,8 +124,10 @@ bool widen(linalg::GenericOp g) {
     for (Type t : op.getResultTypes())
       st.types.push_back(isLow(t) ? f32 : t);
     for (NamedAttribute a : op.getAttrs()) {
-      if (auto fa = dyn_cast<FloatAttr>(a.getValue()); fa && isLow(fa.getType()))
-        st.addAttribute(a.getName(), FloatAttr::get(f32, fa.getValueAsDouble()));
+      if (auto fa = dyn_cast<FloatAttr>(a.getValue());
+          fa && isLow(fa.getType()))
+        st.addAttribute(a.getName(),
+                        FloatAttr::get(f32, fa.getValueAsDouble()));
       else
         st.addAttribute(a.getName(), a.getValue());
     }

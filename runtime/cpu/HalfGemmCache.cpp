@@ -1,4 +1,5 @@
-//===- HalfGemmCache.cpp - Which bf16/f16 GEMM, per shape ------------------===//
+//===- HalfGemmCache.cpp - Which bf16/f16 GEMM, per shape
+//------------------===//
 #include "runtime/cpu/HalfGemmCache.h"
 
 #include "runtime/core/Log.h"
@@ -29,9 +30,11 @@ std::string noSpaces(std::string s) {
   return s;
 }
 
-std::string body(const std::string &machine, const std::string &key, const HalfGemmChoice &c) {
-  return fmt::format("{} {} {} {:.1f} {:.1f}", machine, key, halfGemmName(c.method),
-                     c.widenSeconds * 1e6, c.librarySeconds * 1e6);
+std::string body(const std::string &machine, const std::string &key,
+                 const HalfGemmChoice &c) {
+  return fmt::format("{} {} {} {:.1f} {:.1f}", machine, key,
+                     halfGemmName(c.method), c.widenSeconds * 1e6,
+                     c.librarySeconds * 1e6);
 }
 
 std::string layout(const program::MatrixLayout &l) {
@@ -42,10 +45,11 @@ std::string layout(const program::MatrixLayout &l) {
 
 std::string halfGemmKey(const MatmulShape &s) {
   return fmt::format("{}:{}x{}x{}x{}:{}{}:{}{}:{}:{}/{}/{}",
-                     s.dtype == program::DType::BF16 ? "bf16" : "f16", s.batch, s.m, s.n, s.k,
-                     s.transposeLhs ? 'T' : 'N', s.transposeRhs ? 'T' : 'N', int(s.lhsBatched),
-                     int(s.rhsBatched), s.heads, layout(s.lhsLayout), layout(s.rhsLayout),
-                     layout(s.outLayout));
+                     s.dtype == program::DType::BF16 ? "bf16" : "f16", s.batch,
+                     s.m, s.n, s.k, s.transposeLhs ? 'T' : 'N',
+                     s.transposeRhs ? 'T' : 'N', int(s.lhsBatched),
+                     int(s.rhsBatched), s.heads, layout(s.lhsLayout),
+                     layout(s.rhsLayout), layout(s.outLayout));
 }
 
 std::string halfGemmMachine() {
@@ -77,12 +81,13 @@ HalfGemmCache::HalfGemmCache(std::string path, std::string machine)
     double widenUs = -1, libUs = -1;
     is >> machine >> key >> method >> widenUs >> libUs >> check;
     size_t cut = line.rfind(' ');
-    bool ok = !is.fail() && (method == "widen" || method == "library") && widenUs >= 0 &&
-              libUs >= 0 && cut != std::string::npos &&
+    bool ok = !is.fail() && (method == "widen" || method == "library") &&
+              widenUs >= 0 && libUs >= 0 && cut != std::string::npos &&
               check == fmt::format("{:016x}", fnv1a(line.substr(0, cut)));
     if (!ok) {
       ++skipped_;
-      log::warn("{}:{}: a damaged half-precision GEMM choice; ignored (it is measured again)",
+      log::warn("{}:{}: a damaged half-precision GEMM choice; ignored (it is "
+                "measured again)",
                 path_, lineNo);
       continue;
     }
@@ -90,12 +95,13 @@ HalfGemmCache::HalfGemmCache(std::string path, std::string machine)
       others_[machine + " " + key] = line;
       continue;
     }
-    mine_[key] = {method == "library" ? HalfGemm::Library : HalfGemm::Widen, widenUs * 1e-6,
-                  libUs * 1e-6};
+    mine_[key] = {method == "library" ? HalfGemm::Library : HalfGemm::Widen,
+                  widenUs * 1e-6, libUs * 1e-6};
   }
 }
 
-std::optional<HalfGemmChoice> HalfGemmCache::lookup(const std::string &key) const {
+std::optional<HalfGemmChoice>
+HalfGemmCache::lookup(const std::string &key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = mine_.find(key);
   if (it == mine_.end())

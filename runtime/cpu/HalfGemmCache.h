@@ -1,4 +1,5 @@
-//===- HalfGemmCache.h - Which bf16/f16 GEMM, per shape ----------*- C++ -*-===//
+//===- HalfGemmCache.h - Which bf16/f16 GEMM, per shape ----------*- C++
+//-*-===//
 //
 // A bf16/f16 GEMM on the CPU runs one of two ways (runtime/cpu/Gemm.h,
 // HalfGemm): widened to float32 for sgemm, or the BLAS library's own
@@ -39,7 +40,8 @@ std::string halfGemmMachine();
 
 struct HalfGemmChoice {
   HalfGemm method = HalfGemm::Widen;
-  double widenSeconds = 0, librarySeconds = 0; ///< as measured (0: not measured)
+  double widenSeconds = 0,
+         librarySeconds = 0; ///< as measured (0: not measured)
 };
 
 class HalfGemmCache {
@@ -58,7 +60,8 @@ private:
   std::string path_, machine_;
   mutable std::mutex mu_;
   std::map<std::string, HalfGemmChoice> mine_; ///< this machine's choices
-  std::map<std::string, std::string> others_;  ///< other machines' lines, kept as they are
+  std::map<std::string, std::string>
+      others_; ///< other machines' lines, kept as they are
   int skipped_ = 0;
 };
 

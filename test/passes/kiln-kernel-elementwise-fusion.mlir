@@ -88,3 +88,48 @@ func.func @reduction_result_stays(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
   } -> tensor<2x3xf32>
   return %d : tensor<2x3xf32>
 }
+
+// -----
+
+// A reduction's f32 result truncated to bf16 as the end of an accumulation
+// (kiln_accumulator) moves through the reshape after it and fuses into its
+// reader: no bf16 temporary holds the row sums (kiln-widen-low-precision
+// then keeps them f32). Reshapes of other generics stay where they are.
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#id1 = affine_map<(d0) -> (d0)>
+#bc = affine_map<(d0, d1) -> (d0, 0)>
+// CHECK-LABEL: func.func @accumulator_through_reshape
+// CHECK: %[[SUM:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]
+// CHECK-NOT: tensor.expand_shape {{.*}} tensor<6xbf16>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<6x1xf32>, tensor<6x40xbf16>)
+// CHECK: arith.truncf %{{.*}} {kiln_accumulator} : f32 to bf16
+// CHECK: arith.divf
+func.func @accumulator_through_reshape(%x: tensor<6x40xbf16>) -> tensor<6x40xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %e6 = tensor.empty() : tensor<6xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e6 : tensor<6xf32>) -> tensor<6xf32>
+  %sum = linalg.generic {indexing_maps = [#id2, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<6x40xbf16>) outs(%init : tensor<6xf32>) {
+  ^bb0(%a: bf16, %acc: f32):
+    %w = arith.extf %a : bf16 to f32
+    %s = arith.addf %w, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<6xf32>
+  %eb = tensor.empty() : tensor<6xbf16>
+  %low = linalg.generic {indexing_maps = [#id1, #id1], iterator_types = ["parallel"]}
+      ins(%sum : tensor<6xf32>) outs(%eb : tensor<6xbf16>) {
+  ^bb0(%s: f32, %o: bf16):
+    %t = arith.truncf %s {kiln_accumulator} : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<6xbf16>
+  %col = tensor.expand_shape %low [[0, 1]] output_shape [6, 1] : tensor<6xbf16> into tensor<6x1xbf16>
+  %e = tensor.empty() : tensor<6x40xbf16>
+  %r = linalg.generic {indexing_maps = [#bc, #id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%col, %x : tensor<6x1xbf16>, tensor<6x40xbf16>) outs(%e : tensor<6x40xbf16>) {
+  ^bb0(%s: bf16, %a: bf16, %o: bf16):
+    %d = arith.divf %a, %s : bf16
+    linalg.yield %d : bf16
+  } -> tensor<6x40xbf16>
+  return %r : tensor<6x40xbf16>
+}
