@@ -108,7 +108,8 @@ PrecisionReport collectPrecisionReport(ModuleOp module) {
     }
     bool anyFloat = false, low = false;
     for (Type t : op->getResultTypes())
-      if (auto rt = dyn_cast<RankedTensorType>(t); rt && isa<FloatType>(rt.getElementType())) {
+      if (auto rt = dyn_cast<RankedTensorType>(t);
+          rt && isa<FloatType>(rt.getElementType())) {
         anyFloat = true;
         low |= isLow(t);
       }
@@ -134,7 +135,8 @@ bool makeFp32Variant(ModuleOp module, std::string &why) {
   if (fn)
     fn.walk([&](Operation *op) { mixed |= op->hasAttr(kPrecisionRuleAttr); });
   if (mixed) {
-    why = "the input module is mixed already (its @forward carries the pass's casts): "
+    why = "the input module is mixed already (its @forward carries the pass's "
+          "casts): "
           "compile the model without precision for the fp32 number";
     return false;
   }
@@ -144,13 +146,15 @@ bool makeFp32Variant(ModuleOp module, std::string &why) {
     NamedAttrList l(t.getValue());
     l.erase("precision");
     l.erase("precision_mode");
-    module->setAttr(KilnDialect::kTrainAttr, l.getDictionary(module.getContext()));
+    module->setAttr(KilnDialect::kTrainAttr,
+                    l.getDictionary(module.getContext()));
   }
   return true;
 }
 
 int64_t trainStepActivationBytes(ModuleOp module, bool fusion,
-                                 std::map<std::string, int64_t> *byType, std::string &error) {
+                                 std::map<std::string, int64_t> *byType,
+                                 std::string &error) {
   CodegenOptions co;
   co.emitLLVM = false;
   co.fusion = fusion;
@@ -172,36 +176,45 @@ void printPrecisionReport(const PrecisionReport &r, llvm::raw_ostream &os) {
   if (r.precision == "fp32") {
     os << "precision fp32: no rounding points\n";
     if (!r.userCasts.empty()) {
-      os << fmt::format("user casts: {} (user cast, respected)\n", r.userCasts.size());
+      os << fmt::format("user casts: {} (user cast, respected)\n",
+                        r.userCasts.size());
       for (const auto &c : r.userCasts)
-        os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}\n", c.loc, c.from, c.to, c.producer,
-                          c.consumers);
+        os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}\n", c.loc, c.from,
+                          c.to, c.producer, c.consumers);
     }
     return;
   }
-  os << fmt::format("precision report: {} (mode {}) of @forward after kiln-mixed-precision\n",
-                    r.precision, r.mode.empty() ? "kiln" : r.mode);
+  os << fmt::format(
+      "precision report: {} (mode {}) of @forward after kiln-mixed-precision\n",
+      r.precision, r.mode.empty() ? "kiln" : r.mode);
   os << fmt::format("\nrounding points: {} casts inserted\n", r.casts.size());
   for (const auto &c : r.casts)
-    os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  [{}]\n", c.loc, c.from, c.to, c.producer,
-                      c.consumers, c.rule);
-  os << fmt::format("\nkept in fp32 (the result, or the statistics inside the kernel): {} ops\n", r.kept.size());
+    os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  [{}]\n", c.loc,
+                      c.from, c.to, c.producer, c.consumers, c.rule);
+  os << fmt::format("\nkept in fp32 (the result, or the statistics inside the "
+                    "kernel): {} ops\n",
+                    r.kept.size());
   for (const auto &k : r.kept)
-    os << fmt::format("  {:<32} {:<14} {:<16} [{}]{}\n", k.loc, k.op, k.type, k.rule,
-                      k.statistics ? " (low type in and out, fp32 statistics in the kernel)"
-                                   : "");
+    os << fmt::format(
+        "  {:<32} {:<14} {:<16} [{}]{}\n", k.loc, k.op, k.type, k.rule,
+        k.statistics ? " (low type in and out, fp32 statistics in the kernel)"
+                     : "");
   os << fmt::format("\nuser casts: {}\n", r.userCasts.size());
   for (const auto &c : r.userCasts)
-    os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  user cast, respected\n", c.loc, c.from,
-                      c.to, c.producer, c.consumers);
+    os << fmt::format(
+        "  {:<32} {:>14} -> {:<5} {} -> {}  user cast, respected\n", c.loc,
+        c.from, c.to, c.producer, c.consumers);
   std::string rules;
   for (auto &[rule, n] : r.castsByRule)
     rules += fmt::format("{}{} {}", rules.empty() ? "" : ", ", rule, n);
-  os << fmt::format("\ntotals: {} casts inserted ({}); {} ops in {}, {} ops in fp32 (compute "
-                    "ops of @forward by result type; casts and constants not counted)\n",
-                    r.casts.size(), rules.empty() ? "none" : rules, r.lowOps, r.precision,
-                    r.fp32Ops);
-  auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", double(b) / (1 << 20)); };
+  os << fmt::format(
+      "\ntotals: {} casts inserted ({}); {} ops in {}, {} ops in fp32 (compute "
+      "ops of @forward by result type; casts and constants not counted)\n",
+      r.casts.size(), rules.empty() ? "none" : rules, r.lowOps, r.precision,
+      r.fp32Ops);
+  auto mib = [](int64_t b) {
+    return fmt::format("{:.2f} MiB", double(b) / (1 << 20));
+  };
   if (r.activationBytes < 0) {
     os << "activation memory: not computed\n";
     return;
@@ -209,14 +222,16 @@ void printPrecisionReport(const PrecisionReport &r, llvm::raw_ostream &os) {
   std::string types;
   for (auto &[t, b] : r.activationBytesByType)
     types += fmt::format("{}{} {}", types.empty() ? "" : ", ", t, b);
-  os << fmt::format("activation memory of @train_step (saved for backward, as --emit=plan "
-                    "counts it): {} {} bytes ({}; {})",
-                    r.precision, r.activationBytes, mib(r.activationBytes), types);
+  os << fmt::format(
+      "activation memory of @train_step (saved for backward, as --emit=plan "
+      "counts it): {} {} bytes ({}; {})",
+      r.precision, r.activationBytes, mib(r.activationBytes), types);
   if (r.fp32ActivationBytes >= 0)
     os << fmt::format("; fp32 {} bytes ({}): {} bytes saved, ratio {:.3f}\n",
                       r.fp32ActivationBytes, mib(r.fp32ActivationBytes),
                       r.fp32ActivationBytes - r.activationBytes,
-                      double(r.activationBytes) / double(std::max<int64_t>(1, r.fp32ActivationBytes)));
+                      double(r.activationBytes) /
+                          double(std::max<int64_t>(1, r.fp32ActivationBytes)));
   else
     os << fmt::format("; fp32: {}\n", r.fp32Note);
 }

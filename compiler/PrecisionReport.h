@@ -1,4 +1,5 @@
-//===- PrecisionReport.h - Where a mixed-precision program rounds -*- C++ -*-===//
+//===- PrecisionReport.h - Where a mixed-precision program rounds -*- C++
+//-*-===//
 //
 // `kilnc --precision-report`: read off @forward after kiln-mixed-precision
 // (passes/Precision.h is the contract): every rounding point (a kiln.cast
@@ -27,11 +28,11 @@ struct PrecisionReport {
   /// "fp32" where the module has no kiln.precision (nothing was rounded).
   std::string precision = "fp32", mode;
   struct Cast {
-    std::string loc;  ///< model file:line:col (the cast's location)
-    std::string from, to; ///< "f32[64x256]", "bf16"
-    std::string producer; ///< "param w", "input x", "matmul", ...
+    std::string loc;       ///< model file:line:col (the cast's location)
+    std::string from, to;  ///< "f32[64x256]", "bf16"
+    std::string producer;  ///< "param w", "input x", "matmul", ...
     std::string consumers; ///< the ops that read it: "matmul, add"
-    std::string rule; ///< empty for the user's own casts
+    std::string rule;      ///< empty for the user's own casts
   };
   struct Kept {
     std::string loc, op, type, rule;
@@ -68,7 +69,8 @@ int64_t trainStepActivationBytes(mlir::ModuleOp module, bool fusion,
                                  std::string &error);
 
 void printPrecisionReport(const PrecisionReport &report, llvm::raw_ostream &os);
-void printPrecisionReportJson(const PrecisionReport &report, llvm::raw_ostream &os);
+void printPrecisionReportJson(const PrecisionReport &report,
+                              llvm::raw_ostream &os);
 
 } // namespace kiln
 
