@@ -32,8 +32,8 @@ Value zerosLike(OpBuilder &b, Location loc, Value v) {
 
 FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
                                                 ArrayRef<Value> wrt,
-                                                int64_t *numOps,
-                                                bool recompute, Value seed) {
+                                                int64_t *numOps, bool recompute,
+                                                Value seed) {
   Block *block = b.getInsertionBlock();
   Location loc = loss.getLoc();
   // Forward ops are everything before the insertion point.

@@ -117,7 +117,8 @@ Config readConfig(ModuleOp m) {
     c.scaleInit = getF(ls, "init", c.scaleInit);
     c.growthFactor = getF(ls, "growth_factor", c.growthFactor);
     c.backoffFactor = getF(ls, "backoff_factor", c.backoffFactor);
-    c.growthInterval = int64_t(getF(ls, "growth_interval", double(c.growthInterval)));
+    c.growthInterval =
+        int64_t(getF(ls, "growth_interval", double(c.growthInterval)));
     if (c.lossScale == "static")
       c.growthFactor = c.backoffFactor = 1.0;
   }
@@ -219,7 +220,8 @@ public:
       paramOf[p.arg] = i;
     for (Operation &op : fwd_.getBody().front()) {
       auto c = dyn_cast<CastOp>(op);
-      auto rule = c ? c->getAttrOfType<StringAttr>(kPrecisionRuleAttr) : StringAttr();
+      auto rule =
+          c ? c->getAttrOfType<StringAttr>(kPrecisionRuleAttr) : StringAttr();
       if (!rule || rule.getValue() != kMasterWeightCopyRule)
         continue;
       auto a = dyn_cast<BlockArgument>(c.getOperand());
@@ -236,9 +238,10 @@ public:
     }
     for (auto [i, p] : llvm::enumerate(params_))
       if (lowType_[i])
-        direct_[i] = llvm::any_of(fwd_.getArgument(p.arg).getUsers(), [&](Operation *u) {
-          return !llvm::is_contained(lowCasts_[i], u);
-        });
+        direct_[i] =
+            llvm::any_of(fwd_.getArgument(p.arg).getUsers(), [&](Operation *u) {
+              return !llvm::is_contained(lowCasts_[i], u);
+            });
   }
 
   /// Rejects a kiln.train the builder cannot honour (the frontend checks the
@@ -268,8 +271,9 @@ public:
     if (badCopy_)
       return badCopy_.emitOpError()
              << "has " << kPrecisionRuleAttr << " = \"" << kMasterWeightCopyRule
-             << "\" but does not read a parameter argument of @forward (or casts it to "
-                "a second type); kiln-mixed-precision leaves one such cast per parameter";
+             << "\" but does not read a parameter argument of @forward (or "
+                "casts it to a second type); kiln-mixed-precision leaves one "
+                "such cast per parameter";
     return success();
   }
 
@@ -422,7 +426,8 @@ LogicalResult Builder::buildInit() {
     }
   if (scaler_) {
     results.append({s.cst(cfg_.scaleInit), s.cst(0.0), s.cst(0.0)});
-    names.insert(names.end(), {"loss_scale", "scale_good_steps", "skipped_steps"});
+    names.insert(names.end(),
+                 {"loss_scale", "scale_good_steps", "skipped_steps"});
   }
   finish(f, results, names);
   return success();
@@ -469,12 +474,15 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   SmallVector<Value> lowps(params_.size());
   for (auto [i, p] : llvm::enumerate(params_))
     if (lowType_[i])
-      lowps[i] = addArg(f, lowType_[i], loc(), KilnDialect::kStateAttr, "lowp:" + p.name);
+      lowps[i] = addArg(f, lowType_[i], loc(), KilnDialect::kStateAttr,
+                        "lowp:" + p.name);
   Value scale, goodSteps, skipped, invScale;
   if (scaler_) {
     scale = addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "loss_scale");
-    goodSteps = addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "scale_good_steps");
-    skipped = addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "skipped_steps");
+    goodSteps =
+        addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "scale_good_steps");
+    skipped =
+        addArg(f, s.f32(), loc(), KilnDialect::kStateAttr, "skipped_steps");
   }
   int64_t K = cfg_.gradAccum;
   SmallVector<Value> ins;
@@ -713,9 +721,10 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     grown = s.select(s.lt(grown, inf), grown, scale); // never to infinity
     Value cleanScale = s.select(grow, grown, scale);
     Value cleanGood = s.select(grow, s.cst(0.0), good1);
-    scalerOut = {s.select(ok, cleanScale, s.mul(scale, s.cst(cfg_.backoffFactor))),
-                 s.select(ok, cleanGood, s.cst(0.0)),
-                 s.select(ok, skipped, s.add(skipped, s.cst(1.0)))};
+    scalerOut = {
+        s.select(ok, cleanScale, s.mul(scale, s.cst(cfg_.backoffFactor))),
+        s.select(ok, cleanGood, s.cst(0.0)),
+        s.select(ok, skipped, s.add(skipped, s.cst(1.0)))};
   }
 
   SmallVector<Value> results(newParams.begin(), newParams.end());
@@ -736,7 +745,8 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     }
   if (scaler_) {
     results.append(scalerOut);
-    names.insert(names.end(), {"loss_scale", "scale_good_steps", "skipped_steps"});
+    names.insert(names.end(),
+                 {"loss_scale", "scale_good_steps", "skipped_steps"});
   }
   results.append({loss, norm, lr});
   names.insert(names.end(), {"loss", "grad_norm", "lr"});
