@@ -380,10 +380,17 @@ bool exportReference(ModuleOp module, const std::string &dir, int steps,
     state.assign(out.begin() + params.size(), out.begin() + params.size() + state.size());
     size_t base = params.size() + state.size();
     double l = out[base].f[0], gn = out[base + 1].f[0], lr = out[base + 2].f[0];
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s{\"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g}",
-                  s ? ", " : "", l, gn, lr);
-    manifest += buf;
+    // JSON has no inf or NaN: a non-finite value (an fp16 step whose scaled
+    // gradients overflowed, which the loss scaler skips) is written as null.
+    auto num = [](double v) {
+      if (!std::isfinite(v))
+        return std::string("null");
+      char b[40];
+      std::snprintf(b, sizeof b, "%.9g", v);
+      return std::string(b);
+    };
+    manifest += std::string(s ? ", " : "") + "{\"loss\": " + num(l) +
+                ", \"grad_norm\": " + num(gn) + ", \"lr\": " + num(lr) + "}";
     log << llvm::format("step %d: loss %.6f grad_norm %.6f lr %.3e\n", s, l, gn, lr);
   }
   for (size_t k = 0; k < paramNames.size(); ++k)
