@@ -81,7 +81,8 @@ fi
 # Kernels compile once into the cache before the timed runs.
 for p in "${KILN[@]}"; do
   build/bin/kiln-run train $OUT/$p.kpack --steps 1 --eval-interval 0 --quiet \
-    --threads "$THREADS" --checkpoint $OUT/warm.ckpt
+    --threads "$THREADS" --checkpoint $OUT/warm.ckpt > $OUT/warm-$p.log 2>&1 ||
+    { echo "bench/mixed.sh: kiln-run train ($p, warm-up) failed:" >&2; tail -5 $OUT/warm-$p.log >&2; exit 1; }
 done
 
 cut -d' ' -f1-3 /proc/loadavg > $OUT/load.txt
@@ -90,14 +91,16 @@ for r in $(seq 1 "$ROUNDS"); do
   for p in "${KILN[@]}"; do
     build/bin/kiln-run train $OUT/$p.kpack --steps "$STEPS" --eval-interval 0 --log-interval 1 \
       --threads "$THREADS" --checkpoint $OUT/bench.ckpt --loss-log $OUT/kiln-$p.$r.loss \
-      > $OUT/kiln-$p.$r.log
+      > $OUT/kiln-$p.$r.log 2>&1 ||
+      { echo "bench/mixed.sh: kiln-run train ($p, round $r) failed:" >&2; tail -5 $OUT/kiln-$p.$r.log >&2; exit 1; }
   done
   for fw in torch torch-compile; do
     for p in fp32 bf16; do
       "$PY" bench/gpt_mixed.py --framework $fw --precision $p --data $DATA --steps "$STEPS" \
         --threads "$THREADS" --attention "$ATTN" --loss-log $OUT/$fw-$p.$r.loss \
         > $OUT/$fw-$p.$r.json 2> $OUT/$fw-$p.$r.err ||
-        { echo "bench/mixed.sh: $fw $p failed (round $r):" >&2; tail -5 $OUT/$fw-$p.$r.err >&2; exit 1; }
+        { echo "bench/mixed.sh: $fw $p failed (round $r; its row is left out):" >&2
+          tail -5 $OUT/$fw-$p.$r.err >&2; rm -f $OUT/$fw-$p.$r.json; }
     done
   done
   cut -d' ' -f1-3 /proc/loadavg >> $OUT/load.txt

@@ -60,7 +60,11 @@ def main():
                     break
                 per_round.append(kiln_ms(log))
             else:
-                per_round.append(json.load(open(f"{o}/{fw}-{p}.{r}.json"))["median_ms"])
+                try:
+                    per_round.append(json.load(open(f"{o}/{fw}-{p}.{r}.json"))["median_ms"])
+                except (OSError, ValueError, KeyError):
+                    per_round = []  # a failed run (bench/mixed.sh said so): no row
+                    break
             ls = losses(f"{o}/{fw if fw != 'kiln' else 'kiln'}-{p}.{r}.loss")
             curve = curve or ls
             last10.append(sum(ls[-10:]) / len(ls[-10:]))
@@ -80,7 +84,8 @@ def main():
     for fw, p, name in TRAINERS:
         row = rows.get((fw, p))
         if not row:
-            print(f"{name:34} {'(not run: kilnc has no --precision)':>50}")
+            why = "not run: kilnc has no --precision" if fw == "kiln" else "failed: see its .err file"
+            print(f"{name:34} ({why})")
             continue
         rs = " ".join(f"{x:.1f}" for x in row["rounds_ms"])
         print(f"{name:34} {row['median_ms']:14.1f} {rs:>24} {768 / row['median_ms'] * 1e3:9.0f} "
@@ -90,7 +95,10 @@ def main():
               "attention": a.attention, "load": [x for x in load if x],
               "rows": [{k: v for k, v in r.items() if k != "curve"} for r in rows.values()]}
     kb, kf = rows.get(("kiln", "bf16")), rows[("kiln", "fp32")]
-    torch_bf16 = [rows[(fw, "bf16")] for fw in ("torch", "torch-compile")]
+    torch_bf16 = [rows[(fw, "bf16")] for fw in ("torch", "torch-compile") if (fw, "bf16") in rows]
+    if not torch_bf16:
+        print("\nno PyTorch bf16 row: nothing to compare with")
+        return 1
     fastest = min(torch_bf16, key=lambda r: r["median_ms"])
     print()
     if kb:
@@ -115,20 +123,22 @@ def main():
 
     # Loss curves (round 1 of each: all rounds of a trainer are the same run).
     print(f"\nloss curves, mean |loss difference| per step over the first {a.curve_steps} steps:")
-    tb, tf = rows[("torch", "bf16")], rows[("torch", "fp32")]
-    pairs = [(tb, tf, "rounding only: same initial values and batches")]
+    tb, tf = rows.get(("torch", "bf16")), rows.get(("torch", "fp32"))
+    pairs = []
     if kb:
-        pairs.insert(0, (kb, kf, "rounding only: same initial values and batches"))
-    pairs.append((kf, tf, "the noise: other initial values and batches"))
-    if kb:
-        pairs.append((kb, tb, "judged against the line above"))
+        pairs.append((kb, kf, "rounding only: same initial values and batches"))
+    if tb and tf:
+        pairs.append((tb, tf, "rounding only: same initial values and batches"))
+        pairs.append((kf, tf, "the noise: other initial values and batches"))
+        if kb:
+            pairs.append((kb, tb, "judged against the line above"))
     curves = {}
     for x, y, why in pairs:
         d, n = mean_abs_diff(x["curve"], y["curve"], a.curve_steps)
         key = f"{x['name']} vs {y['name']}"
         curves[key] = d
         print(f"  {key:58} {d:.4f} over {n} steps ({why})")
-    if kb:
+    if kb and tb and tf:
         noise = curves[f"{kf['name']} vs {tf['name']}"]
         got = curves[f"{kb['name']} vs {tb['name']}"]
         # Within noise: the bf16 pair differs by at most 1.5x what the fp32

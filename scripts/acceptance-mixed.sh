@@ -100,13 +100,14 @@ for p in $PRECISIONS; do
   [ -n "${VAL[$p]}" ] || die "reading the validation loss ($p)" "$W/eval-$p.log"
   TRAIN[$p]=$(awk '{ l[NR] = $2 } END { s = 0; n = 0; for (i = NR - 99; i <= NR; i++) if (i > 0) { s += l[i]; n++ } printf "%.4f", s / n }' "$W/$p.loss")
   MS[$p]=$(sed -nE 's/^done: .*\(([0-9.]+) ms\/step.*/\1/p' "$W/train-$p.log" | tail -1)
-  # Skipped steps (fp16 loss scaling) as the done: line reports them, if it does.
-  SKIP[$p]=$(sed -nE 's/^done: .*[^0-9]([0-9]+) (steps )?skipped.*/\1/p' "$W/train-$p.log" | tail -1)
+  # Skipped steps (loss scaling) from kiln-run's summary line:
+  # "loss scaling: N of M steps skipped (gradients not finite), scale now S; ..."
+  SKIP[$p]=$(sed -nE 's/.*loss scaling: ([0-9]+) of [0-9]+ steps skipped.*scale now ([0-9.eE+-]+).*/\1 (scale \2)/p' "$W/train-$p.log" | tail -1)
   echo "  $p: val loss ${VAL[$p]} after $STEPS steps in $((SECONDS - t0)) s"
 done
 
 echo
-FMT='%-9s %9s %8s %21s %8s %13s  %s\n'
+FMT='%-9s %9s %8s %21s %8s %22s  %s\n'
 printf "$FMT" precision "val loss" "vs fp32" "train loss (last 100)" ms/step "skipped steps" ""
 status=0
 for p in $PRECISIONS; do
