@@ -29,9 +29,14 @@ def losses(path):
     return [float(line.split()[1]) for line in open(path) if line.strip()]
 
 
+def p10(ms):
+    return statistics.quantiles(ms, n=10, method="inclusive")[0] if len(ms) > 1 else ms[0]
+
+
 def kiln_ms(path):
-    ms = [float(m) for m in re.findall(r"\| ([0-9.]+) ms/step", open(path).read())]
-    return statistics.median(ms[KILN_WARMUP:])
+    """(median, p10) of the timed steps' ms/step in a --log-interval 1 log."""
+    ms = [float(m) for m in re.findall(r"\| ([0-9.]+) ms/step", open(path).read())][KILN_WARMUP:]
+    return statistics.median(ms), p10(ms)
 
 
 def mean_abs_diff(a, b, n):
@@ -52,16 +57,20 @@ def main():
     o = a.out
     rows = {}
     for fw, p, name in TRAINERS:
-        per_round, curve, last10 = [], None, []
+        per_round, p10s, curve, last10 = [], [], None, []
         for r in range(1, a.rounds + 1):
             if fw == "kiln":
                 log = f"{o}/kiln-{p}.{r}.log"
                 if not os.path.exists(log):
                     break
-                per_round.append(kiln_ms(log))
+                med, low = kiln_ms(log)
+                per_round.append(med)
+                p10s.append(low)
             else:
                 try:
-                    per_round.append(json.load(open(f"{o}/{fw}-{p}.{r}.json"))["median_ms"])
+                    j = json.load(open(f"{o}/{fw}-{p}.{r}.json"))
+                    per_round.append(j["median_ms"])
+                    p10s.append(j["p10_ms"])
                 except (OSError, ValueError, KeyError):
                     per_round = []  # a failed run (bench/mixed.sh said so): no row
                     break
@@ -71,15 +80,18 @@ def main():
         if per_round:
             rows[(fw, p)] = {"name": name, "framework": fw, "precision": p,
                              "median_ms": statistics.median(per_round), "rounds_ms": per_round,
+                             "p10_ms": statistics.median(p10s),
                              "loss_first": curve[0], "loss_last10": statistics.median(last10),
                              "curve": curve}
 
     load = open(f"{o}/load.txt").read().split("\n") if os.path.exists(f"{o}/load.txt") else []
     print(f"nanoGPT CPU config (batch 12 x ctx 64), {a.steps} steps x {a.rounds} rounds, "
           f"{a.threads} thread(s); PyTorch attention: {a.attention}")
+    print("(ms/step: the median of the rounds' medians; p10: of the rounds' 10th percentiles, "
+          "the less disturbed steps where the machine is shared)")
     print(f"load average (1/5/15 min) before the rounds and after each: "
           f"{'; '.join(x for x in load if x)}")
-    print(f"{'trainer':34} {'median ms/step':>14} {'rounds':>24} {'tokens/s':>9} "
+    print(f"{'trainer':34} {'median ms/step':>14} {'rounds':>24} {'p10':>7} {'tokens/s':>9} "
           f"{'loss step0':>10} {'loss last10':>11}")
     for fw, p, name in TRAINERS:
         row = rows.get((fw, p))
@@ -88,7 +100,7 @@ def main():
             print(f"{name:34} ({why})")
             continue
         rs = " ".join(f"{x:.1f}" for x in row["rounds_ms"])
-        print(f"{name:34} {row['median_ms']:14.1f} {rs:>24} {768 / row['median_ms'] * 1e3:9.0f} "
+        print(f"{name:34} {row['median_ms']:14.1f} {rs:>24} {row['p10_ms']:7.1f} {768 / row['median_ms'] * 1e3:9.0f} "
               f"{row['loss_first']:10.3f} {row['loss_last10']:11.3f}")
 
     result = {"threads": a.threads, "rounds": a.rounds, "steps": a.steps,
