@@ -8,7 +8,10 @@ one, which would not fit the device tool's 64 MiB twice).
   kpack_share.py restore BASE.kpack IN.kpack-shared OUT.kpack
 
 strip: OUT is FULL with every initializers tensor whose name, dtype, shape
-and bytes equal BASE's left out; the section is renamed
+and bytes equal BASE's left out, and every bf16/f16 tensor that is BASE's
+f32 tensor of the same shape rounded to nearest even (the mixed-precision
+step's low copies, "lowp:<param>": recomputed by restore, with numpy); the
+section is renamed
 "initializers.shared" (so kiln-run refuses OUT itself: no initializers)
 and records FULL's SHA-256. Prints how many tensors and bytes it shares.
 restore: rebuilds FULL from BASE and OUT and checks the SHA-256: exit 1,
@@ -29,6 +32,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kpack_manifest as k  # noqa: E402
 
 SHARED = "initializers.shared"
+
+
+def rounded(f32_bytes, dtype):
+    """f32 bytes -> the same values rounded to nearest even in bf16 or f16."""
+    import numpy as np
+    x = np.frombuffer(f32_bytes, dtype="<f4")
+    if dtype == "F16":
+        return x.astype("<f2").tobytes()
+    u = x.view("<u4").astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+
+
+def source_of(name, dtype, shape, base_t):
+    """The BASE f32 tensor a low-precision tensor may be a rounded copy of."""
+    if dtype not in ("BF16", "F16") or ":" not in name:
+        return None
+    src = name.split(":", 1)[1]
+    bt = base_t.get(src)
+    return src if bt and bt[0] == "F32" and bt[1] == shape else None
 
 
 def tensors(st):
@@ -59,11 +81,14 @@ def rebuild(base_st, shared_blob):
     size = max((e for _, _, _, e in full_t.values()), default=0)
     data = bytearray(size)
     pos = 0
-    shared = set(meta["shared"])
+    shared, derived = set(meta["shared"]), meta.get("derived", {})
     for name, (dtype, shape, b, e) in sorted(full_t.items(), key=lambda kv: kv[1][2]):
         if name in shared:
             bd, bs, bb, be = base_t[name]
             data[b:e] = base_st[base_start + bb:base_start + be]
+        elif name in derived:
+            bd, bs, bb, be = base_t[derived[name]]
+            data[b:e] = rounded(base_st[base_start + bb:base_start + be], dtype)
         else:
             data[b:e] = own[pos:pos + (e - b)]
             pos += e - b
@@ -78,20 +103,25 @@ def strip(base_path, full_path, out_path):
     st = sec[2]
     prefix, full_t, start = tensors(st)
     _, base_t, base_start = tensors(base_st)
-    shared, own, saved = [], bytearray(), 0
+    shared, derived, own, saved = [], {}, bytearray(), 0
     end = 0
     for name, (dtype, shape, b, e) in sorted(full_t.items(), key=lambda kv: kv[1][2]):
         bt = base_t.get(name)
+        src = source_of(name, dtype, shape, base_t)
         if bt and bt[:2] == (dtype, shape) and \
                 base_st[base_start + bt[2]:base_start + bt[3]] == st[start + b:start + e]:
             shared.append(name)
+            saved += e - b
+        elif src and rounded(base_st[base_start + base_t[src][2]:base_start + base_t[src][3]],
+                             dtype) == st[start + b:start + e]:
+            derived[name] = src
             saved += e - b
         else:
             own += st[start + b:start + e]
         end = max(end, e)
     own += st[start + end:]  # anything after the last tensor, verbatim
     digest = hashlib.sha256(open(full_path, "rb").read()).hexdigest()
-    meta = json.dumps({"sha256": digest, "shared": shared, "prefix_len": len(prefix),
+    meta = json.dumps({"sha256": digest, "shared": shared, "derived": derived, "prefix_len": len(prefix),
                        "base": os.path.basename(base_path)}).encode()
     blob = struct.pack("<Q", len(meta)) + meta + prefix + bytes(own)
     # Round trip before writing: the restored section and file must be FULL's.
@@ -106,8 +136,8 @@ def strip(base_path, full_path, out_path):
     finally:
         if os.path.exists(check):
             os.remove(check)
-    print(f"kpack_share.py: {out_path}: {len(shared)} of {len(full_t)} initial values "
-          f"({saved / 1048576:.1f} MiB) shared with {base_path}; "
+    print(f"kpack_share.py: {out_path}: {len(shared)} of {len(full_t)} initial values shared with "
+          f"{base_path}, {len(derived)} rounded from its ({saved / 1048576:.1f} MiB); "
           f"{os.path.getsize(out_path) / 1048576:.1f} MiB instead of {os.path.getsize(full_path) / 1048576:.1f}")
 
 
