@@ -40,8 +40,9 @@
 #         gpt-bf16.kpack-shared
 #                        the GPU config in bf16 (kilnc --precision=bf16; only
 #                        where kilnc has the flag) without the initial values
-#                        it shares with gpt.kpack (tools/kpack_share.py; the
-#                        device run restores it): ~4 MiB instead of ~48
+#                        it shares with gpt.kpack or rounds from it (its
+#                        bf16 weight copies; tools/kpack_share.py, the
+#                        device run restores it): 3.4 MiB instead of 65
 #         data/          kiln-run prepare of examples/data/tinyshakespeare.txt
 #         ref-cpu.loss   kiln-run train gpt.kpack --device cpu, 5 steps
 #         debs/          Debian's libfmt-dev, libfmt9, nlohmann-json3-dev,
@@ -101,6 +102,7 @@ while [ $# -gt 0 ]; do
 done
 
 G=.gpu                      # what --prepare writes and the device call carries
+GD=build/gpu-dry            # what --prepare writes for the dry run only (not carried)
 CARRY_LIMIT=$((64 << 20))   # the device tool's limit on what travels
 DEBS="libfmt-dev libfmt9 nlohmann-json3-dev libgtest-dev"
 # The small config: bench/gpt_gpu.py --small's (its SMALL), so that the
@@ -135,7 +137,7 @@ prepare() {
   echo "gpu-check --prepare: compiling the GPU config (--target=cpu,cuda --cuda-arch=sm_90 --omit-zero-initializers)"
   nice build/bin/kilnc examples/shakespeare_char.kiln --target=cpu,cuda --cuda-arch=sm_90 \
     --omit-zero-initializers -o "$G/gpt.kpack" 2>&1 | sed 's/^/  /'
-  rm -f "$G/gpt-bf16.kpack-shared" "$G/small/gpt-small-bf16.kpack-shared"
+  rm -f "$G/gpt-bf16.kpack-shared" "$GD/gpt-small-bf16.kpack-shared"
   if build/bin/kilnc --help 2>/dev/null | grep -q -- '--precision='; then
     echo "gpu-check --prepare: the GPU config in bf16 (--precision=bf16), sharing gpt.kpack's initial values"
     nice build/bin/kilnc examples/shakespeare_char.kiln --precision=bf16 --target=cpu,cuda \
@@ -169,13 +171,16 @@ prepare() {
   echo "gpu-check --prepare: the small config (the GPU's smoke test, the dry run's model)"
   nice build/bin/kilnc examples/shakespeare_char.kiln $SMALL_PARAMS --target=cpu,cuda \
     --cuda-arch=sm_90 --omit-zero-initializers -o "$G/small/gpt-small.kpack" 2>&1 | sed 's/^/  /'
-  if [ -f "$G/gpt-bf16.kpack-shared" ]; then  # the dry run's bf16 stage
+  if [ -f "$G/gpt-bf16.kpack-shared" ]; then
+    # The dry run's bf16 stage: in $GD, which does not travel (the device
+    # tool's 64 MiB are nearly full).
+    mkdir -p "$GD"
     nice build/bin/kilnc examples/shakespeare_char.kiln $SMALL_PARAMS --precision=bf16 \
       --target=cpu,cuda --cuda-arch=sm_90 --omit-zero-initializers \
-      -o "$G/small/gpt-small-bf16.kpack" 2>&1 | sed 's/^/  /'
-    python3 tools/kpack_share.py strip "$G/small/gpt-small.kpack" "$G/small/gpt-small-bf16.kpack" \
-      "$G/small/gpt-small-bf16.kpack-shared" | sed 's/^/  /'
-    rm -f "$G/small/gpt-small-bf16.kpack"
+      -o "$GD/gpt-small-bf16.kpack" 2>&1 | sed 's/^/  /'
+    python3 tools/kpack_share.py strip "$G/small/gpt-small.kpack" "$GD/gpt-small-bf16.kpack" \
+      "$GD/gpt-small-bf16.kpack-shared" | sed 's/^/  /'
+    rm -f "$GD/gpt-small-bf16.kpack"
   fi
   nice build/bin/kiln-run train "$G/small/gpt-small.kpack" --device cpu --steps 5 \
     --data "$G/data/train.bin" --eval-interval 0 --log-interval 1 --loss-log "$G/small/ref-cpu.loss" \
@@ -185,14 +190,15 @@ prepare() {
 
   echo "gpu-check --prepare: artifacts for kiln-run check (every step on the GPU against the CUDA emulator)"
   mkdir -p "$G/check"
-  nice build/bin/kilnc examples/mlp.kiln --target=cpu,cuda -o "$G/check/mlp.kpack" >/dev/null
+  nice build/bin/kilnc examples/mlp.kiln --target=cpu,cuda --cuda-arch=sm_90 \
+    -o "$G/check/mlp.kpack" >/dev/null
   for v in half-precision gemm-epilogues softmax-sums; do
-    nice build/bin/kilnc "test/runtime/Inputs/variants/$v.kiln" --target=cpu,cuda \
+    nice build/bin/kilnc "test/runtime/Inputs/variants/$v.kiln" --target=cpu,cuda --cuda-arch=sm_90 \
       -o "$G/check/$v.kpack" >/dev/null
   done
   # Rows of 1088 features (a block per row), with 8 classes to stay small.
   nice build/bin/kilnc test/runtime/Inputs/variants/wide-rows.kiln --param classes=8 \
-    --target=cpu,cuda -o "$G/check/wide-rows.kpack" >/dev/null
+    --target=cpu,cuda --cuda-arch=sm_90 -o "$G/check/wide-rows.kpack" >/dev/null
 
   echo "gpu-check --prepare: data parallelism through NCCL (a world of one: the MLP on a mesh of one device)"
   mkdir -p "$G/dp"
@@ -542,7 +548,7 @@ fi
 # bf16 rounding moves the loss by ~1e-3 relative (unit roundoff 2^-9 on
 # every rounded tensor), more than compare's fp32 tolerance.
 BF16_SHARED=$G/gpt-bf16.kpack-shared
-[ "$MODE" = dry ] && BF16_SHARED=$G/small/gpt-small-bf16.kpack-shared
+[ "$MODE" = dry ] && BF16_SHARED=$GD/gpt-small-bf16.kpack-shared
 BF16_OK=0
 BF16_LINE="bf16: not run ($BF16_SHARED missing: kilnc had no --precision at --prepare)"
 if [ $BUILT = 1 ] && [ -f "$BF16_SHARED" ]; then
