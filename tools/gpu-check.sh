@@ -551,6 +551,7 @@ BF16_SHARED=$G/gpt-bf16.kpack-shared
 [ "$MODE" = dry ] && BF16_SHARED=$GD/gpt-small-bf16.kpack-shared
 BF16_OK=0
 BF16_LINE="bf16: not run ($BF16_SHARED missing: kilnc had no --precision at --prepare)"
+[ -f "$BF16_SHARED" ] && BF16_LINE="bf16: not run (no runtime build)"
 if [ $BUILT = 1 ] && [ -f "$BF16_SHARED" ]; then
   BF16_ART=$W/gpt-bf16.kpack
   if python3 tools/kpack_share.py restore "$ART" "$BF16_SHARED" "$BF16_ART" > "$L/bf16-restore.log" 2>&1; then
