@@ -95,6 +95,9 @@ Expected<Package> openPackage(const std::string &path) {
     pkg.train.evalInterval = geti("eval_interval");
     pkg.train.evalSteps = geti("eval_steps");
     pkg.train.seed = geti("seed");
+    pkg.train.logInterval = t.contains("log_interval") ? geti("log_interval") : -1;
+    pkg.train.checkpointInterval =
+        t.contains("checkpoint_interval") ? geti("checkpoint_interval") : -1;
     pkg.train.data = t.value("data", "");
     pkg.train.valData = t.value("val_data", "");
   }

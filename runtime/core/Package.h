@@ -23,6 +23,8 @@ namespace kiln {
 /// The train section as the manifest records it (kiln.train).
 struct TrainConfig {
   int64_t batch = 0, steps = 0, evalInterval = 0, evalSteps = 0, seed = 0;
+  /// log_interval and checkpoint_interval; -1 where the section has none.
+  int64_t logInterval = -1, checkpointInterval = -1;
   std::string data, valData;
 };
 

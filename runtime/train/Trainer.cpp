@@ -21,7 +21,7 @@ namespace {
 /// The options with the train section's values filled in.
 struct Resolved {
   uint64_t seed = 0;
-  int64_t steps = 0, evalInterval = 0, evalSteps = 0, ckptEvery = 0;
+  int64_t steps = 0, evalInterval = 0, evalSteps = 0, ckptEvery = 0, logInterval = 10;
   std::string ckptPath;
 };
 
@@ -33,7 +33,10 @@ Resolved resolve(const Model &m, const TrainOptions &o) {
   r.evalInterval = o.evalInterval >= 0 ? o.evalInterval : tc.evalInterval;
   r.evalSteps = o.evalSteps > 0 ? o.evalSteps : (tc.evalSteps > 0 ? tc.evalSteps : 20);
   r.ckptPath = o.checkpoint.empty() ? defaultCheckpoint(o.artifact) : o.checkpoint;
-  r.ckptEvery = o.checkpointEvery >= 0 ? o.checkpointEvery : r.evalInterval;
+  r.ckptEvery = o.checkpointEvery >= 0   ? o.checkpointEvery
+                : tc.checkpointInterval >= 0 ? tc.checkpointInterval
+                                             : r.evalInterval;
+  r.logInterval = o.logInterval > 0 ? o.logInterval : tc.logInterval > 0 ? tc.logInterval : 10;
   return r;
 }
 
@@ -141,6 +144,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->evalInterval_ = r.evalInterval;
   t->evalSteps_ = r.evalSteps;
   t->ckptEvery_ = r.ckptEvery;
+  t->o_.logInterval = r.logInterval;
   t->ckptPath_ = r.ckptPath;
   t->train_ = std::move(train);
   t->val_ = r.evalInterval > 0 ? std::move(val) : nullptr;

@@ -79,10 +79,10 @@ struct EvalPoint {
 struct TrainOptions {
   std::string artifact; ///< the artifact's path: messages, the default checkpoint
   int64_t steps = -1;   ///< train up to this step (exclusive)
-  int64_t logInterval = 10;
+  int64_t logInterval = -1; ///< default: the train section's, else 10
   int64_t evalInterval = -1; ///< 0: never evaluate
   int64_t evalSteps = -1;    ///< batches per evaluation (default 20)
-  int64_t checkpointEvery = -1; ///< default: evalInterval; 0: only at the end
+  int64_t checkpointEvery = -1; ///< default: checkpoint_interval, else evalInterval; 0: only at the end
   std::string data, valData;    ///< token file or .npy directory
   std::string checkpoint;       ///< default MODEL.ckpt.safetensors
   std::string resume;           ///< a checkpoint to continue from

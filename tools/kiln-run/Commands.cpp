@@ -72,7 +72,7 @@ void print(Channel c, const std::string &text) {
 /// Command-line flags of train, eval, sample and check.
 struct Flags {
   std::string artifact;
-  int64_t steps = -1, logInterval = 10, evalInterval = -1, evalSteps = -1;
+  int64_t steps = -1, logInterval = -1, evalInterval = -1, evalSteps = -1;
   int64_t checkpointEvery = -1, tokens = 200, topK = 0;
   int threads = 0;
   int interOpThreads = 1; ///< --inter-op-threads (CPU)
