@@ -325,6 +325,36 @@ def KilnPolynomialMathPass : Pass<"kiln-polynomial-math", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::math::MathDialect"];
 }
 
+def KilnExpandBF16Pass : Pass<"kiln-expand-bf16", "mlir::ModuleOp"> {
+  let summary = "Convert between bf16 and f32 with integer ops, so the loops vectorize";
+  let description = [{
+    Part of the CPU kernel lowering (passes/Pipelines.cpp), after the loops:
+    upstream MLIR's bf16 expansion of `arith.extf` (bf16 to f32: the 16 bits
+    shifted into the high half, exact) and `arith.truncf` (f32 to bf16: round
+    to nearest even by adding 0x7fff plus the lowest kept bit; a NaN becomes
+    the quiet NaN 0x7fc0). LLVM's own `fptrunc`/`fpext` on `bfloat` are
+    costed as scalar: the vectorizer then picked 2 lanes for every kernel
+    that loads or stores bf16 (the GPT's gelu backward ran 3x slower than in
+    f32); the integer form vectorizes like f32 code. Other types, f16
+    included, and every other arith op are left as they are, so f32 kernels
+    are unchanged.
+
+    Before:
+    ```mlir
+    %y = arith.truncf %x : f32 to bf16
+    ```
+    After (shortened):
+    ```mlir
+    %b = arith.bitcast %x : f32 to i32
+    %bias = arith.addi %lowest_kept_bit, %c32767 : i32
+    %r = arith.shrui (arith.addi %b, %bias), %c16 : i32
+    %n = arith.select %is_nan, %c0x7fc0, (arith.trunci %r : i32 to i16) : i16
+    %y = arith.bitcast %n : i16 to bf16
+    ```
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
 def KilnKernelElementwiseFusionPass
     : Pass<"kiln-kernel-elementwise-fusion", "mlir::ModuleOp"> {
   let summary = "Fuse every elementwise linalg producer into each of its consumers";

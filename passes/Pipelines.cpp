@@ -79,6 +79,9 @@ void buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createKilnPolynomialMathPass());
+  // bf16 <-> f32 as integer ops (LLVM costs its bfloat conversions as
+  // scalar and vectorizes bf16 kernels 2 lanes wide); f32 kernels have none.
+  pm.addPass(createKilnExpandBF16Pass());
   // LLVM intrinsics first (fma, sqrt, ... vectorize); libm only for what
   // has no intrinsic (float64 erf, ...).
   pm.addPass(createConvertMathToLLVMPass());
