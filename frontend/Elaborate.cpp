@@ -10,6 +10,8 @@
 #include "frontend/Parser.h"
 #include "frontend/elaborate/Elaborator.h"
 
+#include "dialects/kiln/Sharding.h"
+
 #include "llvm/ADT/DenseSet.h"
 
 #include <cerrno>
@@ -148,10 +150,13 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   mod->setAttr(KilnDialect::kDimsAttr, dimBindings_.getDictionary(&ctx_));
   if (ast_.hasTrain)
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
-  // devices = N > 1: a data-parallel mesh (docs/parallel.md).
-  if (auto n = trainAttrs_.get("devices"))
-    if (cast<IntegerAttr>(n).getInt() > 1)
-      setMesh(mod, MeshShape{{MeshAxis{"dp", cast<IntegerAttr>(n).getInt()}}});
+  // devices = N > 1: a data-parallel mesh; with tp = T > 1, dp x tp =
+  // (N / T) x T (docs/parallel.md).
+  auto intSetting = [&](llvm::StringRef k) {
+    auto a = trainAttrs_.get(k);
+    return a ? cast<IntegerAttr>(a).getInt() : int64_t(1);
+  };
+  setMesh(mod, meshFor(intSetting("devices"), intSetting("tp")));
   checkFp32Layers();
   warnUnusedLayers();
   return std::move(module_);

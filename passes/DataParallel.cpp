@@ -21,6 +21,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <map>
 
@@ -401,7 +402,16 @@ LogicalResult Rewriter::reduceLossAndNorm() {
     order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t c) { return grads_[a].param < grads_[c].param; });
-  Value sq;
+  // Under tensor parallelism (kiln-tensor-parallel ran first) a parameter
+  // split over tp holds only its block: the sum of squares of those blocks
+  // is summed over tp first, then the replicated parameters' are added.
+  llvm::StringSet<> tpSplit;
+  for (unsigned i = 0; i < f_.getNumArguments(); ++i)
+    if (auto p = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr))
+      if (auto sh = f_.getArgAttrOfType<DictionaryAttr>(i, kShardAttr))
+        if (sh.getAs<StringAttr>("axis") && sh.getAs<StringAttr>("axis").getValue() == "tp")
+          tpSplit.insert(p.getValue());
+  Value sq, sqSplit;
   for (size_t i : order) {
     Grad &g = grads_[i];
     if (!g.shard)
@@ -411,7 +421,13 @@ LogicalResult Rewriter::reduceLossAndNorm() {
       x = b_.create<CastOp>(l, vec(g.block, b_.getF32Type()), x);
     Value s = b_.create<ReduceSumOp>(l, f32, b_.create<MulOp>(l, x, x),
                                      b_.getDenseI64ArrayAttr({0}), UnitAttr());
-    sq = sq ? b_.create<AddOp>(l, sq, s) : s;
+    Value &acc = tpSplit.contains(g.name) ? sqSplit : sq;
+    acc = acc ? b_.create<AddOp>(l, acc, s) : s;
+  }
+  if (sqSplit) {
+    Value whole = b_.create<AllReduceOp>(l, sqSplit, "tp", CollectiveReduction::sum);
+    ++collectives_;
+    sq = sq ? b_.create<AddOp>(l, whole, sq) : whole;
   }
   Value total = b_.create<AllReduceOp>(l, sq, kAxis, CollectiveReduction::sum);
   ++collectives_;

@@ -208,6 +208,31 @@ def KilnDataParallelPass : Pass<"kiln-data-parallel", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnTensorParallelPass : Pass<"kiln-tensor-parallel", "mlir::ModuleOp"> {
+  let summary = "Megatron tensor parallelism: split hinted parameters over tp, propagate, all-reduce partial sums";
+  let description = [{
+    Runs after kiln-train-step (and before kiln-data-parallel) on a module
+    whose `kiln.mesh` has a `tp` axis of size T > 1; a module without one is
+    left unchanged. Parameters carrying `kiln.tp = {dim = D, outer = K}` on
+    @forward (linear layers with parallel = "column" | "row", mlp(),
+    attention()) and their optimizer state are split over tp on dimension D
+    (arguments and results get `kiln.shard = {axis = "tp", dim = D, outer =
+    K, shape = logical}`); the shardings propagate through @train_step,
+    @grad, @eval_step and @predict with the rule table of
+    dialects/kiln/Sharding.cpp, a partial sum an op cannot take is made whole
+    with `kiln.all_reduce ... axis = "tp" reduction = sum` (one after each
+    row-parallel matmul, forward and backward), and every value gets its
+    per-device type. docs/parallel.md, "Tensor parallelism".
+
+    Before (tp = 2): `%h = kiln.matmul %x, %w1 transpose_rhs : ... -> tensor<8x16xf32>`
+    with `%w1: tensor<16x4xf32>` hinted {dim = 0, outer = 1}.
+    After: `%w1: tensor<8x4xf32> {kiln.shard = {...}}`, `%h : tensor<8x8xf32>`.
+  }];
+  let statistics = [
+    Statistic<"numCollectives", "collectives", "tp collectives per training step">,
+  ];
+}
+
 def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
   let summary = "Lower kiln ops to linalg, tensor, arith and math on tensors";
   let description = [{

@@ -42,6 +42,8 @@ void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
   // Mixed precision on @forward (a no-op without precision = bf16|fp16).
   pm.addPass(createKilnMixedPrecisionPass());
   pm.addPass(createKilnTrainStepPass(options));
+  // Tensor parallelism when kiln.mesh has tp > 1 (a no-op otherwise).
+  pm.addPass(createKilnTensorParallelPass());
   // Data parallelism when kiln.mesh has dp > 1 (a no-op without a mesh, so
   // single-device programs are unchanged); before canonicalization, which
   // would fold the tagged ops.

@@ -626,12 +626,20 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     for (auto [g, p] : llvm::zip(grads, params_))
       g = s.mul(g, s.splat(invScale, p.type));
 
-  // Global gradient norm and clipping (PyTorch's clip_grad_norm_).
+  // Global gradient norm and clipping (PyTorch's clip_grad_norm_). Under
+  // tensor parallelism the parameters split over tp come first: their sum
+  // of squares is one partial sum over tp, which kiln-tensor-parallel then
+  // all-reduces once (a single-device program keeps parameter order).
   Value sq;
-  for (Value g : grads) {
-    Value t = s.sumAll(s.mul(g, g));
-    sq = sq ? s.add(sq, t) : t;
-  }
+  bool tp = getMesh(m_).axisSize("tp") > 1;
+  for (int pass = tp ? 0 : 1; pass < 2; ++pass)
+    for (auto [g, p] : llvm::zip(grads, params_)) {
+      bool split = tp && fwd_.getArgAttr(p.arg, "kiln.tp");
+      if (tp && split != (pass == 0))
+        continue;
+      Value t = s.sumAll(s.mul(g, g));
+      sq = sq ? s.add(sq, t) : t;
+    }
   Value norm = s.sqrt(sq ? sq : s.cst(0.0));
   if (mesh)
     norm.getDefiningOp()->setAttr(kDpGradNormAttr, b_.getUnitAttr());

@@ -9,6 +9,8 @@
 
 #include "llvm/ADT/StringSet.h"
 
+#include <algorithm>
+
 using namespace mlir;
 using namespace kiln;
 
@@ -101,12 +103,38 @@ LogicalResult verifyMesh(Operation *op, Attribute value) {
   return success();
 }
 
-/// kiln.shard = {axis = "dp", shape = array<i64: ...>} (docs/parallel.md).
+/// kiln.shard = {axis = "dp", shape = array<i64: ...>} (ZeRO: a block of
+/// the flattening), or with `dim = D, outer = K` (tensor parallelism: a
+/// block split of dimension D, each of its K outer parts split alike)
+/// (docs/parallel.md).
 LogicalResult verifyShard(Operation *op, Attribute value) {
   auto dict = dyn_cast<DictionaryAttr>(value);
-  if (!dict || dict.size() != 2 || !dict.getAs<StringAttr>("axis") ||
-      !dict.getAs<DenseI64ArrayAttr>("shape"))
-    return op->emitError() << "'kiln.shard' must be {axis = \"dp\", shape = array<i64: ...>}";
+  auto bad = [&] {
+    return op->emitError() << "'kiln.shard' must be {axis = \"dp\", shape = array<i64: ...>} "
+                              "or {axis = \"tp\", dim = D, outer = K, shape = array<i64: ...>}";
+  };
+  if (!dict || !dict.getAs<StringAttr>("axis") || !dict.getAs<DenseI64ArrayAttr>("shape"))
+    return bad();
+  if (dict.size() == 2)
+    return success();
+  auto dim = dict.getAs<IntegerAttr>("dim");
+  auto outer = dict.getAs<IntegerAttr>("outer");
+  if (dict.size() != 4 || !dim || !outer)
+    return bad();
+  int64_t rank = int64_t(dict.getAs<DenseI64ArrayAttr>("shape").size());
+  if (dim.getInt() < 0 || dim.getInt() >= rank || outer.getInt() < 1)
+    return op->emitError() << "'kiln.shard' dim must index the logical shape and outer be >= 1";
+  return success();
+}
+
+/// kiln.tp = {dim = D, outer = K} on a parameter: tensor parallelism splits
+/// its dimension D (each of K outer parts alike) over the tp axis.
+LogicalResult verifyTpHint(Operation *op, Attribute value) {
+  auto dict = dyn_cast<DictionaryAttr>(value);
+  if (!dict || dict.size() != 2 || !dict.getAs<IntegerAttr>("dim") ||
+      !dict.getAs<IntegerAttr>("outer") || dict.getAs<IntegerAttr>("dim").getInt() < 0 ||
+      dict.getAs<IntegerAttr>("outer").getInt() < 1)
+    return op->emitError() << "'kiln.tp' must be {dim = D, outer = K} with D >= 0, K >= 1";
   return success();
 }
 } // namespace
@@ -123,9 +151,11 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
     return verifyInit(op, attr.getValue());
   if (name == kShardAttr)
     return verifyShard(op, attr.getValue());
+  if (name == "kiln.tp")
+    return verifyTpHint(op, attr.getValue());
   return op->emitError() << "unknown kiln argument attribute '" << name
                          << "' (expected kiln.param, kiln.layer, kiln.init, "
-                            "kiln.input, kiln.state or kiln.shard)";
+                            "kiln.input, kiln.state, kiln.shard or kiln.tp)";
 }
 
 LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
@@ -226,6 +256,16 @@ int64_t MeshShape::axisSize(llvm::StringRef name) const {
     if (a.name == name)
       return a.size;
   return -1;
+}
+
+MeshShape kiln::meshFor(int64_t devices, int64_t tp) {
+  MeshShape mesh;
+  tp = std::max<int64_t>(tp, 1);
+  if (tp > 1)
+    mesh.axes = {MeshAxis{"dp", std::max<int64_t>(devices / tp, 1)}, MeshAxis{"tp", tp}};
+  else if (devices > 1)
+    mesh.axes = {MeshAxis{"dp", devices}};
+  return mesh;
 }
 
 MeshShape kiln::getMesh(ModuleOp module) {

@@ -288,20 +288,39 @@ Result matmulRule(Operation *op, ArrayRef<Opt> in) {
   return one(out);
 }
 
-/// Reshape keeps a split of dimension 0 only (a block split of the outermost
+/// Reshape keeps a split of dimension 0 (a block split of the outermost
 /// dimension is a contiguous chunk of the row-major order, whatever the
-/// shapes).
+/// shapes), and a split of dimension d > 0 when the result has a dimension e
+/// with the same product of the dimensions before it: block c of d is then
+/// the same stretch of each row-major run as block c of e (tensor
+/// parallelism's [B, T, C] <-> [B, T, heads, D] and [B, T, F] <-> [B*T, F];
+/// the pass checks that e divides).
 Result reshapeRule(Operation *op, ArrayRef<Opt> in) {
   if (!in[0])
     return std::nullopt;
-  TensorSharding out = TensorSharding::replicated(rankOf(op->getResult(0)));
+  auto from = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto to = cast<RankedTensorType>(op->getResult(0).getType());
+  TensorSharding out = TensorSharding::replicated(to.getRank());
   out.partial = in[0]->partial;
+  int splits = 0;
   for (auto [d, axes] : llvm::enumerate(in[0]->split)) {
     if (axes.empty())
       continue;
-    if (d != 0 || out.split.empty())
+    if (out.split.empty() || ++splits > 1)
       return std::nullopt;
-    out.split[0] = axes;
+    if (d == 0) {
+      out.split[0] = axes;
+      continue;
+    }
+    int64_t prefix = 1;
+    for (int64_t i = 0; i < int64_t(d); ++i)
+      prefix *= from.getDimSize(i);
+    int64_t p = 1, e = 0;
+    while (e < to.getRank() && (p < prefix || to.getDimSize(e) == 1))
+      p *= to.getDimSize(e++);
+    if (p != prefix || e >= to.getRank())
+      return std::nullopt;
+    out.split[size_t(e)] = axes;
   }
   return one(out);
 }

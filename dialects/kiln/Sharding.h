@@ -42,6 +42,11 @@ inline constexpr llvm::StringLiteral kShardingAttr = "kiln.sharding";
 /// logical tensor, zero-padded to a multiple of the axis size.
 inline constexpr llvm::StringLiteral kShardAttr = "kiln.shard";
 
+/// The mesh of the train settings `devices` (all devices) and `tp`: none for
+/// one device, ["dp"] without tensor parallelism, ["dp", "tp"] of shape
+/// [devices / tp, tp] with it (tp innermost: a tp group is adjacent ranks).
+MeshShape meshFor(int64_t devices, int64_t tp);
+
 struct TensorSharding {
   /// Per dimension, the mesh axes it is split over, major to minor.
   llvm::SmallVector<llvm::SmallVector<std::string, 1>, 4> split;

@@ -345,8 +345,16 @@ private:
   Val activation(const Val &fn, const Val &x, SourceLoc l);
 
   // Layers (Layers.cpp).
+  /// Megatron tensor parallelism (docs/parallel.md): how a linear layer's
+  /// weight splits over the tp axis when the model is compiled with tp > 1.
+  /// Column: the output features (weight dim 0, and the bias); Row: the
+  /// input features (weight dim 1); ColumnQkv: a fused q/k/v projection's
+  /// output features, each of the three parts split alike (by heads).
+  enum class TpSplit { None, Column, Row, ColumnQkv };
+  mlir::Attribute tpHint(int64_t dim, int64_t outer);
   Val linear(const Val &x, int64_t out, bool bias, const Val *tied,
-             const Val &init, const std::string &name, SourceLoc l);
+             const Val &init, const std::string &name, SourceLoc l,
+             TpSplit tp = TpSplit::None);
   Val layerNorm(const Val &x, double eps, bool bias, const std::string &name,
                 SourceLoc l);
   Val attention(const Args &a, SourceLoc l);

@@ -143,8 +143,21 @@ Val Elaborator::newParam(const std::string &name, const std::string &layerKind,
 // Layers
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// kiln.tp = {dim = D, outer = K} (kiln-tensor-parallel reads it).
+mlir::Attribute tpHintAttr(mlir::Builder &b, int64_t dim, int64_t outer) {
+  return b.getDictionaryAttr({b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
+                              b.getNamedAttr("outer", b.getI64IntegerAttr(outer))});
+}
+} // namespace
+
+mlir::Attribute Elaborator::tpHint(int64_t dim, int64_t outer) {
+  return tpHintAttr(b_, dim, outer);
+}
+
 Val Elaborator::linear(const Val &x, int64_t out, bool bias, const Val *tied,
-                       const Val &init, const std::string &name, SourceLoc l) {
+                       const Val &init, const std::string &name, SourceLoc l,
+                       TpSplit tp) {
   expectF32(x, "linear()");
   if (x.shape.size() < 2)
     fail(x.loc, "linear() needs an input of rank >= 2 ([..., features]), "
@@ -163,12 +176,17 @@ Val Elaborator::linear(const Val &x, int64_t out, bool bias, const Val *tied,
               std::to_string(in.size) + "] ([out, in])");
   } else {
     w = newParam(name + ".weight", "linear", {Dim{out, ""}, in}, init, l);
+    if (tp != TpSplit::None)
+      paramAttrs_.back().set("kiln.tp", tpHint(tp == TpSplit::Row ? 1 : 0,
+                                                tp == TpSplit::ColumnQkv ? 3 : 1));
   }
   Val y = matmul(x, w, false, true, l);
   y.shape.back().name = tied ? tied->shape[0].name : "";
   if (bias) {
     Val bv = newParam(name + ".bias", "linear", {Dim{out, ""}},
                       makeInit("zeros", 0, 0, l), l);
+    if (!tied && (tp == TpSplit::Column || tp == TpSplit::ColumnQkv))
+      paramAttrs_.back().set("kiln.tp", tpHint(0, tp == TpSplit::ColumnQkv ? 3 : 1));
     y = tensor(create<AddOp>(l, y.value,
                              broadcastTo(bv, y.shape, l).value),
                y.shape, y.dtype, l);
@@ -229,7 +247,7 @@ Val Elaborator::attention(const Args &a, SourceLoc l) {
   prefix_.pop_back();
   // Fused q, k, v projection: [B, T, 3C].
   Val qkv = linear(x, 3 * width.size, bias, nullptr, init,
-                   (name) + ".qkv", l);
+                   (name) + ".qkv", l, TpSplit::ColumnQkv);
   auto head = [&](int64_t k) {
     Val part = sliceAxis(qkv, 2, k * width.size, (k + 1) * width.size, 1, l);
     part = reshape(part, {batch, seq, H, D}, l);
@@ -260,7 +278,8 @@ Val Elaborator::attention(const Args &a, SourceLoc l) {
   Val y = matmul(probs, v, false, false, l); // [B, H, T, D]
   y = transpose(y, {0, 2, 1, 3}, l);
   y = reshape(y, {batch, seq, width}, l);
-  y = linear(y, width.size, bias, nullptr, projInit, name + ".proj", l);
+  y = linear(y, width.size, bias, nullptr, projInit, name + ".proj", l,
+             TpSplit::Row);
   y = dropout(y, p, l);
   (void)inner;
   return y;
@@ -287,11 +306,13 @@ Val Elaborator::mlp(const Args &a, SourceLoc l) {
   if (x.shape.size() < 2)
     fail(x.loc, "mlp() needs an input of rank >= 2, got " + describe(x));
   int64_t width = x.shape.back().size;
-  Val h = linear(x, hidden, bias, nullptr, init, name + ".fc", l);
+  Val h = linear(x, hidden, bias, nullptr, init, name + ".fc", l,
+                 TpSplit::Column);
   LayerCall self = currentLayer_;
   h = activation(act, h, l); // a def activation may hold layers of its own
   currentLayer_ = self;
-  Val y = linear(h, width, bias, nullptr, projInit, name + ".proj", l);
+  Val y = linear(h, width, bias, nullptr, projInit, name + ".proj", l,
+                 TpSplit::Row);
   y.shape.back() = x.shape.back();
   return dropout(y, p, l);
 }
@@ -328,7 +349,7 @@ void Elaborator::registerLayerBuiltins() {
   }
   // Layers with parameters.
   B["linear"] = [this](const Expr &e, Env &env) {
-    Args a = bindArgs(e, env, {"x", "out", "bias", "tied", "init", "name"}, 2);
+    Args a = bindArgs(e, env, {"x", "out", "bias", "tied", "init", "name", "parallel"}, 2);
     Val x = tensorArg(a, 0);
     int64_t out = intArg(a, 1);
     std::string name = layerName("linear", a, 5);
@@ -349,7 +370,22 @@ void Elaborator::registerLayerBuiltins() {
     }
     Val init = initArg(a, 4, makeInit("normal", 0, 0.02, e.loc));
     bool bias = boolArg(a, 2, !tied);
-    Val y = linear(x, out, bias, tied ? &*tied : nullptr, init, name, e.loc);
+    TpSplit tp = TpSplit::None;
+    if (a.has(6)) {
+      const Val &p = arg(a, 6);
+      std::string mode = p.kind == Val::Kind::Str ? p.s : "";
+      if (mode == "column")
+        tp = TpSplit::Column;
+      else if (mode == "row")
+        tp = TpSplit::Row;
+      else if (mode != "none")
+        fail(p.loc, "parallel must be \"column\" (split the output features over the "
+                    "tp axis), \"row\" (split the input features) or \"none\"");
+      if (tied && tp != TpSplit::None)
+        fail(p.loc, "a tied linear layer shares its weight with another layer; "
+                    "leave out parallel = (or split the layer it is tied to)");
+    }
+    Val y = linear(x, out, bias, tied ? &*tied : nullptr, init, name, e.loc, tp);
     Val outArg = arg(a, 1);
     if (!outArg.s.empty())
       y.shape.back().name = outArg.s;

@@ -132,14 +132,24 @@ void Elaborator::evalTrain() {
       "batch, steps, optimizer, schedule, precision, precision_mode, fp32_layers, "
       "loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
-      "checkpoint_interval, data, val_data, devices, zero, bucket_mb, "
+      "checkpoint_interval, data, val_data, devices, tp, zero, bucket_mb, "
       "first_bucket_mb, grad_reduce";
   int64_t devices = 1;
-  std::optional<std::pair<int64_t, SourceLoc>> zero;
+  std::optional<std::pair<int64_t, SourceLoc>> zero, tp;
   for (const TrainEntry &t : ast_.train) {
     const std::string &k = t.key;
-    if (k == "devices" || k == "zero") {
-      // Data parallelism (docs/parallel.md): devices = the dp size.
+    if (k == "tp") {
+      // Tensor parallelism (docs/parallel.md): tp of the devices split each
+      // layer; devices / tp replicas of that split train data-parallel.
+      Val v = eval(*t.value, paramEnv_);
+      int64_t n = posInt(v, k, 1);
+      if (n > 65536)
+        fail(v.loc, "tp must be at most 65536");
+      tp = {n, v.loc};
+      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+    } else if (k == "devices" || k == "zero") {
+      // Parallelism (docs/parallel.md): devices = all devices (the dp size
+      // times tp).
       Val v = eval(*t.value, paramEnv_);
       int64_t n = posInt(v, k, k == "zero" ? 0 : 1);
       if (k == "zero" && n > 2)
@@ -307,10 +317,20 @@ void Elaborator::evalTrain() {
                   " (known: " + known + ")");
     }
   }
-  if (zero && zero->first > 0 && devices <= 1)
+  int64_t t = tp ? tp->first : 1;
+  if (tp && devices % t != 0)
+    fail(tp->second, "tp = " + std::to_string(t) + " must divide devices = " +
+                         std::to_string(devices) + " (devices / tp replicas train "
+                         "data-parallel; set devices = " + std::to_string(t) +
+                         " for tensor parallelism alone)");
+  if (zero && zero->first > 0 && devices / t <= 1)
     fail(zero->second, "zero = " + std::to_string(zero->first) +
                            " shards optimizer state over data-parallel devices; "
-                           "it needs devices = N with N > 1");
+                           "it needs devices = N with N / tp > 1");
+  if (zero && zero->first > 0 && t > 1)
+    fail(zero->second, "zero = " + std::to_string(zero->first) +
+                           " together with tp = " + std::to_string(t) +
+                           " is not supported yet; use zero = 0 with tensor parallelism");
 }
 
 } // namespace kiln::frontend::elab

@@ -22,6 +22,7 @@
 #include "runtime/core/Log.h"
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/Sharding.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -160,9 +161,14 @@ cl::opt<int64_t> batch("batch",
 
 cl::opt<int64_t> devicesOpt(
     "devices",
-    cl::desc("Data-parallel devices (the dp mesh axis; overrides the train "
+    cl::desc("Devices (the dp mesh axis, times --tp; overrides the train "
              "section's devices; the per-device batch stays the model's)"),
     cl::init(0), cl::cat(kilncCategory));
+cl::opt<int64_t> tpOpt("tp",
+                       cl::desc("Tensor-parallel devices per replica (Megatron: the tp "
+                                "mesh axis; --devices counts all devices, dp = devices / "
+                                "tp; overrides the train section's tp)"),
+                       cl::init(0), cl::cat(kilncCategory));
 cl::opt<int> zeroOpt("zero",
                      cl::desc("ZeRO stage 0, 1 or 2 with --devices > 1 (overrides "
                               "the train section's zero)"),
@@ -320,7 +326,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   // Data-parallel settings from the command line (docs/parallel.md).
-  if (devicesOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
+  if (devicesOpt.getNumOccurrences() || tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
       bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences() ||
       gradReduce.getNumOccurrences()) {
     mlir::Builder b(&context);
@@ -330,6 +336,13 @@ int main(int argc, char **argv) {
       if (devicesOpt < 1 || devicesOpt > 65536)
         return userError("--devices must be an integer from 1 to 65536");
       t.set("devices", b.getI64IntegerAttr(devicesOpt));
+    }
+    if (tpOpt.getNumOccurrences()) {
+      if (tpOpt < 1 || tpOpt > 65536)
+        return userError("--tp must be an integer from 1 to 65536");
+      t.set("tp", b.getI64IntegerAttr(tpOpt));
+      if (!t.get("devices"))
+        t.set("devices", b.getI64IntegerAttr(tpOpt));
     }
     if (zeroOpt.getNumOccurrences()) {
       if (zeroOpt < 0 || zeroOpt > 2)
@@ -356,15 +369,19 @@ int main(int argc, char **argv) {
       return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(0);
     };
     int64_t n = std::max<int64_t>(1, get("devices"));
-    if (get("zero") > 0 && n <= 1)
+    int64_t tp = std::max<int64_t>(1, get("tp"));
+    if (n % tp != 0)
+      return userError("--tp " + std::to_string(tp) + " must divide the device count " +
+                       std::to_string(n) + " (--devices counts all devices: dp = devices / tp)");
+    if (get("zero") > 0 && n / tp <= 1)
       return userError("--zero " + std::to_string(get("zero")) +
                        " shards optimizer state over data-parallel devices; it needs "
-                       "--devices N (or devices = N in the train section) with N > 1");
+                       "--devices N (or devices = N in the train section) with N / tp > 1");
+    if (get("zero") > 0 && tp > 1)
+      return userError("--zero together with --tp is not supported yet; use --zero 0 with "
+                       "tensor parallelism");
     (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
-    kiln::MeshShape mesh;
-    if (n > 1)
-      mesh.axes.push_back({"dp", n});
-    kiln::setMesh(*module, mesh);
+    kiln::setMesh(*module, kiln::meshFor(n, tp));
   }
   // Mixed precision from the command line: kiln-mixed-precision reads it.
   if (precisionOpt.getNumOccurrences() || precisionModeOpt.getNumOccurrences()) {

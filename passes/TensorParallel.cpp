@@ -1,0 +1,682 @@
+//===- TensorParallel.cpp - Megatron tensor parallelism by propagation ----===//
+//
+// Under a kiln.mesh with a `tp` axis of size T > 1 (train setting tp = T,
+// kilnc --tp T), rewrites @train_step, @eval_step, @predict (and @grad) into
+// the program one device of a tp group runs (docs/parallel.md, "Tensor
+// parallelism"):
+//
+//   1. Parameters with a `kiln.tp = {dim, outer}` hint on @forward (linear
+//      layers built with parallel = "column"/"row", mlp() and attention())
+//      are split over tp on that dimension; their optimizer state alike.
+//      Everything else starts replicated.
+//   2. The shardings propagate through the step in program order with the
+//      rule table of dialects/kiln/Sharding.cpp (one entry per op, beside
+//      the gradient rules). Where an op cannot take its operands' shardings,
+//      a partial sum is made whole with an all_reduce(sum) over tp (Megatron's
+//      one all-reduce after each row-parallel matmul, forward and backward);
+//      a split the op cannot take is an error naming the op and its line.
+//   3. Every value gets its per-device type (a split dimension divided by T),
+//      slices and pads their per-device bounds, splat constants and
+//      broadcasts feeding split values their per-device shapes.
+//
+// A fused q/k/v projection's weight [3C, C] splits with outer = 3: device c
+// holds the c-th block of each of q, k and v (its heads), so slicing q, k
+// and v out of the projection stays local. The pass tracks that factor
+// itself (`Tp::outer`); the table sees a plain split.
+//
+// The program before the pass is the single-device program; the one after
+// computes, on every device of a tp group, the same loss, gradient norm and
+// (for each device's blocks) the same parameters, up to the order of float
+// sums inside a split contraction.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <optional>
+#include <string>
+
+using namespace mlir;
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNTENSORPARALLELPASS
+#include "passes/Passes.h.inc"
+
+namespace {
+
+constexpr StringLiteral kAxis = "tp";
+constexpr StringLiteral kHintAttr = "kiln.tp";
+
+/// A value's sharding over tp: the split dimension (-1: none), the number of
+/// outer parts of that dimension each split alike, and whether the value is
+/// a partial sum over tp.
+struct Tp {
+  int64_t dim = -1;
+  int64_t outer = 1;
+  bool partial = false;
+  bool split() const { return dim >= 0; }
+  bool operator==(const Tp &o) const {
+    return dim == o.dim && partial == o.partial && (dim < 0 || outer == o.outer);
+  }
+  bool operator!=(const Tp &o) const { return !(*this == o); }
+};
+
+RankedTensorType tensorTypeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+TensorSharding toSharding(const Tp &t, int64_t rank) {
+  TensorSharding s = TensorSharding::replicated(rank);
+  if (t.split())
+    s.split[size_t(t.dim)].push_back(kAxis.str());
+  if (t.partial)
+    s.partial.push_back(kAxis.str());
+  return s;
+}
+
+/// The tp part of a table sharding (outer factors are the pass's own).
+Tp fromSharding(const TensorSharding &s) {
+  Tp t;
+  for (auto [d, axes] : llvm::enumerate(s.split))
+    if (llvm::is_contained(axes, kAxis.str()))
+      t.dim = int64_t(d);
+  t.partial = s.isPartial(kAxis);
+  return t;
+}
+
+std::string describe(const Tp &t) {
+  if (!t.split() && !t.partial)
+    return "replicated";
+  std::string s;
+  if (t.split())
+    s = "split on dim " + std::to_string(t.dim) +
+        (t.outer > 1 ? " (in " + std::to_string(t.outer) + " parts)" : "");
+  if (t.partial)
+    s += std::string(s.empty() ? "" : ", ") + "a partial sum";
+  return s;
+}
+
+/// "model.kiln:12:5" for messages.
+std::string where(Location l) {
+  if (auto f = dyn_cast<FileLineColLoc>(l))
+    return (f.getFilename().str() + ":" + std::to_string(f.getLine()) + ":" +
+            std::to_string(f.getColumn()));
+  if (auto n = dyn_cast<NameLoc>(l))
+    return where(n.getChildLoc());
+  if (auto fu = dyn_cast<FusedLoc>(l))
+    for (Location c : fu.getLocations())
+      if (std::string w = where(c); !w.empty())
+        return w;
+  return "";
+}
+
+class Rewriter {
+public:
+  Rewriter(func::FuncOp f, int64_t n, const llvm::StringMap<Tp> &hints)
+      : f_(f), n_(n), hints_(hints), b_(f.getContext()) {}
+
+  LogicalResult run(int64_t &collectives);
+
+private:
+  func::FuncOp f_;
+  int64_t n_;
+  const llvm::StringMap<Tp> &hints_;
+  OpBuilder b_;
+  llvm::DenseMap<Value, Tp> tp_;
+  /// Each partial sum's all_reduce, made once, before its first reader.
+  llvm::DenseMap<Value, Value> reduced_;
+  int64_t collectives_ = 0;
+
+  Tp of(Value v) const {
+    auto it = tp_.find(v);
+    return it == tp_.end() ? Tp() : it->second;
+  }
+
+  /// The hint of a parameter, state ("m:w") or output named `name`.
+  std::optional<Tp> hintFor(StringRef name) const {
+    auto it = hints_.find(name);
+    if (it == hints_.end()) {
+      size_t colon = name.find(':');
+      if (colon == StringRef::npos)
+        return std::nullopt;
+      it = hints_.find(name.substr(colon + 1));
+      if (it == hints_.end())
+        return std::nullopt;
+    }
+    return it->second;
+  }
+
+  /// The per-device type of a value of global type `t` sharded as `s`.
+  FailureOr<RankedTensorType> localType(RankedTensorType t, const Tp &s, Location l) {
+    if (!s.split())
+      return t;
+    SmallVector<int64_t> shape(t.getShape());
+    int64_t size = shape[size_t(s.dim)];
+    if (size % (n_ * s.outer) != 0)
+      return emitError(l) << "kiln-tensor-parallel: dimension " << s.dim << " of size " << size
+                          << " cannot be split over tp = " << n_
+                          << (s.outer > 1 ? " in each of " + std::to_string(s.outer) + " parts"
+                                          : std::string())
+                          << " (its size must be divisible by "
+                          << n_ * s.outer << "); choose a tp that divides it";
+    shape[size_t(s.dim)] = size / n_;
+    return RankedTensorType::get(shape, t.getElementType());
+  }
+
+  Value allReduce(Value v, Location l) {
+    if (Value done = reduced_.lookup(v))
+      return done;
+    ++collectives_;
+    auto ar = b_.create<AllReduceOp>(NameLoc::get(b_.getStringAttr("tp.all_reduce"), l), v,
+                                     kAxis, CollectiveReduction::sum);
+    Tp t = of(v);
+    t.partial = false;
+    tp_[ar.getResult()] = t;
+    reduced_[v] = ar.getResult();
+    return ar.getResult();
+  }
+
+  /// A replicated value's per-device part for sharding `want` (split, not
+  /// partial), without communication: splat constants and broadcasts are
+  /// rebuilt at the local shape. Other values would need a device-dependent
+  /// slice; none of the supported layers makes one.
+  FailureOr<Value> localize(Value v, const Tp &want, Operation *user) {
+    RankedTensorType t = tensorTypeOf(v);
+    if (failed(localType(t, want, user->getLoc())))
+      return failure();
+    Operation *def = v.getDefiningOp();
+    if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
+      if (isa<SplatElementsAttr>(c.getValue())) {
+        // A copy the retyping gives the local shape.
+        Value nc = b_.create<ConstantOp>(c.getLoc(), c.getValue());
+        tp_[nc] = want;
+        return nc;
+      }
+    }
+    if (auto bc = dyn_cast_or_null<BroadcastInDimOp>(def)) {
+      // Operand dimension i lands on result dimension dims[i]: a broadcast
+      // along the split dimension keeps the operand whole; one that carries
+      // it needs the operand's own part.
+      Value operand = bc.getOperand();
+      Tp inner;
+      for (auto [i, d] : llvm::enumerate(bc.getDims()))
+        if (d == want.dim && tensorTypeOf(operand).getDimSize(int64_t(i)) != 1)
+          inner = Tp{int64_t(i), want.outer, false};
+      if (inner.split()) {
+        auto part = localize(operand, inner, user);
+        if (failed(part))
+          return failure();
+        operand = *part;
+      }
+      auto nb = b_.create<BroadcastInDimOp>(bc.getLoc(), t, operand, bc.getDimsAttr());
+      tp_[nb.getResult()] = want;
+      return nb.getResult();
+    }
+    return emitError(user->getLoc())
+           << "kiln-tensor-parallel: '" << user->getName() << "' at "
+           << where(user->getLoc()) << " combines a value split over tp ("
+           << describe(want) << ") with a replicated value that only a device-dependent "
+           << "slice could cut; this layer cannot be split by tensor parallelism "
+              "(leave it unsplit: no parallel = on its linear layers)";
+  }
+
+  LogicalResult rewriteOp(Operation *op);
+  std::optional<LogicalResult> splitDimShapeOp(Operation *op);
+  LogicalResult setResult(Operation *op, const Tp &t) {
+    if (failed(localType(tensorTypeOf(op->getResult(0)), t, op->getLoc())))
+      return failure();
+    tp_[op->getResult(0)] = t;
+    return success();
+  }
+  /// Phase 2: every value its per-device type, slices, pads and constants
+  /// their per-device attributes.
+  LogicalResult retype();
+  LogicalResult rewriteReturn(func::ReturnOp ret);
+};
+
+/// Ops whose operands must all have the result's shape (replicated operands
+/// of a split result are cut to their local part).
+bool sameShapeOperands(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, CompareOp, SelectOp>(op);
+}
+
+/// Slice, pad and concat along the split dimension itself, which the table
+/// (written for data parallelism's batch splits) does not cover: the whole
+/// dimension, or one of its `outer` parts (slice), or a part placed into a
+/// dimension of `outer` equal parts (pad with zeros, concat).
+std::optional<LogicalResult> Rewriter::splitDimShapeOp(Operation *op) {
+  if (auto s = dyn_cast<SliceOp>(op)) {
+    Tp t = of(s.getOperand());
+    if (!t.split())
+      return std::nullopt;
+    int64_t d = t.dim, size = tensorTypeOf(s.getOperand()).getDimSize(d);
+    int64_t start = s.getStart()[d], limit = s.getLimit()[d], stride = s.getStride()[d];
+    int64_t part = size / t.outer;
+    Tp out = t;
+    if (start == 0 && limit == size && stride == 1) {
+    } else if (t.outer > 1 && stride == 1 && start % part == 0 && limit - start == part) {
+      out.outer = 1;
+    } else {
+      return LogicalResult(op->emitError()
+                           << "kiln-tensor-parallel: slice at " << where(op->getLoc())
+                           << " cuts dimension " << d
+                           << ", which is split over tp, other than into its parts");
+    }
+    return setResult(op, out);
+  }
+  if (auto p = dyn_cast<PadOp>(op)) {
+    Tp t = of(p.getOperand());
+    if (!t.split())
+      return std::nullopt;
+    int64_t d = t.dim, size = tensorTypeOf(p.getOperand()).getDimSize(d);
+    int64_t lo = p.getLow()[d], hi = p.getHigh()[d];
+    if (t.partial && p.getValue().convertToDouble() != 0.0)
+      return std::nullopt;
+    if (lo == 0 && hi == 0 && p.getInterior()[d] == 0)
+      return std::nullopt; // the table's rule: other dimensions padded
+    if (t.outer != 1 || p.getInterior()[d] != 0 || lo % size || hi % size ||
+        p.getValue().convertToDouble() != 0.0)
+      return LogicalResult(op->emitError()
+                           << "kiln-tensor-parallel: pad at " << where(op->getLoc())
+                           << " of dimension " << d << ", which is split over tp, other than "
+                           << "by whole parts with zeros");
+    for (auto [i, l] : llvm::enumerate(p.getLow()))
+      if (int64_t(i) != d && (l || p.getHigh()[i] || p.getInterior()[i]))
+        return LogicalResult(op->emitError()
+                             << "kiln-tensor-parallel: pad at " << where(op->getLoc())
+                             << " pads several dimensions of a value split over tp");
+    return setResult(op, Tp{d, (lo + hi) / size + 1, t.partial});
+  }
+  if (auto c = dyn_cast<ConcatOp>(op)) {
+    int64_t d = int64_t(c.getDim());
+    bool any = llvm::any_of(op->getOperands(), [&](Value v) { return of(v).dim == d; });
+    if (!any)
+      return std::nullopt;
+    Tp first = of(op->getOperand(0));
+    int64_t size = tensorTypeOf(op->getOperand(0)).getDimSize(d);
+    for (Value v : op->getOperands())
+      if (of(v) != first || first.outer != 1 || tensorTypeOf(v).getDimSize(d) != size)
+        return LogicalResult(op->emitError()
+                             << "kiln-tensor-parallel: concat at " << where(op->getLoc())
+                             << " along dimension " << d << ", which is split over tp, of "
+                             << "parts that are not equal and equally split");
+    return setResult(op, Tp{d, int64_t(op->getNumOperands()), first.partial});
+  }
+  return std::nullopt;
+}
+
+LogicalResult Rewriter::rewriteOp(Operation *op) {
+  b_.setInsertionPoint(op);
+  auto gather = [&]() {
+    SmallVector<std::optional<TensorSharding>, 4> in;
+    for (Value v : op->getOperands())
+      in.push_back(toSharding(of(v), tensorTypeOf(v).getRank()));
+    return in;
+  };
+  // Every operand is replicated and whole: nothing to do but record it.
+  auto untouched = [&] {
+    return llvm::all_of(op->getOperands(), [&](Value v) {
+      Tp t = of(v);
+      return !t.split() && !t.partial;
+    });
+  };
+  if (untouched()) {
+    for (Value r : op->getResults())
+      tp_[r] = Tp();
+    return success();
+  }
+  // Slices, pads and concatenations of a split dimension: the q/k/v parts.
+  if (auto handled = splitDimShapeOp(op))
+    return *handled;
+  auto in = gather();
+  auto res = inferResultShardings(op, in);
+  if (!res) {
+    // A partial sum the op cannot take: all_reduce it (Megatron's g).
+    bool changed = false;
+    for (OpOperand &o : op->getOpOperands())
+      if (of(o.get()).partial) {
+        o.set(allReduce(o.get(), op->getLoc()));
+        changed = true;
+      }
+    if (changed) {
+      if (untouched()) {
+        for (Value r : op->getResults())
+          tp_[r] = Tp();
+        return success();
+      }
+      in = gather();
+      res = inferResultShardings(op, in);
+    }
+  }
+  if (!res) {
+    std::string operands;
+    for (auto [i, v] : llvm::enumerate(op->getOperands()))
+      operands += (i ? ", " : "") + describe(of(v));
+    return op->emitError() << "kiln-tensor-parallel: cannot shard '" << op->getName() << "' at "
+                           << where(op->getLoc()) << " with operands " << operands
+                           << " over tp; no rule covers it (docs/parallel.md lists what tensor "
+                              "parallelism splits)";
+  }
+  SmallVector<Tp, 1> out;
+  for (const TensorSharding &s : *res)
+    out.push_back(fromSharding(s));
+
+  // Outer factors (the q/k/v split) and per-device attributes.
+  auto operandOuter = [&](int64_t dim) -> FailureOr<int64_t> {
+    int64_t k = 0;
+    for (Value v : op->getOperands()) {
+      Tp t = of(v);
+      if (t.split() && t.dim == dim) {
+        if (k && k != t.outer)
+          return op->emitError() << "kiln-tensor-parallel: '" << op->getName() << "' at "
+                                 << where(op->getLoc())
+                                 << " combines values split over tp in different layouts";
+        k = t.outer;
+      }
+    }
+    return k ? k : 1;
+  };
+  if (auto mm = dyn_cast<MatmulOp>(op)) {
+    Tp l = of(mm.getLhs()), r = of(mm.getRhs());
+    int64_t lr = tensorTypeOf(mm.getLhs()).getRank(), rr = tensorTypeOf(mm.getRhs()).getRank();
+    int64_t rank = tensorTypeOf(mm.getResult()).getRank();
+    int64_t lm = mm.getTransposeLhs() ? lr - 1 : lr - 2, lk = mm.getTransposeLhs() ? lr - 2 : lr - 1;
+    int64_t rk = mm.getTransposeRhs() ? rr - 1 : rr - 2, rn = mm.getTransposeRhs() ? rr - 2 : rr - 1;
+    if (l.dim == lk && r.dim == rk && l.outer != r.outer)
+      return op->emitError() << "kiln-tensor-parallel: matmul at " << where(op->getLoc())
+                             << " contracts values split over tp in different layouts";
+    if (out[0].split()) {
+      if (out[0].dim == rank - 2)
+        out[0].outer = l.dim == lm ? l.outer : 1;
+      else if (out[0].dim == rank - 1)
+        out[0].outer = r.dim == rn ? r.outer : 1;
+      else
+        out[0].outer = l.split() && l.dim < lr - 2 ? l.outer : r.outer;
+    }
+  } else if (auto t = dyn_cast<TransposeOp>(op)) {
+    if (out[0].split())
+      out[0].outer = of(t.getOperand()).outer;
+  } else if (auto bc = dyn_cast<BroadcastInDimOp>(op)) {
+    if (out[0].split())
+      out[0].outer = of(bc.getOperand()).outer;
+  } else if (auto r = dyn_cast<ReshapeOp>(op)) {
+    // Parts survive a reshape that keeps the split dimension whole.
+    Tp t = of(r.getOperand());
+    if (t.split() && out[0].split()) {
+      int64_t before = tensorTypeOf(r.getOperand()).getDimSize(t.dim);
+      int64_t after = tensorTypeOf(r.getResult()).getDimSize(out[0].dim);
+      if (t.outer != 1 && before != after)
+        return op->emitError() << "kiln-tensor-parallel: reshape at " << where(op->getLoc())
+                               << " changes a dimension split over tp in parts";
+      out[0].outer = t.outer;
+    }
+  } else if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
+    Tp t = of(op->getOperand(0));
+    if (out[0].split())
+      out[0].outer = t.outer;
+  } else if (auto c = dyn_cast<ConcatOp>(op)) {
+    auto k = operandOuter(int64_t(c.getDim()));
+    if (failed(k))
+      return failure();
+    if (out[0].split())
+      out[0].outer = *k;
+  } else if (out.size() == 1 && out[0].split()) {
+    auto k = operandOuter(out[0].dim);
+    if (failed(k))
+      return failure();
+    out[0].outer = *k;
+  }
+
+  // Replicated operands of a split elementwise result: their local part.
+  if (sameShapeOperands(op) && out[0].split()) {
+    for (OpOperand &o : op->getOpOperands()) {
+      Tp t = of(o.get());
+      if (t.split())
+        continue;
+      Tp want = out[0];
+      want.partial = false;
+      auto part = localize(o.get(), want, op);
+      if (failed(part))
+        return failure();
+      o.set(*part);
+    }
+  }
+
+  // reduce_mean over a split dimension: the local mean over a block is 1/T
+  // of the partial sum the table's rule promises.
+  if (auto rm = dyn_cast<ReduceMeanOp>(op)) {
+    Tp t = of(rm.getOperand());
+    if (t.split() && llvm::is_contained(rm.getAxes(), t.dim) && !t.partial) {
+      RankedTensorType gt = tensorTypeOf(rm.getResult());
+      auto lt = &gt;
+      b_.setInsertionPointAfter(op);
+      Value scale = b_.create<ConstantOp>(
+          op->getLoc(), DenseElementsAttr::get(*lt, b_.getFloatAttr(lt->getElementType(),
+                                                                     1.0 / double(n_))));
+      auto mul = b_.create<MulOp>(op->getLoc(), rm.getResult(), scale);
+      rm.getResult().replaceAllUsesExcept(mul.getResult(), mul.getOperation());
+      tp_[rm.getResult()] = out[0];
+      tp_[mul.getResult()] = out[0];
+      return success();
+    }
+  }
+
+  if (isa<IotaOp>(op) && out[0].split())
+    return op->emitError() << "kiln-tensor-parallel: iota at " << where(op->getLoc())
+                           << " would be split over tp";
+
+  for (auto [r, s] : llvm::zip(op->getResults(), out)) {
+    if (failed(localType(tensorTypeOf(r), s, op->getLoc())))
+      return failure();
+    tp_[r] = s;
+  }
+  // A matmul contracting a split dimension (a row-parallel layer forward, a
+  // column-parallel layer's input gradient) is reduced at once, as Megatron
+  // does: every later op then reads a whole value, and no partial sum is
+  // carried into (and reduced separately by) several consumers. Partial
+  // sums of reductions (sums of squares for the gradient norm) stay lazy and
+  // are reduced once, where an op first needs them whole.
+  if (auto mm = dyn_cast<MatmulOp>(op); mm && out[0].partial) {
+    b_.setInsertionPointAfter(op);
+    Value whole = allReduce(mm.getResult(), op->getLoc());
+    mm.getResult().replaceAllUsesExcept(whole, whole.getDefiningOp());
+  }
+  return success();
+}
+
+LogicalResult Rewriter::retype() {
+  Block &body = f_.getBody().front();
+  llvm::DenseMap<Value, RankedTensorType> global;
+  for (BlockArgument a : body.getArguments())
+    global[a] = tensorTypeOf(a);
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      global[r] = tensorTypeOf(r);
+  auto localOf = [&](Value v) { return localType(global[v], of(v), v.getLoc()); };
+  for (BlockArgument a : body.getArguments()) {
+    auto lt = localOf(a);
+    if (failed(lt))
+      return failure();
+    a.setType(*lt);
+  }
+  for (Operation &op : body) {
+    if (auto s = dyn_cast<SliceOp>(op)) {
+      Tp t = of(s.getOperand());
+      if (t.split()) {
+        int64_t d = t.dim, size = global[s.getOperand()].getDimSize(d), local = size / n_;
+        SmallVector<int64_t> st(s.getStart()), li(s.getLimit());
+        if (st[d] == 0 && li[d] == size) {
+          li[d] = local;
+        } else {
+          int64_t part = size / t.outer, k = st[d] / part, lp = local / t.outer;
+          st[d] = k * lp;
+          li[d] = (k + 1) * lp;
+        }
+        s.setStartAttr(b_.getDenseI64ArrayAttr(st));
+        s.setLimitAttr(b_.getDenseI64ArrayAttr(li));
+      }
+    } else if (auto p = dyn_cast<PadOp>(op)) {
+      Tp t = of(p.getOperand());
+      if (t.split() && (p.getLow()[t.dim] || p.getHigh()[t.dim])) {
+        int64_t d = t.dim, size = global[p.getOperand()].getDimSize(d), local = size / n_;
+        SmallVector<int64_t> low(p.getLow()), high(p.getHigh());
+        low[d] = low[d] / size * local;
+        high[d] = high[d] / size * local;
+        p.setLowAttr(b_.getDenseI64ArrayAttr(low));
+        p.setHighAttr(b_.getDenseI64ArrayAttr(high));
+      }
+    } else if (auto c = dyn_cast<ConstantOp>(op)) {
+      if (of(c.getResult()).split()) {
+        auto lt = localOf(c.getResult());
+        if (failed(lt))
+          return failure();
+        auto splat = cast<SplatElementsAttr>(c.getValue());
+        c.setValueAttr(DenseElementsAttr::get(*lt, splat.getSplatValue<Attribute>()));
+      }
+    }
+    for (Value r : op.getResults()) {
+      if (!isa<RankedTensorType>(r.getType()))
+        continue;
+      auto lt = localOf(r);
+      if (failed(lt))
+        return failure();
+      r.setType(*lt);
+    }
+  }
+  return success();
+}
+
+LogicalResult Rewriter::rewriteReturn(func::ReturnOp ret) {
+  b_.setInsertionPoint(ret);
+  for (OpOperand &o : ret->getOpOperands()) {
+    unsigned i = o.getOperandNumber();
+    Tp want;
+    if (auto name = f_.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr))
+      if (auto h = hintFor(name.getValue()))
+        want = *h;
+    Tp have = of(o.get());
+    if (have.partial) {
+      o.set(allReduce(o.get(), ret.getLoc()));
+      have.partial = false;
+    }
+    if (have != want) {
+      auto name = f_.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
+      return ret.emitError() << "kiln-tensor-parallel: @" << f_.getSymName() << " result "
+                             << (name ? name.getValue().str() : std::to_string(i)) << " is "
+                             << describe(have) << " over tp but must be " << describe(want);
+    }
+  }
+  return success();
+}
+
+LogicalResult Rewriter::run(int64_t &collectives) {
+  Block &body = f_.getBody().front();
+  // Arguments: hinted parameters and their state split, the rest replicated.
+  for (BlockArgument a : body.getArguments()) {
+    unsigned i = a.getArgNumber();
+    StringAttr name = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr);
+    if (!name)
+      name = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kStateAttr);
+    std::optional<Tp> h = name ? hintFor(name.getValue()) : std::nullopt;
+    if (h) {
+      RankedTensorType global = tensorTypeOf(a);
+      if (failed(localType(global, *h, f_.getLoc())))
+        return f_.emitError() << "kiln-tensor-parallel: cannot split '" << name.getValue()
+                              << "' over tp = " << n_;
+      f_.setArgAttr(i, kShardAttr,
+                    b_.getDictionaryAttr(
+                        {b_.getNamedAttr("axis", b_.getStringAttr(kAxis)),
+                         b_.getNamedAttr("dim", b_.getI64IntegerAttr(h->dim)),
+                         b_.getNamedAttr("outer", b_.getI64IntegerAttr(h->outer)),
+                         b_.getNamedAttr("shape", b_.getDenseI64ArrayAttr(global.getShape()))}));
+      tp_[a] = *h;
+    }
+  }
+  SmallVector<Operation *> ops;
+  for (Operation &op : body)
+    ops.push_back(&op);
+  for (Operation *op : ops) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      if (failed(rewriteReturn(ret)))
+        return failure();
+      continue;
+    }
+    if (failed(rewriteOp(op)))
+      return failure();
+  }
+  // Results: kiln.shard where split; then every value its per-device type.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    Tp t = of(v);
+    if (!t.split())
+      continue;
+    SmallVector<int64_t> shape(tensorTypeOf(v).getShape());
+    f_.setResultAttr(unsigned(i), kShardAttr,
+                     b_.getDictionaryAttr(
+                         {b_.getNamedAttr("axis", b_.getStringAttr(kAxis)),
+                          b_.getNamedAttr("dim", b_.getI64IntegerAttr(t.dim)),
+                          b_.getNamedAttr("outer", b_.getI64IntegerAttr(t.outer)),
+                          b_.getNamedAttr("shape", b_.getDenseI64ArrayAttr(shape))}));
+  }
+  if (failed(retype()))
+    return failure();
+  SmallVector<Type> argTypes(body.getArgumentTypes()), resultTypes(ret.getOperandTypes());
+  f_.setType(FunctionType::get(f_.getContext(), argTypes, resultTypes));
+  collectives += collectives_;
+  return success();
+}
+
+struct KilnTensorParallelPass : impl::KilnTensorParallelPassBase<KilnTensorParallelPass> {
+  using KilnTensorParallelPassBase::KilnTensorParallelPassBase;
+  void runOnOperation() override {
+    ModuleOp m = getOperation();
+    int64_t n = getMesh(m).axisSize(kAxis);
+    if (n <= 1)
+      return;
+    auto fwd = m.lookupSymbol<func::FuncOp>("forward");
+    if (!fwd)
+      return;
+    // The hints, by parameter name, from @forward's arguments.
+    llvm::StringMap<Tp> hints;
+    for (unsigned i = 0; i < fwd.getNumArguments(); ++i) {
+      auto name = fwd.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr);
+      auto h = fwd.getArgAttrOfType<DictionaryAttr>(i, kHintAttr);
+      if (!name || !h)
+        continue;
+      Tp t;
+      t.dim = h.getAs<IntegerAttr>("dim").getInt();
+      t.outer = h.getAs<IntegerAttr>("outer").getInt();
+      hints[name.getValue()] = t;
+    }
+    if (hints.empty()) {
+      m.emitError() << "kiln-tensor-parallel: tp = " << n
+                    << " but no parameter is marked for tensor parallelism; use mlp() and "
+                       "attention(), or linear(..., parallel = \"column\") followed by "
+                       "linear(..., parallel = \"row\")";
+      return signalPassFailure();
+    }
+    int64_t collectives = 0;
+    for (StringRef name : {"train_step", "grad", "eval_step", "predict"}) {
+      auto f = m.lookupSymbol<func::FuncOp>(name);
+      if (!f)
+        continue;
+      Rewriter r(f, n, hints);
+      int64_t c = 0;
+      if (failed(r.run(c)))
+        return signalPassFailure();
+      if (name == "train_step")
+        collectives = c;
+    }
+    numCollectives = collectives;
+  }
+};
+
+} // namespace
+} // namespace kiln
