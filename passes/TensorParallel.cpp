@@ -154,18 +154,22 @@ private:
   }
 
   /// The per-device type of a value of global type `t` sharded as `s`.
-  FailureOr<RankedTensorType> localType(RankedTensorType t, const Tp &s, Location l) {
+  FailureOr<RankedTensorType> localType(RankedTensorType t, const Tp &s, Location l,
+                                        const std::string &what = "a value ") {
     if (!s.split())
       return t;
     SmallVector<int64_t> shape(t.getShape());
     int64_t size = shape[size_t(s.dim)];
     if (size % (n_ * s.outer) != 0)
-      return emitError(l) << "kiln-tensor-parallel: dimension " << s.dim << " of size " << size
-                          << " cannot be split over tp = " << n_
-                          << (s.outer > 1 ? " in each of " + std::to_string(s.outer) + " parts"
+      return emitError(l) << "kiln-tensor-parallel: " << what << "at " << where(l)
+                          << " splits dimension " << s.dim << " of size " << size
+                          << " over tp = " << n_
+                          << (s.outer > 1 ? " in each of its " + std::to_string(s.outer) +
+                                                " parts (q, k, v)"
                                           : std::string())
-                          << " (its size must be divisible by "
-                          << n_ * s.outer << "); choose a tp that divides it";
+                          << ", so its size must be divisible by " << n_ * s.outer
+                          << "; choose a tp that divides it (attention() splits its heads "
+                             "over tp, mlp() its hidden width: tp must divide both)";
     shape[size_t(s.dim)] = size / n_;
     return RankedTensorType::get(shape, t.getElementType());
   }
@@ -473,7 +477,8 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
                            << " would be split over tp";
 
   for (auto [r, s] : llvm::zip(op->getResults(), out)) {
-    if (failed(localType(tensorTypeOf(r), s, op->getLoc())))
+    if (failed(localType(tensorTypeOf(r), s, op->getLoc(),
+                         "'" + op->getName().getStringRef().str() + "' ")))
       return failure();
     tp_[r] = s;
   }
@@ -587,9 +592,8 @@ LogicalResult Rewriter::run(int64_t &collectives) {
     std::optional<Tp> h = name ? hintFor(name.getValue()) : std::nullopt;
     if (h) {
       RankedTensorType global = tensorTypeOf(a);
-      if (failed(localType(global, *h, f_.getLoc())))
-        return f_.emitError() << "kiln-tensor-parallel: cannot split '" << name.getValue()
-                              << "' over tp = " << n_;
+      if (failed(localType(global, *h, a.getLoc(), "parameter '" + name.getValue().str() + "' ")))
+        return failure();
       f_.setArgAttr(i, kShardAttr,
                     b_.getDictionaryAttr(
                         {b_.getNamedAttr("axis", b_.getStringAttr(kAxis)),

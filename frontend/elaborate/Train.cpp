@@ -326,7 +326,8 @@ void Elaborator::evalTrain() {
   if (zero && zero->first > 0 && devices / t <= 1)
     fail(zero->second, "zero = " + std::to_string(zero->first) +
                            " shards optimizer state over data-parallel devices; "
-                           "it needs devices = N with N / tp > 1");
+                           "it needs devices = N with N > 1" +
+                           (t > 1 ? std::string(" data-parallel replicas (N / tp > 1)") : ""));
   if (zero && zero->first > 0 && t > 1)
     fail(zero->second, "zero = " + std::to_string(zero->first) +
                            " together with tp = " + std::to_string(t) +

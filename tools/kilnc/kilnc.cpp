@@ -376,7 +376,8 @@ int main(int argc, char **argv) {
     if (get("zero") > 0 && n / tp <= 1)
       return userError("--zero " + std::to_string(get("zero")) +
                        " shards optimizer state over data-parallel devices; it needs "
-                       "--devices N (or devices = N in the train section) with N / tp > 1");
+                       "--devices N (or devices = N in the train section) with N > 1" +
+                       std::string(tp > 1 ? " data-parallel replicas (N / tp > 1)" : ""));
     if (get("zero") > 0 && tp > 1)
       return userError("--zero together with --tp is not supported yet; use --zero 0 with "
                        "tensor parallelism");
