@@ -101,12 +101,24 @@ LogicalResult verifyMesh(Operation *op, Attribute value) {
   return success();
 }
 
-/// kiln.shard = {axis = "dp", shape = array<i64: ...>} (docs/parallel.md).
+/// kiln.shard = {axis = "dp", shape = array<i64: ...>} (ZeRO), or with
+/// integer `dim` and optionally `outer` (tensor parallelism;
+/// docs/parallel.md). The plan checks them against the shape and the mesh.
 LogicalResult verifyShard(Operation *op, Attribute value) {
   auto dict = dyn_cast<DictionaryAttr>(value);
-  if (!dict || dict.size() != 2 || !dict.getAs<StringAttr>("axis") ||
+  size_t extra =
+      dict ? size_t(bool(dict.get("dim"))) + size_t(bool(dict.get("outer")))
+           : 0;
+  if (!dict || dict.size() != 2 + extra || !dict.getAs<StringAttr>("axis") ||
       !dict.getAs<DenseI64ArrayAttr>("shape"))
     return op->emitError() << "'kiln.shard' must be {axis = \"dp\", shape = array<i64: ...>}";
+  if ((dict.get("dim") && !dict.getAs<IntegerAttr>("dim")) ||
+      (dict.get("outer") &&
+       (!dict.get("dim") || !dict.getAs<IntegerAttr>("outer"))))
+    return op->emitError()
+           << "a tensor-parallel 'kiln.shard' must be {axis = \"tp\", shape = "
+              "array<i64: ...>, dim = D : i64, outer = K : i64} (outer "
+              "optional)";
   return success();
 }
 } // namespace
