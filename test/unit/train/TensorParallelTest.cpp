@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #include "FakeWorld.h"
 
+#include "runtime/core/Half.h"
 #include "runtime/train/Shards.h"
 #include "runtime/train/Trainer.h"
 
@@ -400,6 +401,53 @@ TEST(TensorParallelShards, CheckpointGathersOverTheTpGroupAndResumesAnywhere) {
     EXPECT_EQ(buffer(m, "qkv"),
               d == 0 ? (std::vector<float>{0, 1, 20, 21, 40, 41})
                      : (std::vector<float>{10, 11, 30, 31, 50, 51}));
+  }
+}
+
+/// Mixed precision: the low copy "lowp:w" of a tensor-parallel parameter is
+/// not in checkpoints; on load it is rounded from the logical float32 w and
+/// cut like w (device 1's block of [2, 4] split on dim 1: columns 2, 3).
+TEST(TensorParallelShards, LowCopyOfATpParameterIsItsBlockRounded) {
+  for (int d = 0; d < 2; ++d) {
+    Model m;
+    m.pkg = tpPackage(1, 2);
+    program::Program &p = m.pkg.program;
+    // lowp:w as bf16, sharded like w, appended to every device's plan.
+    Buffer low = p.buffers[size_t(p.persistent("w"))];
+    low.name = "lowp:w";
+    low.role = Role::State;
+    low.dtype = DType::BF16;
+    low.bytes = low.numElements() * 2;
+    low.offset = p.arenaBytes;
+    p.arenaBytes += 64;
+    p.persistentBytes = p.arenaBytes;
+    p.buffers.push_back(low);
+    for (program::BufferPlan &o : p.otherDevices) {
+      o.buffers.push_back(low);
+      o.arenaBytes = o.persistentBytes = p.arenaBytes;
+    }
+    m.device = d;
+    ckpt::Checkpoint c = m.pkg.initial;
+    // w + 2^-10: bf16 (8 significant bits) rounds it away from every value
+    // >= 1 and keeps it at 0 (2^-10 is exact).
+    std::vector<float> w = floats(c.find("w")->bytes);
+    for (float &v : w)
+      v += 1.f / 1024;
+    const_cast<ckpt::Tensor *>(c.find("w"))
+        ->bytes.assign(reinterpret_cast<const char *>(w.data()), w.size() * 4);
+    m.exec = std::make_unique<HostBackend>(p);
+    ASSERT_TRUE(m.setPersistent(c));
+    std::string bytes(8, '\0');
+    ASSERT_TRUE(m.exec->read(p.persistent("lowp:w"), bytes.data(), 8));
+    std::vector<float> got;
+    for (int k = 0; k < 4; ++k) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * k, 2);
+      got.push_back(halfToFloat(DType::BF16, h));
+    }
+    EXPECT_EQ(got, d == 0 ? (std::vector<float>{1.f / 1024, 1, 10, 11})
+                          : (std::vector<float>{2, 3, 12, 13}))
+        << "device " << d;
   }
 }
 
