@@ -88,7 +88,10 @@ void printPlan(const program::Program &program, llvm::raw_ostream &os,
 /// momentum, 0 for plain SGD). Plain data parallelism keeps all of it on
 /// every device; ZeRO-1 shards the optimizer state over the N devices,
 /// ZeRO-2 the gradients too. Activations and scratch are not in it (the
-/// plan's arena says those).
+/// plan's arena says those). With tensor parallelism (a parameter sharded
+/// with kiln.shard's dim), Psi counts such a parameter by its local block,
+/// all a device holds of it, its gradient and its optimizer state; N is the
+/// size of the "dp" axis where the mesh has one.
 struct ZeroMemory {
   int64_t psi = 0;     ///< parameter count
   int64_t devices = 1; ///< N: the devices the state is sharded over

@@ -137,6 +137,10 @@ json tensorSig(const program::Buffer &b) {
   if (!b.shardAxis.empty()) { // ZeRO: this device's block of the logical tensor
     j["shard_axis"] = b.shardAxis;
     j["logical_shape"] = b.logicalShape;
+    if (b.shardDim >= 0) { // tensor-parallel: dimension shard_dim split
+      j["shard_dim"] = b.shardDim;
+      j["shard_outer"] = b.shardOuter;
+    }
   }
   return j;
 }

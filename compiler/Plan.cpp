@@ -664,6 +664,45 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
       Buffer &b = prog_.buffers[size_t(buffer[a])];
       b.shardAxis = axis.str();
       b.logicalShape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+      // Tensor parallelism (kiln.shard's dim and outer): dimension `dim`
+      // split over the axis, see program::Buffer::shardDim.
+      if (shard.contains("dim") || shard.contains("outer")) {
+        std::string what = "argument " + std::to_string(a.getArgNumber()) +
+                           " ('" + b.name + "')";
+        auto dim = shard.getAs<IntegerAttr>("dim");
+        auto outer = shard.getAs<IntegerAttr>("outer");
+        int64_t rank = int64_t(b.logicalShape.size());
+        if (!dim || dim.getInt() < 0 || dim.getInt() >= rank)
+          return fail(
+              fn, what +
+                      " has a kiln.shard whose dim is not a dimension of its " +
+                      std::to_string(rank) + "-d logical shape");
+        if (shard.contains("outer") && (!outer || outer.getInt() < 1))
+          return fail(
+              fn,
+              what + " has a kiln.shard whose outer is not a positive integer");
+        int64_t n = getMesh(module_).axisSize(axis.getValue());
+        int64_t k = outer ? outer.getInt() : 1;
+        int64_t size = b.logicalShape[size_t(dim.getInt())];
+        if (size % (k * n) != 0)
+          return fail(
+              fn, fmt::format(
+                      "{} splits dimension {} (size {}) as {} part(s) over the "
+                      "{} devices of '{}', but {} is not a multiple of {}",
+                      what, dim.getInt(), size, k, n, axis.getValue().str(),
+                      size, k * n));
+        std::vector<int64_t> local = b.logicalShape;
+        local[size_t(dim.getInt())] = size / n;
+        if (b.shape != local)
+          return fail(
+              fn, fmt::format(
+                      "{} has shape [{}], but its tensor-parallel block of "
+                      "logical shape [{}] is [{}]",
+                      what, fmt::join(b.shape, "x"),
+                      fmt::join(b.logicalShape, "x"), fmt::join(local, "x")));
+        b.shardDim = dim.getInt();
+        b.shardOuter = k;
+      }
     }
     def[a] = -1;
     last[a] = -1;
@@ -856,12 +895,19 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
 
 ZeroMemory zeroMemory(const program::Program &p) {
   ZeroMemory m;
-  m.devices = std::max(1, p.mesh.numDevices());
+  // ZeRO shards over "dp"; on a mesh with other axes (tp) only its size
+  // divides the state.
+  int dp = p.mesh.axis("dp");
+  m.devices = dp >= 0 ? std::max<int64_t>(1, p.mesh.axes[size_t(dp)].size)
+                      : std::max(1, p.mesh.numDevices());
   for (const Buffer &b : p.buffers) {
     if (b.role != Role::Param)
       continue;
     int64_t n = b.numElements();
-    if (!b.shardAxis.empty()) // a sharded parameter counts whole
+    // A ZeRO-sharded parameter counts whole (each device holds all of it
+    // outside the update); a tensor-parallel one by its local block, which
+    // is all a device ever holds of it, its gradient and optimizer state.
+    if (!b.shardAxis.empty() && b.shardDim < 0)
       n = std::accumulate(b.logicalShape.begin(), b.logicalShape.end(), int64_t(1),
                           std::multiplies<int64_t>());
     m.psi += n;
@@ -947,6 +993,17 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
       s += (i ? "x" : "") + std::to_string(b.shape[i]);
     return s + "]";
   };
+  // Tensor-parallel buffers (listed only where there are some, so ZeRO and
+  // single-device listings are unchanged).
+  std::string tp;
+  for (const Buffer &b : p.buffers)
+    if (!b.shardAxis.empty() && b.shardDim >= 0)
+      tp += fmt::format(
+          "  {}: {} of logical [{}], sharded over {} on dim {}{}\n", b.name,
+          shapeStr(b), fmt::join(b.logicalShape, "x"), b.shardAxis, b.shardDim,
+          b.shardOuter > 1 ? fmt::format(" in {} parts", b.shardOuter) : "");
+  if (!tp.empty())
+    os << "tensor-parallel buffers (each device holds its block):\n" << tp;
   for (const program::Function &f : p.functions) {
     int64_t temps = 0, kernels = 0, gemms = 0, copies = 0, collectives = 0;
     for (const Step &s : f.steps)

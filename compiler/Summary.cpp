@@ -152,7 +152,7 @@ void addProgram(ModelSummary &s, ModuleOp module) {
   if (mesh.devices() <= 1 || !step)
     return;
   ZeroMemory m;
-  m.devices = mesh.devices();
+  m.devices = mesh.axisSize("dp") > 0 ? mesh.axisSize("dp") : mesh.devices();
   std::map<std::string, int64_t> paramCount;
   std::vector<std::pair<std::string, int64_t>> states; // name, element bytes
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
@@ -162,8 +162,11 @@ void addProgram(ModelSummary &s, ModuleOp module) {
     int64_t bytes = std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
     if (auto p = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr)) {
       int64_t n = t.getNumElements();
+      // A ZeRO-sharded parameter counts whole, a tensor-parallel one (with
+      // a dim) by its local block (zeroMemory() in Plan.cpp).
       if (auto shard = step.getArgAttrOfType<DictionaryAttr>(i, "kiln.shard"))
-        if (auto shape = shard.getAs<DenseI64ArrayAttr>("shape")) {
+        if (auto shape = shard.getAs<DenseI64ArrayAttr>("shape");
+            shape && !shard.contains("dim")) {
           n = 1;
           for (int64_t d : shape.asArrayRef())
             n *= d;

@@ -104,25 +104,31 @@ LogicalResult verifyMesh(Operation *op, Attribute value) {
 }
 
 /// kiln.shard = {axis = "dp", shape = array<i64: ...>} (ZeRO: a block of
-/// the flattening), or with `dim = D, outer = K` (tensor parallelism: a
-/// block split of dimension D, each of its K outer parts split alike)
-/// (docs/parallel.md).
+/// the flattening), or with `dim = D` and optionally `outer = K` (tensor
+/// parallelism: a block split of dimension D, each of its K outer parts
+/// split alike) (docs/parallel.md). The plan checks them against the mesh.
 LogicalResult verifyShard(Operation *op, Attribute value) {
   auto dict = dyn_cast<DictionaryAttr>(value);
   auto bad = [&] {
     return op->emitError() << "'kiln.shard' must be {axis = \"dp\", shape = array<i64: ...>} "
-                              "or {axis = \"tp\", dim = D, outer = K, shape = array<i64: ...>}";
+                              "or {axis = \"tp\", dim = D, outer = K, shape = array<i64: ...>} "
+                              "(outer optional)";
   };
   if (!dict || !dict.getAs<StringAttr>("axis") || !dict.getAs<DenseI64ArrayAttr>("shape"))
     return bad();
-  if (dict.size() == 2)
+  size_t extra = size_t(bool(dict.get("dim"))) + size_t(bool(dict.get("outer")));
+  if (dict.size() != 2 + extra)
+    return bad();
+  if (!extra)
     return success();
   auto dim = dict.getAs<IntegerAttr>("dim");
   auto outer = dict.getAs<IntegerAttr>("outer");
-  if (dict.size() != 4 || !dim || !outer)
-    return bad();
+  if (!dim || (dict.get("outer") && !outer))
+    return op->emitError() << "a tensor-parallel 'kiln.shard' must be {axis = \"tp\", shape = "
+                              "array<i64: ...>, dim = D : i64, outer = K : i64} (outer "
+                              "optional)";
   int64_t rank = int64_t(dict.getAs<DenseI64ArrayAttr>("shape").size());
-  if (dim.getInt() < 0 || dim.getInt() >= rank || outer.getInt() < 1)
+  if (dim.getInt() < 0 || dim.getInt() >= rank || (outer && outer.getInt() < 1))
     return op->emitError() << "'kiln.shard' dim must index the logical shape and outer be >= 1";
   return success();
 }

@@ -33,7 +33,7 @@ Status checkPersistent(const program::Program &p, const ckpt::Checkpoint &c,
       return Status::error(fmt::format(
           "{}: has no tensor '{}', which the model needs; was it written for "
           "another model?", origin, b.name));
-    // A ZeRO-sharded buffer's tensor is its logical (unsharded) one.
+    // A sharded buffer's tensor (ZeRO or tensor-parallel) is its logical one.
     const std::vector<int64_t> &shape = b.shardAxis.empty() ? b.shape : b.logicalShape;
     if (t->dtype != safetensorsDType(b.dtype) || t->shape != shape)
       return Status::error(fmt::format(

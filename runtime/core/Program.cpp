@@ -102,6 +102,10 @@ std::string Program::toJson() const {
       if (!b.shardAxis.empty()) { // ZeRO-sharded (absent otherwise)
         bs.back()["shard_axis"] = b.shardAxis;
         bs.back()["logical_shape"] = b.logicalShape;
+        if (b.shardDim >= 0) { // tensor-parallel (absent for ZeRO)
+          bs.back()["shard_dim"] = b.shardDim;
+          bs.back()["shard_outer"] = b.shardOuter;
+        }
       }
     }
     devices.push_back({{"device", d}, {"persistent_bytes", bp.persistentBytes},
@@ -269,6 +273,28 @@ bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp) {
           return r.fail("sharded buffer '" + b.name + "' has a bad logical_shape");
         b.logicalShape.push_back(d.get<int64_t>());
       }
+      if (e.contains("shard_dim")) {
+        const json &dim = e["shard_dim"];
+        int64_t rank = int64_t(b.logicalShape.size());
+        if (!dim.is_number_integer() || dim.get<int64_t>() < 0 ||
+            dim.get<int64_t>() >= rank)
+          return r.fail(fmt::format(
+              "sharded buffer '{}' has a shard_dim outside its {}-d "
+              "logical_shape",
+              b.name, rank));
+        b.shardDim = dim.get<int64_t>();
+        if (e.contains("shard_outer")) {
+          const json &outer = e["shard_outer"];
+          if (!outer.is_number_integer() || outer.get<int64_t>() < 1 ||
+              outer.get<int64_t>() > (int64_t(1) << 40))
+            return r.fail("sharded buffer '" + b.name +
+                          "' has a bad shard_outer");
+          b.shardOuter = outer.get<int64_t>();
+        }
+      } else if (e.contains("shard_outer")) {
+        return r.fail("sharded buffer '" + b.name +
+                      "' has a shard_outer without a shard_dim");
+      }
     }
     bool persistent = b.role == Role::Param || b.role == Role::State;
     if (persistent && b.offset + b.bytes > bp.persistentBytes)
@@ -284,10 +310,14 @@ bool sameBuffers(const BufferPlan &a, const BufferPlan &b) {
   if (a.buffers.size() != b.buffers.size())
     return false;
   for (size_t i = 0; i < a.buffers.size(); ++i)
-    if (a.buffers[i].name != b.buffers[i].name || a.buffers[i].role != b.buffers[i].role ||
-        a.buffers[i].dtype != b.buffers[i].dtype || a.buffers[i].shape != b.buffers[i].shape ||
+    if (a.buffers[i].name != b.buffers[i].name ||
+        a.buffers[i].role != b.buffers[i].role ||
+        a.buffers[i].dtype != b.buffers[i].dtype ||
+        a.buffers[i].shape != b.buffers[i].shape ||
         a.buffers[i].shardAxis != b.buffers[i].shardAxis ||
-        a.buffers[i].logicalShape != b.buffers[i].logicalShape)
+        a.buffers[i].logicalShape != b.buffers[i].logicalShape ||
+        a.buffers[i].shardDim != b.buffers[i].shardDim ||
+        a.buffers[i].shardOuter != b.buffers[i].shardOuter)
       return false;
   return true;
 }
@@ -457,6 +487,26 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
       n *= d;
       if (n > (int64_t(1) << 40))
         return bad("sharded buffer '" + b.name + "' is impossibly large");
+    }
+    if (b.shardDim >= 0) {
+      // Tensor-parallel: dimension shardDim split into N blocks of each of
+      // shardOuter parts, no padding.
+      int64_t size = b.logicalShape[size_t(b.shardDim)],
+              parts = b.shardOuter * axis;
+      std::vector<int64_t> local = b.logicalShape;
+      local[size_t(b.shardDim)] = size / axis;
+      if (size % parts != 0)
+        return bad(fmt::format(
+            "buffer '{}' splits dimension {} (size {}) of its logical "
+            "tensor into {} x {} blocks over '{}', which does not divide it",
+            b.name, b.shardDim, size, b.shardOuter, axis, b.shardAxis));
+      if (b.shape != local)
+        return bad(fmt::format(
+            "tensor-parallel buffer '{}' has shape [{}], but dimension {} of "
+            "its logical shape [{}] over {} devices gives [{}]",
+            b.name, fmt::join(b.shape, "x"), b.shardDim,
+            fmt::join(b.logicalShape, "x"), axis, fmt::join(local, "x")));
+      continue;
     }
     if (b.numElements() != (n + axis - 1) / axis)
       return bad(fmt::format("sharded buffer '{}' holds {} elements, but a block of its "

@@ -57,6 +57,15 @@ struct Buffer {
   std::string shardAxis;
   /// The unsharded tensor's shape, when shardAxis is set.
   std::vector<int64_t> logicalShape;
+  /// Tensor parallelism: the logical dimension split over shardAxis, or -1
+  /// for ZeRO's flattening above. With D = shardDim (size S), K =
+  /// shardOuter and N the axis size, dimension D is viewed as [K, S/K] and
+  /// device c holds block c of N of each of the K parts, concatenated in k
+  /// order: the buffer's shape is the logical one with S replaced by S/N,
+  /// and S is a multiple of K * N (no padding). K = 1 is a plain block
+  /// split of D; K = 3 splits a fused [3C, C] q/k/v weight by heads.
+  int64_t shardDim = -1;
+  int64_t shardOuter = 1;
   int64_t numElements() const;
 };
 

@@ -89,10 +89,15 @@ Status Model::setPersistent(const ckpt::Checkpoint &c) {
     const ckpt::Tensor *t = c.find(b.name);
     ckpt::Tensor low;
     if (!t && isLowCopy(b.name)) {
+      // The logical low copy; a tensor-parallel one is cut below like any
+      // tensor-parallel buffer.
       const ckpt::Tensor *w = c.find(b.name.substr(std::strlen(kLowPrefix)));
-      if (!w || w->dtype != "F32" || w->bytes.size() != size_t(b.bytes) * 2 ||
+      const ShardSpec &ls = specOf(shards, prog(), id);
+      size_t want =
+          ls.perDim() ? size_t(ls.logicalElements()) * 4 : size_t(b.bytes) * 2;
+      if (!w || w->dtype != "F32" || w->bytes.size() != want ||
           (b.dtype != DType::BF16 && b.dtype != DType::F16) ||
-          specOf(shards, prog(), id).sharded())
+          (ls.sharded() && !ls.perDim()))
         return Status::internal(fmt::format(
             "{}: cannot derive '{}' from its float32 parameter", pkg.path, b.name));
       low.name = b.name;
@@ -112,6 +117,24 @@ Status Model::setPersistent(const ckpt::Checkpoint &c) {
     // This device's block of the logical tensor.
     int coord = 0;
     std::vector<int> group = axisGroup(prog().mesh, device, spec.axis, &coord);
+    if (spec.perDim()) { // tensor-parallel: a block of dimension spec.dim
+      auto block =
+          cutDimBlock(t->bytes, spec.logicalShape, spec.dim, spec.outer,
+                      int(program::dtypeBytes(b.dtype)), int(group.size()),
+                      coord, fmt::format("{}: '{}'", pkg.path, b.name));
+      if (!block)
+        return block.status();
+      if (int64_t(block->size()) != b.bytes)
+        return Status::error(fmt::format(
+            "{}: '{}' is split on dimension {} over '{}' ({} devices) in "
+            "blocks of {} bytes, "
+            "but its buffer holds {}; recompile the model with kilnc",
+            pkg.path, b.name, spec.dim, spec.axis, group.size(), block->size(),
+            b.bytes));
+      if (Status s = exec->write(int(id), block->data(), block->size()); !s)
+        return s;
+      continue;
+    }
     std::string block = cutBlock(t->bytes, spec.logicalElements(),
                                  int(program::dtypeBytes(b.dtype)), int(group.size()), coord);
     if (int64_t(block.size()) != b.bytes)
@@ -156,7 +179,16 @@ Expected<ckpt::Checkpoint> Model::getPersistent() {
       } else {
         all = t.bytes;
       }
-      t.bytes = joinBlocks(all, spec.logicalElements(), elem);
+      if (spec.perDim()) { // tensor-parallel: the blocks of dimension spec.dim
+        auto joined = joinDimBlocks(all, spec.logicalShape, spec.dim,
+                                    spec.outer, elem, int(group.size()),
+                                    fmt::format("{}: '{}'", pkg.path, b.name));
+        if (!joined)
+          return joined.status();
+        t.bytes = std::move(*joined);
+      } else {
+        t.bytes = joinBlocks(all, spec.logicalElements(), elem);
+      }
     }
     c.tensors.push_back(std::move(t));
   }

@@ -9,6 +9,13 @@
 // resumes on any device count: on save the blocks are all-gathered and the
 // padding dropped; on load each device takes its block.
 //
+// Tensor parallelism shards a parameter (and its optimizer state) along one
+// logical dimension instead (Buffer::shardDim, shardOuter): dimension D
+// (size S) is viewed as [K, S/K], and device c holds block c of N of each of
+// the K parts, concatenated in k order, so its buffer is the logical shape
+// with S replaced by S/N; no padding (S is a multiple of K * N). Checkpoints
+// hold the logical tensor here too.
+//
 // These helpers know nothing about communicators or backends: they cut a
 // logical tensor into a block and join gathered blocks back, and say which
 // devices share a buffer's blocks.
@@ -18,6 +25,7 @@
 #define KILN_RUNTIME_TRAIN_SHARDS_H
 
 #include "runtime/core/Program.h"
+#include "runtime/core/Status.h"
 
 #include <cstdint>
 #include <string>
@@ -30,7 +38,13 @@ namespace kiln::train {
 struct ShardSpec {
   std::string axis;
   std::vector<int64_t> logicalShape;
+  /// Tensor parallelism: the logical dimension split over `axis` and its
+  /// outer parts (Buffer::shardDim, shardOuter); dim -1: ZeRO's flattening.
+  int64_t dim = -1;
+  int64_t outer = 1;
   bool sharded() const { return !axis.empty(); }
+  /// Sharded along a dimension (tensor parallelism) rather than ZeRO.
+  bool perDim() const { return sharded() && dim >= 0; }
   int64_t logicalElements() const;
 };
 
@@ -50,6 +64,25 @@ std::string cutBlock(const std::string &logical, int64_t numel, int elemBytes,
 /// (`parts` blocks of blockElements() elements): the padding dropped.
 std::string joinBlocks(const std::string &gathered, int64_t numel,
                        int elemBytes);
+
+/// Device `index`'s block of `parts` of a logical tensor (`logical`, of
+/// `shape` with elements of `elemBytes`) split along dimension `dim` as
+/// `outer` parts (the per-dimension form above): for every index of the
+/// dimensions before `dim` and every part k, rows [c*r, (c+1)*r) of part k,
+/// r = shape[dim] / (outer * parts). Refuses a dimension out of range or a
+/// size that outer * parts does not divide, naming `what`.
+Expected<std::string> cutDimBlock(const std::string &logical,
+                                  const std::vector<int64_t> &shape,
+                                  int64_t dim, int64_t outer, int elemBytes,
+                                  int parts, int index,
+                                  const std::string &what);
+/// The inverse: the logical tensor from the `parts` local blocks
+/// concatenated in coordinate order (as an all_gather over the axis group
+/// delivers them).
+Expected<std::string> joinDimBlocks(const std::string &gathered,
+                                    const std::vector<int64_t> &shape,
+                                    int64_t dim, int64_t outer, int elemBytes,
+                                    int parts, const std::string &what);
 
 /// The devices that differ from `device` only along mesh axis `axis`, in
 /// order of their coordinate on it (a communicator group), and `device`'s

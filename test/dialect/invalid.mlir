@@ -823,3 +823,25 @@ func.func @unknown_op_attr(%x: tensor<4xf32>) {
   %0 = kiln.neg %x {kiln.param = "x"} : tensor<4xf32>
   return
 }
+
+// -----
+
+// kiln.shard's tensor-parallel form: dim (and outer) must be integers.
+// expected-error @+1 {{a tensor-parallel 'kiln.shard' must be {axis = "tp", shape = array<i64: ...>, dim = D : i64, outer = K : i64} (outer optional)}}
+func.func @shard_dim_not_integer(%w: tensor<4x2xf32> {kiln.shard = {axis = "tp", shape = array<i64: 4, 4>, dim = "1"}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{a tensor-parallel 'kiln.shard' must be}}
+func.func @shard_outer_without_dim(%w: tensor<4x2xf32> {kiln.shard = {axis = "tp", shape = array<i64: 4, 4>, outer = 3 : i64}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'kiln.shard' must be {axis = "dp", shape = array<i64: ...>}}}
+func.func @shard_unknown_key(%w: tensor<4x2xf32> {kiln.shard = {axis = "tp", shape = array<i64: 4, 4>, dim = 1 : i64, stride = 2 : i64}}) {
+  return
+}

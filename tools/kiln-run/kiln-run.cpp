@@ -170,7 +170,12 @@ int inspect(const std::vector<std::string> &args) {
     for (const auto &b : p.buffers)
       if (b.role == kiln::program::Role::Param) {
         ++params;
-        values += b.numElements();
+        // The model's values: a sharded (tensor-parallel) parameter's
+        // logical tensor, not this device's block.
+        int64_t n = 1;
+        for (int64_t d : b.shardAxis.empty() ? b.shape : b.logicalShape)
+          n *= d;
+        values += n;
       }
     fmt::print("model {} from {} (sha256 {}...)\n", pkg->model, pkg->sourcePath,
                pkg->sourceHash.substr(0, 12));

@@ -17,6 +17,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -140,6 +141,10 @@ func.func @train_step(%w: tensor<6xf32> {kiln.param = "w"},
   ASSERT_TRUE(parsed) << parsed.status().message();
   EXPECT_EQ(parsed->buffers[m].shardAxis, "dp");
   EXPECT_EQ(parsed->buffers[m].logicalShape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(parsed->buffers[m].shardDim, -1);
+  // ZeRO buffers are written as before tensor parallelism.
+  EXPECT_EQ(json.find("shard_dim"), std::string::npos);
+  EXPECT_EQ(json.find("shard_outer"), std::string::npos);
   // A logical shape whose block is not the buffer's size is refused.
   // (Pretty-printed JSON: the 6 follows the key on a later line, once per
   // device.)
@@ -159,6 +164,158 @@ func.func @train_step(%w: tensor<6xf32> {kiln.param = "w"},
                                             "of its 9-element logical tensor over 4 devices has 3"),
             std::string::npos)
       << refused.status().message();
+}
+
+namespace {
+/// The tensor-parallel module: on a mesh dp x tp = 2 x 2, w [4, 4] split on
+/// dim 1 (local [4, 2]) and a fused q/k/v weight [12, 2] split on dim 0 in
+/// 3 parts (local [6, 2]), each with its kiln.shard set after parsing (see
+/// ShardedStateBuffer), `qkvShard` overriding qkv's.
+mlir::OwningOpRef<mlir::ModuleOp> tpModule(mlir::MLIRContext &ctx,
+                                           mlir::DictionaryAttr qkvShard = {}) {
+  ctx.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+module attributes {kiln.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
+func.func @train_step(%w: tensor<4x2xf32> {kiln.param = "w"},
+                      %qkv: tensor<6x2xf32> {kiln.param = "qkv"})
+    -> (tensor<4x2xf32> {kiln.output = "w"}, tensor<6x2xf32> {kiln.output = "qkv"}) {
+  %h = kiln.constant dense<0.5> : tensor<4x2xf32>
+  %w2 = kiln.mul %w, %h : tensor<4x2xf32>
+  %q = kiln.constant dense<0.25> : tensor<6x2xf32>
+  %qkv2 = kiln.sub %qkv, %q : tensor<6x2xf32>
+  return %w2, %qkv2 : tensor<4x2xf32>, tensor<6x2xf32>
+}
+}
+)mlir",
+                                                        &ctx);
+  if (!module)
+    return module;
+  auto step = module->lookupSymbol<mlir::func::FuncOp>("train_step");
+  mlir::Builder b(&ctx);
+  auto shard = [&](llvm::ArrayRef<int64_t> shape, int64_t dim, int64_t outer) {
+    return b.getDictionaryAttr(
+        {b.getNamedAttr("axis", b.getStringAttr("tp")),
+         b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape)),
+         b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
+         b.getNamedAttr("outer", b.getI64IntegerAttr(outer))});
+  };
+  step.setArgAttr(0, "kiln.shard", shard({4, 4}, 1, 1));
+  step.setArgAttr(1, "kiln.shard", qkvShard ? qkvShard : shard({12, 2}, 0, 3));
+  return module;
+}
+} // namespace
+
+// Tensor parallelism: kiln.shard with dim and outer becomes Buffer::shardDim
+// and shardOuter on every device's plan, round-trips through the plan's
+// JSON, is listed by --emit=plan, and counts by its local block in the
+// memory report.
+TEST(CollectivePlanTest, TensorParallelBuffers) {
+  mlir::MLIRContext ctx;
+  auto module = tpModule(ctx);
+  ASSERT_TRUE(module);
+  kiln::CodegenOptions options;
+  options.emitLLVM = false;
+  std::string error;
+  auto compiled = kiln::compileProgram(*module, options, error);
+  ASSERT_TRUE(mlir::succeeded(compiled)) << error;
+  const kiln::program::Program &p = compiled->program;
+  int w = p.persistent("w"), qkv = p.persistent("qkv");
+  ASSERT_GE(w, 0);
+  ASSERT_GE(qkv, 0);
+  EXPECT_EQ(p.numDevices(), 4);
+  for (int d = 0; d < 4; ++d) {
+    const kiln::program::Buffer &bw = p.plan(d).buffers[size_t(w)];
+    EXPECT_EQ(bw.shardAxis, "tp");
+    EXPECT_EQ(bw.logicalShape, (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(bw.shape, (std::vector<int64_t>{4, 2}));
+    EXPECT_EQ(bw.shardDim, 1);
+    EXPECT_EQ(bw.shardOuter, 1);
+    const kiln::program::Buffer &bq = p.plan(d).buffers[size_t(qkv)];
+    EXPECT_EQ(bq.logicalShape, (std::vector<int64_t>{12, 2}));
+    EXPECT_EQ(bq.shardDim, 0);
+    EXPECT_EQ(bq.shardOuter, 3);
+  }
+  std::string json = p.toJson();
+  auto parsed = kiln::program::Program::parse(json, "tp");
+  ASSERT_TRUE(parsed) << parsed.status().message();
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(parsed->plan(d).buffers[size_t(w)].shardDim, 1);
+    EXPECT_EQ(parsed->plan(d).buffers[size_t(w)].shardOuter, 1);
+    EXPECT_EQ(parsed->plan(d).buffers[size_t(qkv)].shardDim, 0);
+    EXPECT_EQ(parsed->plan(d).buffers[size_t(qkv)].shardOuter, 3);
+    EXPECT_EQ(parsed->plan(d).buffers[size_t(qkv)].logicalShape,
+              (std::vector<int64_t>{12, 2}));
+  }
+  EXPECT_EQ(parsed->toJson(), json);
+
+  // The listing.
+  std::string listing;
+  llvm::raw_string_ostream os(listing);
+  kiln::printPlan(p, os);
+  os.flush();
+  EXPECT_NE(
+      listing.find("w: f32[4x2] of logical [4x4], sharded over tp on dim 1\n"),
+      std::string::npos)
+      << listing;
+  EXPECT_NE(
+      listing.find(
+          "qkv: f32[6x2] of logical [12x2], sharded over tp on dim 0 in 3 "
+          "parts\n"),
+      std::string::npos)
+      << listing;
+
+  // Memory: each device holds 8 + 12 parameters; ZeRO's N is dp's 2.
+  kiln::ZeroMemory z = kiln::zeroMemory(p);
+  EXPECT_EQ(z.psi, 20);
+  EXPECT_EQ(z.devices, 2);
+
+  // The parser refuses a shard_dim outside the logical shape and a block
+  // shape that is not the logical one split.
+  auto edit = [&](const std::string &from, const std::string &to) {
+    std::string bad = json;
+    for (size_t at = bad.find(from); at != std::string::npos;
+         at = bad.find(from, at + 1))
+      bad.replace(at, from.size(), to);
+    return kiln::program::Program::parse(bad, "tp");
+  };
+  auto farDim = edit("\"shard_dim\": 1", "\"shard_dim\": 2");
+  ASSERT_FALSE(farDim);
+  EXPECT_NE(
+      farDim.status().message().find(
+          "sharded buffer 'w' has a shard_dim outside its 2-d logical_shape"),
+      std::string::npos)
+      << farDim.status().message();
+  auto outer = edit("\"shard_outer\": 3", "\"shard_outer\": 5");
+  ASSERT_FALSE(outer);
+  EXPECT_NE(outer.status().message().find(
+                "buffer 'qkv' splits dimension 0 (size 12) of its "
+                "logical tensor into 5 x 2 blocks"),
+            std::string::npos)
+      << outer.status().message();
+}
+
+// The compiler refuses a kiln.shard whose dimension does not divide into
+// outer x N blocks, naming the argument.
+TEST(CollectivePlanTest, TensorParallelShardMustDivide) {
+  mlir::MLIRContext ctx;
+  mlir::Builder b(&ctx);
+  auto bad = b.getDictionaryAttr(
+      {b.getNamedAttr("axis", b.getStringAttr("tp")),
+       b.getNamedAttr("shape", b.getDenseI64ArrayAttr({9, 2})),
+       b.getNamedAttr("dim", b.getI64IntegerAttr(0)),
+       b.getNamedAttr("outer", b.getI64IntegerAttr(3))});
+  auto module = tpModule(ctx, bad);
+  ASSERT_TRUE(module);
+  kiln::CodegenOptions options;
+  options.emitLLVM = false;
+  std::string error;
+  auto compiled = kiln::compileProgram(*module, options, error);
+  ASSERT_TRUE(mlir::failed(compiled));
+  EXPECT_NE(error.find("argument 1 ('qkv') splits dimension 0 (size 9) as 3 "
+                       "part(s) over the 2 "
+                       "devices of 'tp', but 9 is not a multiple of 6"),
+            std::string::npos)
+      << error;
 }
 
 // fp32 Adam (slots m and v), Psi = 1000 + 24: 16 Psi for plain DP; ZeRO-1
