@@ -127,8 +127,8 @@ Status Model::setPersistent(const ckpt::Checkpoint &c) {
       if (int64_t(block->size()) != b.bytes)
         return Status::error(fmt::format(
             "{}: '{}' is split on dimension {} over '{}' ({} devices) in "
-            "blocks of {} bytes, "
-            "but its buffer holds {}; recompile the model with kilnc",
+            "blocks of {} bytes, but its buffer holds {}; recompile the "
+            "model with kilnc",
             pkg.path, b.name, spec.dim, spec.axis, group.size(), block->size(),
             b.bytes));
       if (Status s = exec->write(int(id), block->data(), block->size()); !s)
