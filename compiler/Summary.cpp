@@ -3,10 +3,13 @@
 #include "compiler/Codegen.h"
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
 #include <algorithm>
 
@@ -188,6 +191,33 @@ void addProgram(ModelSummary &s, ModuleOp module) {
   }
   llvm::raw_string_ostream os(s.memory);
   printZeroMemory(m, os, "  ");
+  // Tensor parallelism: every all-reduce kiln-tensor-parallel inserted into
+  // @train_step, where and why (its location's "tp: ..." name).
+  if (mesh.axisSize("tp") > 1) {
+    std::vector<std::string> lines;
+    step.walk([&](AllReduceOp ar) {
+      if (ar.getAxis() != "tp")
+        return;
+      std::string why = "", where = "";
+      Location l = ar.getLoc();
+      if (auto n = dyn_cast<NameLoc>(l)) {
+        StringRef name = n.getName().getValue();
+        if (name.consume_front("tp: "))
+          why = name.str();
+        l = n.getChildLoc();
+      }
+      if (auto f = dyn_cast<FileLineColLoc>(l))
+        where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
+                std::to_string(f.getLine());
+      lines.push_back(llvm::formatv("    {0,-28} {1,-16} {2}", where,
+                                    typeStr(ar.getType()), why)
+                          .str());
+    });
+    os << "  tensor parallelism (tp = " << mesh.axisSize("tp") << "): " << lines.size()
+       << " all-reduces over tp per training step, inserted by kiln-tensor-parallel:\n";
+    for (const std::string &line : lines)
+      os << line << "\n";
+  }
 }
 
 void print(const ModelSummary &s, llvm::raw_ostream &os) {

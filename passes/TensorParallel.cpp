@@ -174,12 +174,52 @@ private:
     return RankedTensorType::get(shape, t.getElementType());
   }
 
-  Value allReduce(Value v, Location l) {
+  /// The parameter behind `v` through shape-only ops (reshape, transpose,
+  /// cast, broadcast), if any: its name and hint.
+  std::optional<std::pair<std::string, Tp>> paramBehind(Value v) {
+    for (int depth = 0; depth < 4 && v; ++depth) {
+      if (auto a = dyn_cast<BlockArgument>(v)) {
+        if (auto name = f_.getArgAttrOfType<StringAttr>(a.getArgNumber(),
+                                                        KilnDialect::kParamAttr))
+          if (auto h = hintFor(name.getValue()))
+            return std::make_pair(name.getValue().str(), *h);
+        return std::nullopt;
+      }
+      Operation *def = v.getDefiningOp();
+      if (!isa<ReshapeOp, TransposeOp, CastOp, BroadcastInDimOp>(def))
+        return std::nullopt;
+      v = def->getOperand(0);
+    }
+    return std::nullopt;
+  }
+
+  /// Why `user` needs the all-reduce of partial sum `v`, for the location
+  /// name kilnc's summary prints ("tp: ...").
+  std::string why(Value v, Operation *user) {
+    if (auto mm = v.getDefiningOp<MatmulOp>()) {
+      for (Value o : {mm.getLhs(), mm.getRhs()})
+        if (auto p = paramBehind(o)) {
+          std::string layer = StringRef(p->first).rsplit('.').first.str();
+          if (p->second.dim == 1)
+            return "the output of row-parallel " + layer +
+                   " (weight split on its input features) is a partial sum";
+          return "the input gradient of column-parallel " + layer +
+                 " (weight split on its output features) is a partial sum";
+        }
+      return "a matmul contracting a dimension split over tp gives partial sums";
+    }
+    if (tensorTypeOf(v).getRank() == 0 && user && isa<AddOp>(user))
+      return "the gradient norm: the split gradients' sums of squares are partial sums";
+    return std::string("'") + (user ? user->getName().getStringRef().str() : "return") +
+           "' needs the whole of a partial sum";
+  }
+
+  Value allReduce(Value v, Location l, Operation *user = nullptr) {
     if (Value done = reduced_.lookup(v))
       return done;
     ++collectives_;
-    auto ar = b_.create<AllReduceOp>(NameLoc::get(b_.getStringAttr("tp.all_reduce"), l), v,
-                                     kAxis, CollectiveReduction::sum);
+    auto ar = b_.create<AllReduceOp>(NameLoc::get(b_.getStringAttr("tp: " + why(v, user)), l),
+                                     v, kAxis, CollectiveReduction::sum);
     Tp t = of(v);
     t.partial = false;
     tp_[ar.getResult()] = t;
@@ -346,7 +386,7 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
     bool changed = false;
     for (OpOperand &o : op->getOpOperands())
       if (of(o.get()).partial) {
-        o.set(allReduce(o.get(), op->getLoc()));
+        o.set(allReduce(o.get(), op->getLoc(), op));
         changed = true;
       }
     if (changed) {
