@@ -655,6 +655,41 @@ LogicalResult Rewriter::run(int64_t &collectives) {
     if (failed(rewriteOp(op)))
       return failure();
   }
+  // Dropout of a split value (attention's probabilities, split by heads):
+  // every device would draw the same mask for its own heads from the same
+  // seed, so the seed mixes in the device's tp coordinate, a "tp_rank"
+  // input the trainer fills (seed * T + coordinate: distinct per device and
+  // step). Forward and backward share the mixed seed, so backward still
+  // regenerates the forward's mask.
+  SmallVector<DropoutOp> splitDropouts;
+  body.walk([&](DropoutOp d) {
+    if (of(d.getOperand()).split())
+      splitDropouts.push_back(d);
+  });
+  if (!splitDropouts.empty()) {
+    auto i64 = RankedTensorType::get({}, b_.getI64Type());
+    unsigned idx = f_.getNumArguments();
+    f_.insertArgument(idx, i64, b_.getDictionaryAttr({b_.getNamedAttr(
+                                    KilnDialect::kInputAttr, b_.getStringAttr("tp_rank"))}),
+                      f_.getLoc());
+    Value coord = f_.getArgument(idx);
+    llvm::DenseMap<Value, Value> mixed;
+    for (DropoutOp d : splitDropouts) {
+      Value seed = d.getSeed();
+      Value &m = mixed[seed];
+      if (!m) {
+        if (auto def = seed.getDefiningOp())
+          b_.setInsertionPointAfter(def);
+        else
+          b_.setInsertionPointToStart(&body);
+        Location l = NameLoc::get(b_.getStringAttr("tp.dropout_seed"), d.getLoc());
+        Value t = b_.create<ConstantOp>(l, DenseElementsAttr::get(i64, b_.getI64IntegerAttr(n_)));
+        m = b_.create<AddOp>(l, b_.create<MulOp>(l, seed, t), coord);
+      }
+      d.getSeedMutable().assign(m);
+    }
+  }
+
   // Results: kiln.shard where split; then every value its per-device type.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {

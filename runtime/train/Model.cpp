@@ -202,7 +202,7 @@ std::vector<int> Model::dataInputs(const std::string &fn) const {
     return out;
   for (int id : f->args)
     if (prog().buffers[id].role == Role::Input && prog().buffers[id].name != "step" &&
-        prog().buffers[id].name != "replica")
+        prog().buffers[id].name != "replica" && prog().buffers[id].name != "tp_rank")
       out.push_back(id);
   return out;
 }
@@ -225,6 +225,22 @@ int Model::replicaInput(const std::string &fn) const {
     if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "replica")
       return id;
   return -1;
+}
+
+int Model::tpRankInput(const std::string &fn) const {
+  const program::Function *f = prog().function(fn);
+  if (!f)
+    return -1;
+  for (int id : f->args)
+    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "tp_rank")
+      return id;
+  return -1;
+}
+
+int Model::tpRank() const {
+  int coord = 0;
+  axisGroup(prog().mesh, device, "tp", &coord);
+  return coord;
 }
 
 int Model::replica() const {

@@ -72,6 +72,11 @@ struct Model {
   int replicaInput(const std::string &fn) const;
   /// This device's coordinate on the data-parallel axis ("dp"; 0 without).
   int replica() const;
+  /// The "tp_rank" input of `fn` (tensor parallelism with dropout of split
+  /// values: the device's coordinate on tp mixes into dropout seeds), or -1.
+  int tpRankInput(const std::string &fn) const;
+  /// This device's coordinate on the "tp" mesh axis (0 without one).
+  int tpRank() const;
   /// The result of `fn` called `name`, or -1.
   int result(const std::string &fn, const std::string &name) const;
   /// Vocabulary size, from @predict's logits (last dimension), or 0.

@@ -160,6 +160,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->inputs_ = m.dataInputs("train_step");
   t->stepIn_ = m.stepInput("train_step");
   t->replicaIn_ = m.replicaInput("train_step");
+  t->tpRankIn_ = m.tpRankInput("train_step");
   t->fault_ = RankFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->dataFault_ = DataFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->lossId_ = m.result("train_step", "loss");
@@ -329,6 +330,11 @@ Expected<TrainResult> Trainer::run() {
     if (replicaIn_ >= 0) {
       int64_t r64 = m.replica();
       if (Status s = storeInts(*m.exec, replicaIn_, &r64, 1); !s)
+        return s;
+    }
+    if (tpRankIn_ >= 0) {
+      int64_t c64 = m.tpRank();
+      if (Status s = storeInts(*m.exec, tpRankIn_, &c64, 1); !s)
         return s;
     }
     // The executor adds which collective it is in ("training step 12,

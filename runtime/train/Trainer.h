@@ -200,6 +200,7 @@ private:
   std::string ckptPath_;
   std::vector<int> inputs_;
   int replicaIn_ = -1;
+  int tpRankIn_ = -1; ///< "tp_rank" (Model::tpRankInput)
   RankFault fault_;
   DataFault dataFault_;
   int stepIn_ = -1, lossId_ = -1, normId_ = -1, lrId_ = -1;

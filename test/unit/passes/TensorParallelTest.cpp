@@ -158,7 +158,8 @@ constexpr int kSteps = 5;
 /// @init, then kSteps train steps (and an @eval_step after each) on the
 /// dp x tp grid; device d = dp coordinate * tp + tp coordinate.
 Trace train(ModuleOp m, int64_t dp, int64_t tp,
-            const std::vector<std::map<std::string, Tensor>> &data, bool checkReplicas = true) {
+            const std::vector<std::map<std::string, Tensor>> &data, bool checkReplicas = true,
+            bool sameTpRank = false) {
   Trace tr;
   int64_t n = dp * tp;
   auto init = m.lookupSymbol<func::FuncOp>("init");
@@ -204,9 +205,9 @@ Trace train(ModuleOp m, int64_t dp, int64_t tp,
     if (in.empty())
       return std::nullopt;
     int64_t r = d / tp; // the dp coordinate
-    if (in == "step" || in == "replica") {
+    if (in == "step" || in == "replica" || in == "tp_rank") {
       Tensor t = Tensor::zeros(Elem::I64, {});
-      t.i[0] = in == "step" ? s : r;
+      t.i[0] = in == "step" ? s : in == "replica" ? r : sameTpRank ? 0 : d % tp;
       return t;
     }
     const Tensor &global = batch.at(in);
@@ -400,6 +401,34 @@ TEST_F(TensorParallel, GptWithBiasesTp2EqualsOneDevice) { check(gptBias(), 1, 2)
 TEST_F(TensorParallel, GptWithBiasesTp4EqualsOneDevice) { check(gptBias(), 1, 4); }
 TEST_F(TensorParallel, MlpDp2Tp2EqualsOneDeviceOnTheTwiceBatch) { check(mlp(), 2, 2); }
 TEST_F(TensorParallel, GptDp2Tp2EqualsOneDeviceOnTheTwiceBatch) { check(gptBias(), 2, 2); }
+
+/// Dropout of attention's probabilities (split by heads): the masks depend
+/// on the device's tp coordinate ("tp_rank"), so tp devices do not draw the
+/// same mask for their different heads; giving both devices coordinate 0
+/// changes the result.
+TEST_F(TensorParallel, SplitDropoutDrawsPerTpDevice) {
+  std::string src = readFile(inputs("tp_gpt.kiln"));
+  std::string from = "causal = true, bias = true)";
+  size_t at = src.find(from);
+  ASSERT_NE(at, std::string::npos);
+  src.replace(at, from.size(), "causal = true, bias = true, dropout = 0.5)");
+  std::string path = ::testing::TempDir() + "/tp_gpt_dropout.kiln";
+  std::ofstream(path) << src;
+  Model s{path, {{"layers", "1"}, {"ctx", "8"}}, 2, 0.1, 65};
+  OwningOpRef<ModuleOp> m = compile(ctx_, s, 1, 2, s.batch);
+  ASSERT_TRUE(m);
+  bool hasRank = false;
+  auto step = m->lookupSymbol<func::FuncOp>("train_step");
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    hasRank |= attr(step, i, kiln::KilnDialect::kInputAttr) == "tp_rank";
+  ASSERT_TRUE(hasRank);
+  auto data = makeData(*m, s.classes);
+  Trace own = train(*m, 1, 2, data);
+  Trace same = train(*m, 1, 2, data, /*checkReplicas=*/true, /*sameTpRank=*/true);
+  ASSERT_EQ(own.loss.size(), same.loss.size());
+  EXPECT_NE(own.loss[0], same.loss[0]);
+  EXPECT_GT(worstOf(own, same), 10.0);
+}
 
 /// The cutting helpers of this test agree with each other (the reference
 /// for the runtime's own cutting).
