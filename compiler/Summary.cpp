@@ -214,7 +214,21 @@ void addProgram(ModelSummary &s, ModuleOp module) {
                           .str());
     });
     os << "  tensor parallelism (tp = " << mesh.axisSize("tp") << "): " << lines.size()
-       << " all-reduces over tp per training step, inserted by kiln-tensor-parallel:\n";
+       << " collectives over tp per training step, inserted by kiln-tensor-parallel:\n";
+    // Embeddings the pass left whole (tp does not divide their rows).
+    for (unsigned i = 0; i < step.getNumArguments(); ++i)
+      if (auto p = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr))
+        if (auto fwd = module.lookupSymbol<func::FuncOp>("forward"))
+          for (unsigned j = 0; j < fwd.getNumArguments(); ++j)
+            if (fwd.getArgAttrOfType<StringAttr>(j, KilnDialect::kParamAttr) == p &&
+                fwd.getArgAttrOfType<StringAttr>(j, KilnDialect::kLayerAttr) &&
+                fwd.getArgAttrOfType<StringAttr>(j, KilnDialect::kLayerAttr).getValue() ==
+                    "embedding" &&
+                !step.getArgAttr(i, "kiln.shard"))
+              os << "    " << p.getValue() << " stays whole on every device: its "
+                 << cast<RankedTensorType>(step.getArgument(i).getType()).getDimSize(0)
+                 << " rows are not divisible by tp = " << mesh.axisSize("tp")
+                 << " (vocabulary parallelism needs a vocabulary tp divides)\n";
     for (const std::string &line : lines)
       os << line << "\n";
   }

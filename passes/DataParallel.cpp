@@ -67,9 +67,12 @@ llvm::DenseMap<Value, TensorSharding> argumentShardings(func::FuncOp f, StringRe
       known[a] = in.getValue() == "step" || rank == 0
                      ? TensorSharding::replicated(rank)
                      : TensorSharding::splitOn(rank, 0, axis);
-    } else if (f.getArgAttr(i, kShardAttr)) {
-      known[a] = TensorSharding::splitOn(rank, 0, axis);
+    } else if (auto sh = f.getArgAttrOfType<DictionaryAttr>(i, kShardAttr);
+               sh && sh.getAs<StringAttr>("axis") && sh.getAs<StringAttr>("axis").getValue() == axis) {
+      known[a] = TensorSharding::splitOn(rank, 0, axis); // ZeRO
     } else {
+      // Replicated over dp (a tensor-parallel block is the same on every
+      // dp replica).
       known[a] = TensorSharding::replicated(rank);
     }
   }
@@ -249,7 +252,7 @@ LogicalResult Rewriter::collect() {
     // Batch inputs are split on dp: each needs a leading (batch) dimension.
     if (auto in = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr)) {
       StringRef n = in.getValue();
-      if (n != "step" && n != "replica" &&
+      if (n != "step" && n != "replica" && n != "tp_rank" &&
           cast<RankedTensorType>(body.getArgument(i).getType()).getRank() == 0)
         return f_.emitError() << "kiln-data-parallel: input '" << n
                               << "' has no batch dimension to split over dp";

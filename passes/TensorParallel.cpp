@@ -38,6 +38,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
@@ -117,6 +118,12 @@ std::string where(Location l) {
   return "";
 }
 
+/// Ops whose operands must all have the result's shape (replicated operands
+/// of a split result are cut to their local part).
+bool sameShapeOperands(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, CompareOp, SelectOp>(op);
+}
+
 class Rewriter {
 public:
   Rewriter(func::FuncOp f, int64_t n, const llvm::StringMap<Tp> &hints)
@@ -132,6 +139,59 @@ private:
   llvm::DenseMap<Value, Tp> tp_;
   /// Each partial sum's all_reduce, made once, before its first reader.
   llvm::DenseMap<Value, Value> reduced_;
+  /// The "tp_rank" input (the device's coordinate on tp), added on demand.
+  Value tpRank_;
+  /// Per index tensor of a vocabulary-parallel lookup: the indices relative
+  /// to this device's rows (clamped to 0 outside) and whether in range.
+  llvm::DenseMap<Value, std::pair<Value, Value>> localIndices_;
+
+  Value tpRank() {
+    if (tpRank_)
+      return tpRank_;
+    auto i64 = RankedTensorType::get({}, b_.getI64Type());
+    unsigned idx = f_.getNumArguments();
+    f_.insertArgument(idx, i64,
+                      b_.getDictionaryAttr({b_.getNamedAttr(KilnDialect::kInputAttr,
+                                                            b_.getStringAttr("tp_rank"))}),
+                      f_.getLoc());
+    tpRank_ = f_.getArgument(idx);
+    return tpRank_;
+  }
+
+  /// A splat constant of `type`.
+  Value splat(Location l, RankedTensorType type, double v) {
+    Attribute a = isa<FloatType>(type.getElementType())
+                      ? Attribute(b_.getFloatAttr(type.getElementType(), v))
+                      : Attribute(b_.getIntegerAttr(type.getElementType(), int64_t(v)));
+    return b_.create<ConstantOp>(l, DenseElementsAttr::get(type, a));
+  }
+  /// Scalar `s` broadcast to `type`.
+  Value bcast(Location l, Value s, RankedTensorType type) {
+    return b_.create<BroadcastInDimOp>(l, type, s, b_.getDenseI64ArrayAttr({}));
+  }
+  /// This device's first index along a dimension of `size` split over tp:
+  /// tp_rank * size / T, as a scalar of element type `e`.
+  Value offsetOf(Location l, int64_t size, Type e) {
+    auto i64 = RankedTensorType::get({}, b_.getI64Type());
+    Value off = b_.create<MulOp>(l, tpRank(), splat(l, i64, double(size / n_)));
+    auto t = RankedTensorType::get({}, e);
+    return t == i64 ? off : b_.create<CastOp>(l, t, off).getResult();
+  }
+  /// Reduces `v` (this device's part, not a sum) over tp with `r`.
+  Value allReduceWith(Location l, Value v, CollectiveReduction r, const char *why) {
+    ++collectives_;
+    auto ar = b_.create<AllReduceOp>(NameLoc::get(b_.getStringAttr(std::string("tp: ") + why), l),
+                                     v, kAxis, r);
+    tp_[ar.getResult()] = Tp();
+    return ar.getResult();
+  }
+
+  LogicalResult vocabGather(GatherOp g);
+  std::optional<LogicalResult> vocabScatter(ScatterAddOp s);
+  LogicalResult vocabCrossEntropy(CrossEntropyOp ce);
+  LogicalResult splitSoftmax(SoftmaxOp sm);
+  std::pair<Value, Value> localIndices(Value idx, int64_t size, Location l);
+  Value wholeOf(Value v, Location l);
   int64_t collectives_ = 0;
 
   Tp of(Value v) const {
@@ -236,6 +296,7 @@ private:
     if (failed(localType(t, want, user->getLoc())))
       return failure();
     Operation *def = v.getDefiningOp();
+    Location l = def ? def->getLoc() : user->getLoc();
     if (auto c = dyn_cast_or_null<ConstantOp>(def)) {
       if (isa<SplatElementsAttr>(c.getValue())) {
         // A copy the retyping gives the local shape.
@@ -243,6 +304,21 @@ private:
         tp_[nc] = want;
         return nc;
       }
+    }
+    if (auto io = dyn_cast_or_null<IotaOp>(def)) {
+      // Along the split dimension: the local iota plus this device's first
+      // index; along another dimension: the same values.
+      Value ni = b_.create<IotaOp>(l, t, io.getDimAttr());
+      tp_[ni] = want;
+      if (int64_t(io.getDim()) != want.dim)
+        return ni;
+      if (want.outer != 1)
+        return failure();
+      Value off = bcast(l, offsetOf(l, t.getDimSize(want.dim), t.getElementType()), t);
+      tp_[off] = want;
+      Value sum = b_.create<AddOp>(l, ni, off);
+      tp_[sum] = want;
+      return sum;
     }
     if (auto bc = dyn_cast_or_null<BroadcastInDimOp>(def)) {
       // Operand dimension i lands on result dimension dims[i]: a broadcast
@@ -262,6 +338,19 @@ private:
       auto nb = b_.create<BroadcastInDimOp>(bc.getLoc(), t, operand, bc.getDimsAttr());
       tp_[nb.getResult()] = want;
       return nb.getResult();
+    }
+    if (def && sameShapeOperands(def) && def->getNumResults() == 1) {
+      // An elementwise op of localizable operands (a one-hot mask).
+      IRMapping map;
+      for (Value o : def->getOperands()) {
+        auto part = localize(o, want, user);
+        if (failed(part))
+          return failure();
+        map.map(o, *part);
+      }
+      Operation *cl = b_.clone(*def, map);
+      tp_[cl->getResult(0)] = want;
+      return cl->getResult(0);
     }
     return emitError(user->getLoc())
            << "kiln-tensor-parallel: '" << user->getName() << "' at "
@@ -285,11 +374,6 @@ private:
   LogicalResult rewriteReturn(func::ReturnOp ret);
 };
 
-/// Ops whose operands must all have the result's shape (replicated operands
-/// of a split result are cut to their local part).
-bool sameShapeOperands(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, CompareOp, SelectOp>(op);
-}
 
 /// Slice, pad and concat along the split dimension itself, which the table
 /// (written for data parallelism's batch splits) does not cover: the whole
@@ -358,6 +442,26 @@ std::optional<LogicalResult> Rewriter::splitDimShapeOp(Operation *op) {
 
 LogicalResult Rewriter::rewriteOp(Operation *op) {
   b_.setInsertionPoint(op);
+  // Vocabulary parallelism: lookups in, gradients of and the loss over a
+  // table split on its rows, and softmax over a split last axis.
+  if (auto g = dyn_cast<GatherOp>(op)) {
+    Tp t = of(g.getOperand());
+    if (t.split() && t.dim == int64_t(g.getAxis()))
+      return vocabGather(g);
+  }
+  if (auto sa = dyn_cast<ScatterAddOp>(op))
+    if (auto r = vocabScatter(sa))
+      return *r;
+  if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+    Tp t = of(ce.getLogits());
+    if (t.split() && t.dim == tensorTypeOf(ce.getLogits()).getRank() - 1)
+      return vocabCrossEntropy(ce);
+  }
+  if (auto sm = dyn_cast<SoftmaxOp>(op)) {
+    Tp t = of(sm.getOperand());
+    if (t.split() && t.dim == int64_t(sm.getAxis()))
+      return splitSoftmax(sm);
+  }
   auto gather = [&]() {
     SmallVector<std::optional<TensorSharding>, 4> in;
     for (Value v : op->getOperands())
@@ -598,6 +702,222 @@ LogicalResult Rewriter::retype() {
   return success();
 }
 
+std::pair<Value, Value> Rewriter::localIndices(Value idx, int64_t size, Location l) {
+  auto it = localIndices_.find(idx);
+  if (it != localIndices_.end())
+    return it->second;
+  RankedTensorType t = tensorTypeOf(idx);
+  int64_t local = size / n_;
+  Value rel = b_.create<SubOp>(l, idx, bcast(l, offsetOf(l, size, t.getElementType()), t));
+  Value zero = splat(l, t, 0), limit = splat(l, t, double(local));
+  Value ge = b_.create<CompareOp>(l, CompareDirection::ge, rel, zero);
+  Value lt = b_.create<CompareOp>(l, CompareDirection::lt, rel, limit);
+  auto b1 = RankedTensorType::get(t.getShape(), b_.getI1Type());
+  Value in = b_.create<SelectOp>(l, ge, lt, splat(l, b1, 0));
+  Value clamped = b_.create<SelectOp>(l, in, rel, zero);
+  localIndices_[idx] = {clamped, in};
+  return {clamped, in};
+}
+
+/// gather of rows of a table split on its rows: each device looks up the
+/// indices in its own rows (others clamped to row 0 and zeroed), so the
+/// result is a partial sum over tp (Megatron's vocabulary-parallel
+/// embedding; the all-reduce comes where a whole value is first needed).
+LogicalResult Rewriter::vocabGather(GatherOp g) {
+  Location l = g.getLoc();
+  if (g.getAxis() != 0 || of(g.getIndices()).split() || of(g.getIndices()).partial)
+    return g.emitError() << "kiln-tensor-parallel: gather at " << where(l)
+                         << " of a table split over tp on another axis than its rows";
+  int64_t rows = tensorTypeOf(g.getOperand()).getDimSize(0);
+  auto [clamped, in] = localIndices(g.getIndices(), rows, l);
+  g.getIndicesMutable().assign(clamped);
+  RankedTensorType rt = tensorTypeOf(g.getResult());
+  b_.setInsertionPointAfter(g);
+  auto mt = RankedTensorType::get(rt.getShape(), b_.getI1Type());
+  SmallVector<int64_t> dims;
+  for (int64_t i = 0; i < tensorTypeOf(in).getRank(); ++i)
+    dims.push_back(i);
+  Value mask = b_.create<BroadcastInDimOp>(l, mt, in, b_.getDenseI64ArrayAttr(dims));
+  auto sel = b_.create<SelectOp>(l, mask, g.getResult(), splat(l, rt, 0));
+  g.getResult().replaceAllUsesExcept(sel.getResult(), sel.getOperation());
+  tp_[g.getResult()] = Tp();
+  tp_[sel.getResult()] = Tp{-1, 1, true};
+  return success();
+}
+
+/// scatter_add into a table split on its rows (the embedding's gradient):
+/// each device adds the updates of its own rows, locally.
+std::optional<LogicalResult> Rewriter::vocabScatter(ScatterAddOp sa) {
+  if (sa.getAxis() != 0 || of(sa.getUpdates()).split() || of(sa.getIndices()).split())
+    return std::nullopt;
+  // The gradient of a lookup in a vocabulary-split table: the same indices
+  // gathered from a split table of this type.
+  RankedTensorType rt = tensorTypeOf(sa.getResult());
+  bool vocab = false;
+  for (auto &[idx, loc] : localIndices_)
+    (void)loc, vocab |= idx == sa.getIndices();
+  if (!vocab)
+    return std::nullopt;
+  Tp table;
+  for (BlockArgument a : f_.getArguments())
+    if (of(a).split() && of(a).dim == 0 && tensorTypeOf(a) == rt)
+      table = of(a);
+  if (!table.split())
+    return std::nullopt;
+  Location l = sa.getLoc();
+  if (of(sa.getUpdates()).partial)
+    sa.getUpdatesMutable().assign(allReduce(sa.getUpdates(), l, sa));
+  auto [clamped, in] = localIndices(sa.getIndices(), rt.getDimSize(0), l);
+  RankedTensorType ut = tensorTypeOf(sa.getUpdates());
+  auto mt = RankedTensorType::get(ut.getShape(), b_.getI1Type());
+  SmallVector<int64_t> dims;
+  for (int64_t i = 0; i < tensorTypeOf(in).getRank(); ++i)
+    dims.push_back(i);
+  Value mask = b_.create<BroadcastInDimOp>(l, mt, in, b_.getDenseI64ArrayAttr(dims));
+  Value upd = b_.create<SelectOp>(l, mask, sa.getUpdates(), splat(l, ut, 0));
+  sa.getUpdatesMutable().assign(upd);
+  sa.getIndicesMutable().assign(clamped);
+  tp_[sa.getResult()] = Tp{0, 1, false};
+  if (failed(localType(rt, tp_[sa.getResult()], l)))
+    return LogicalResult(failure());
+  return LogicalResult(success());
+}
+
+/// softmax over a split last axis: the row maximum and the sum of
+/// exponentials all-reduced over tp (max, then sum).
+LogicalResult Rewriter::splitSoftmax(SoftmaxOp sm) {
+  Location l = sm.getLoc();
+  Value x = sm.getOperand();
+  if (of(x).partial || of(x).outer != 1)
+    return sm.emitError() << "kiln-tensor-parallel: softmax at " << where(l)
+                          << " of a partial or q/k/v-split value";
+  RankedTensorType t = tensorTypeOf(x);
+  int64_t a = int64_t(sm.getAxis());
+  SmallVector<int64_t> rowShape(t.getShape()), dims;
+  rowShape[size_t(a)] = 1;
+  for (int64_t i = 0; i < t.getRank(); ++i)
+    dims.push_back(i);
+  auto rowT = RankedTensorType::get(rowShape, t.getElementType());
+  auto axes = b_.getDenseI64ArrayAttr({a});
+  Value mLocal = b_.create<ReduceMaxOp>(l, rowT, x, axes, b_.getUnitAttr());
+  Value m = allReduceWith(l, mLocal, CollectiveReduction::max,
+                          "softmax over the vocabulary split: the row maximum");
+  Value e = b_.create<ExpOp>(l, b_.create<SubOp>(l, x, b_.create<BroadcastInDimOp>(
+                                                         l, t, m, b_.getDenseI64ArrayAttr(dims))));
+  Value sLocal = b_.create<ReduceSumOp>(l, rowT, e, axes, b_.getUnitAttr());
+  Value s = allReduceWith(l, sLocal, CollectiveReduction::sum,
+                          "softmax over the vocabulary split: the sum of exponentials");
+  Value p = b_.create<DivOp>(l, e, b_.create<BroadcastInDimOp>(l, t, s,
+                                                               b_.getDenseI64ArrayAttr(dims)));
+  for (Value v : {e, p})
+    tp_[v] = of(x);
+  tp_[e.getDefiningOp()->getOperand(0)] = of(x);
+  tp_[e.getDefiningOp()->getOperand(0).getDefiningOp()->getOperand(1)] = of(x);
+  tp_[p.getDefiningOp()->getOperand(1)] = of(x);
+  sm.getResult().replaceAllUsesWith(p);
+  sm.erase();
+  return success();
+}
+
+/// cross_entropy of logits split on the vocabulary (Megatron's
+/// vocabulary-parallel cross-entropy): logsumexp from an all-reduced row
+/// maximum and sum of exponentials, the target's logit from the device that
+/// holds it (a partial sum), then the reduction.
+LogicalResult Rewriter::vocabCrossEntropy(CrossEntropyOp ce) {
+  Location l = ce.getLoc();
+  Value x = ce.getLogits(), y = ce.getTargets();
+  if (of(x).partial || of(x).outer != 1 || of(y).split() || of(y).partial)
+    return ce.emitError() << "kiln-tensor-parallel: cross_entropy at " << where(l)
+                          << " of partial logits or split targets";
+  RankedTensorType t = tensorTypeOf(x), yt = tensorTypeOf(y);
+  int64_t a = t.getRank() - 1, classes = t.getDimSize(a);
+  SmallVector<int64_t> rowShape(t.getShape()), dims, ydims;
+  rowShape[size_t(a)] = 1;
+  for (int64_t i = 0; i < t.getRank(); ++i)
+    dims.push_back(i);
+  for (int64_t i = 0; i < yt.getRank(); ++i)
+    ydims.push_back(i);
+  auto rowT = RankedTensorType::get(rowShape, t.getElementType());
+  auto axes = b_.getDenseI64ArrayAttr({a});
+  auto bc = [&](Value v, RankedTensorType to, ArrayRef<int64_t> d) {
+    return b_.create<BroadcastInDimOp>(l, to, v, b_.getDenseI64ArrayAttr(d)).getResult();
+  };
+  Tp split = of(x);
+  Value m = allReduceWith(l, b_.create<ReduceMaxOp>(l, rowT, x, axes, b_.getUnitAttr()),
+                          CollectiveReduction::max,
+                          "cross-entropy over the vocabulary split: the row maximum");
+  Value shifted = b_.create<SubOp>(l, x, bc(m, t, dims));
+  Value e = b_.create<ExpOp>(l, shifted);
+  tp_[shifted] = split;
+  tp_[shifted.getDefiningOp()->getOperand(1)] = split;
+  tp_[e] = split;
+  Value s = allReduceWith(l, b_.create<ReduceSumOp>(l, rowT, e, axes, b_.getUnitAttr()),
+                          CollectiveReduction::sum,
+                          "cross-entropy over the vocabulary split: the sum of exponentials");
+  Value lse = b_.create<AddOp>(l, b_.create<LogOp>(l, s), m);
+  // The target's logit: this device's classes are [rank * C/T, (rank+1) * C/T).
+  auto it = RankedTensorType::get(t.getShape(), yt.getElementType());
+  Value iota = b_.create<IotaOp>(l, it, b_.getI64IntegerAttr(a));
+  Value cls = b_.create<AddOp>(l, iota, bcast(l, offsetOf(l, classes, yt.getElementType()), it));
+  Value eq = b_.create<CompareOp>(l, CompareDirection::eq, cls, bc(y, it, ydims));
+  Value picked = b_.create<SelectOp>(l, eq, x, splat(l, t, 0));
+  for (Value v : {iota, cls, eq, picked})
+    tp_[v] = split;
+  tp_[cls.getDefiningOp()->getOperand(1)] = split;
+  tp_[eq.getDefiningOp()->getOperand(1)] = split;
+  tp_[picked.getDefiningOp()->getOperand(2)] = split;
+  Value tgt = allReduceWith(l, b_.create<ReduceSumOp>(l, rowT, picked, axes, b_.getUnitAttr()),
+                            CollectiveReduction::sum,
+                            "cross-entropy over the vocabulary split: the target's logit");
+  Value per = b_.create<SubOp>(l, lse, tgt); // [..., 1]
+  auto perT = RankedTensorType::get(yt.getShape(), t.getElementType());
+  Value perRow = b_.create<ReshapeOp>(l, perT, per);
+  Value out;
+  auto all = b_.getDenseI64ArrayAttr(ydims);
+  auto scalar = RankedTensorType::get({}, t.getElementType());
+  switch (ce.getReduction()) {
+  case LossReduction::mean:
+    out = b_.create<ReduceMeanOp>(l, scalar, perRow, all, UnitAttr());
+    break;
+  case LossReduction::sum:
+    out = b_.create<ReduceSumOp>(l, scalar, perRow, all, UnitAttr());
+    break;
+  case LossReduction::none:
+    out = perRow;
+    break;
+  }
+  ce.getResult().replaceAllUsesWith(out);
+  ce.erase();
+  return success();
+}
+
+/// A value split over tp made whole: all-gathered along its split
+/// dimension (moved first and back, the plan gathering dimension 0).
+Value Rewriter::wholeOf(Value v, Location l) {
+  Tp t = of(v);
+  RankedTensorType type = tensorTypeOf(v);
+  SmallVector<int64_t> perm, inv(size_t(type.getRank())), shape;
+  perm.push_back(t.dim);
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    if (i != t.dim)
+      perm.push_back(i);
+  for (auto [i, p] : llvm::enumerate(perm)) {
+    inv[size_t(p)] = int64_t(i);
+    shape.push_back(type.getDimSize(p));
+  }
+  auto moved = RankedTensorType::get(shape, type.getElementType());
+  Value front = b_.create<TransposeOp>(l, moved, v, b_.getDenseI64ArrayAttr(perm));
+  tp_[front] = Tp{0, 1, false};
+  ++collectives_;
+  Value whole = b_.create<AllGatherOp>(
+      NameLoc::get(b_.getStringAttr("tp: a result wanted whole is split"), l), moved, front,
+      b_.getStringAttr(kAxis), b_.getI64IntegerAttr(0));
+  tp_[whole] = Tp();
+  Value back = b_.create<TransposeOp>(l, type, whole, b_.getDenseI64ArrayAttr(inv));
+  tp_[back] = Tp();
+  return back;
+}
+
 LogicalResult Rewriter::rewriteReturn(func::ReturnOp ret) {
   b_.setInsertionPoint(ret);
   for (OpOperand &o : ret->getOpOperands()) {
@@ -610,6 +930,12 @@ LogicalResult Rewriter::rewriteReturn(func::ReturnOp ret) {
     if (have.partial) {
       o.set(allReduce(o.get(), ret.getLoc()));
       have.partial = false;
+    }
+    if (have.split() && !want.split() && have.outer == 1) {
+      // A split result wanted whole (@predict's vocabulary-split logits):
+      // all-gathered along its dimension.
+      o.set(wholeOf(o.get(), ret.getLoc()));
+      have = Tp();
     }
     if (have != want) {
       auto name = f_.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr);
@@ -668,11 +994,7 @@ LogicalResult Rewriter::run(int64_t &collectives) {
   });
   if (!splitDropouts.empty()) {
     auto i64 = RankedTensorType::get({}, b_.getI64Type());
-    unsigned idx = f_.getNumArguments();
-    f_.insertArgument(idx, i64, b_.getDictionaryAttr({b_.getNamedAttr(
-                                    KilnDialect::kInputAttr, b_.getStringAttr("tp_rank"))}),
-                      f_.getLoc());
-    Value coord = f_.getArgument(idx);
+    Value coord = tpRank();
     llvm::DenseMap<Value, Value> mixed;
     for (DropoutOp d : splitDropouts) {
       Value seed = d.getSeed();
@@ -732,6 +1054,10 @@ struct KilnTensorParallelPass : impl::KilnTensorParallelPassBase<KilnTensorParal
       Tp t;
       t.dim = h.getAs<IntegerAttr>("dim").getInt();
       t.outer = h.getAs<IntegerAttr>("outer").getInt();
+      // An embedding whose rows tp does not divide stays whole (Megatron
+      // pads the vocabulary instead; kilnc's summary says so).
+      if (!tpSplits(fwd.getArgAttrDict(i), fwd.getArgument(i).getType(), n))
+        continue;
       hints[name.getValue()] = t;
     }
     if (hints.empty()) {

@@ -10,6 +10,7 @@
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 #include "dialects/kiln/Precision.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -631,10 +632,11 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   // of squares is one partial sum over tp, which kiln-tensor-parallel then
   // all-reduces once (a single-device program keeps parameter order).
   Value sq;
-  bool tp = getMesh(m_).axisSize("tp") > 1;
+  int64_t tpSize = getMesh(m_).axisSize("tp");
+  bool tp = tpSize > 1;
   for (int pass = tp ? 0 : 1; pass < 2; ++pass)
     for (auto [g, p] : llvm::zip(grads, params_)) {
-      bool split = tp && fwd_.getArgAttr(p.arg, "kiln.tp");
+      bool split = tp && tpSplits(fwd_.getArgAttrDict(p.arg), p.type, tpSize);
       if (tp && split != (pass == 0))
         continue;
       Value t = s.sumAll(s.mul(g, g));

@@ -47,6 +47,23 @@ inline constexpr llvm::StringLiteral kShardAttr = "kiln.shard";
 /// [devices / tp, tp] with it (tp innermost: a tp group is adjacent ranks).
 MeshShape meshFor(int64_t devices, int64_t tp);
 
+/// Whether tensor parallelism over `tp` devices splits the parameter whose
+/// @forward argument has attributes `attrs` and type `type`: it carries a
+/// `kiln.tp = {dim, outer}` hint, and for an embedding table (kiln.layer =
+/// "embedding", vocabulary parallelism) tp divides its rows (otherwise the
+/// table stays whole). kiln-train-step and kiln-tensor-parallel agree on it.
+inline bool tpSplits(mlir::DictionaryAttr attrs, mlir::Type type, int64_t tp) {
+  auto hint = attrs ? attrs.getAs<mlir::DictionaryAttr>("kiln.tp") : mlir::DictionaryAttr();
+  if (!hint || tp <= 1)
+    return false;
+  auto layer = attrs.getAs<mlir::StringAttr>("kiln.layer");
+  auto dim = hint.getAs<mlir::IntegerAttr>("dim");
+  auto t = mlir::dyn_cast<mlir::RankedTensorType>(type);
+  if (layer && layer.getValue() == "embedding")
+    return dim && t && dim.getInt() < t.getRank() && t.getDimSize(dim.getInt()) % tp == 0;
+  return true;
+}
+
 struct TensorSharding {
   /// Per dimension, the mesh axes it is split over, major to minor.
   llvm::SmallVector<llvm::SmallVector<std::string, 1>, 4> split;

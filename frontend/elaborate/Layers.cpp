@@ -403,6 +403,8 @@ void Elaborator::registerLayerBuiltins() {
     Val w = newParam(name + ".weight", "embedding",
                      {Dim{num, arg(a, 1).s}, Dim{dim, arg(a, 2).s}}, init,
                      e.loc);
+    // Vocabulary-parallel under tensor parallelism (when tp divides num).
+    paramAttrs_.back().set("kiln.tp", tpHint(0, 1));
     layers_[name] = Layer{"embedding", w, e.loc};
     Shape out = idx.shape;
     out.push_back(w.shape[1]);

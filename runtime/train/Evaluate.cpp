@@ -29,6 +29,16 @@ EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
   for (int64_t i = 0; i < batches; ++i) {
     Batch b = src.batch(uint64_t(i));
     (void)copyBatch(*m.exec, inputs, b);
+    // Tensor parallelism with a vocabulary-split table: the device's tp
+    // coordinate (each function's own input, written right before it runs:
+    // buffers of different functions may share arena bytes).
+    auto writeTpRank = [&](const char *fn) {
+      if (int id = m.tpRankInput(fn); id >= 0) {
+        int64_t c = m.tpRank();
+        (void)m.exec->write(id, &c, sizeof c);
+      }
+    };
+    writeTpRank("eval_step");
     (void)m.exec->run("eval_step");
     r.loss += m.scalar(lossId);
     if (classify && labelsIn >= 0) {
@@ -37,6 +47,7 @@ EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
         for (size_t k = 0; k < inputs.size(); ++k)
           if (m.prog().buffers[inputs[k]].name == m.prog().buffers[id].name)
             (void)m.exec->write(id, b.bytes[k].data(), b.bytes[k].size());
+      writeTpRank("predict");
       (void)m.exec->run("predict");
       const Buffer &lb = m.prog().buffers[logitsId];
       int64_t rows = lb.shape[0], classes = lb.shape[1];

@@ -150,6 +150,7 @@ Tensor rows(const Tensor &t, int64_t begin, int64_t end) {
 
 struct Trace {
   std::vector<double> loss, norm, evalLoss;
+  std::vector<double> logits; ///< @predict's first result on the last batch, device 0
   std::map<std::string, Tensor> params; ///< logical
 };
 
@@ -266,6 +267,31 @@ Trace train(ModuleOp m, int64_t dp, int64_t tp,
       }
     }
   }
+  // @predict on the last batch with the final parameters (vocabulary-split
+  // logits are all-gathered whole).
+  if (auto pred = m.lookupSymbol<func::FuncOp>("predict")) {
+    std::vector<std::vector<Tensor>> pargs(static_cast<size_t>(n));
+    for (int64_t d = 0; d < n; ++d)
+      for (unsigned i = 0; i < pred.getNumArguments(); ++i) {
+        if (auto t = inputFor(pred, i, d, kSteps - 1, data[kSteps - 1])) {
+          pargs[size_t(d)].push_back(*t);
+          continue;
+        }
+        std::string p = attr(pred, i, kiln::KilnDialect::kParamAttr);
+        for (unsigned j = 0; j < step.getNumArguments(); ++j)
+          if (attr(step, j, kiln::KilnDialect::kParamAttr) == p)
+            pargs[size_t(d)].push_back(args[size_t(d)][j]);
+      }
+    std::vector<std::vector<Tensor>> pres;
+    EXPECT_TRUE(n > 1 ? grid.run(pred, pargs, pres, error)
+                      : (pres.resize(1), kiln::interp::run(pred, pargs[0], pres[0], error)))
+        << error;
+    if (pres.size() == size_t(n)) {
+      tr.logits = pres[0][0].f;
+      for (int64_t d = 1; d < tp && checkReplicas; ++d)
+        EXPECT_EQ(pres[size_t(d)][0].f, pres[0][0].f) << "@predict differs on tp device " << d;
+    }
+  }
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     std::string p = attr(step, i, kiln::KilnDialect::kParamAttr);
     if (p.empty())
@@ -350,6 +376,13 @@ void expectClose(const Trace &a, const Trace &b, const std::string &what) {
     EXPECT_NEAR(a.evalLoss[s], b.evalLoss[s], kRel * std::fabs(b.evalLoss[s]) + 1e-7)
         << what << ": eval loss after step " << s;
   }
+  // @predict's logits (device 0: with dp > 1, the first replica's rows).
+  if (!b.logits.empty() && a.logits.size() <= b.logits.size()) {
+    ASSERT_FALSE(a.logits.empty());
+    for (size_t k = 0; k < a.logits.size(); ++k)
+      ASSERT_NEAR(a.logits[k], b.logits[k], kRel * std::fabs(b.logits[k]) + 1e-6)
+          << what << ": @predict logit " << k;
+  }
   for (const auto &[name, t] : b.params) {
     const Tensor &u = a.params.at(name);
     ASSERT_EQ(u.shape, t.shape) << name;
@@ -375,6 +408,11 @@ Model gpt() {
           2, 0.1, 65};
 }
 Model gptBias() { return {inputs("tp_gpt.kiln"), {{"layers", "1"}, {"ctx", "8"}}, 2, 0.1, 65}; }
+/// A vocabulary of 68 (tp = 2 and 4 divide it): the tied embedding and
+/// lm_head split on their rows, the cross-entropy vocabulary-parallel.
+Model gptVocab() {
+  return {inputs("tp_gpt.kiln"), {{"layers", "1"}, {"ctx", "8"}, {"vocab", "68"}}, 2, 0.1, 68};
+}
 
 class TensorParallel : public ::testing::Test {
 protected:
@@ -400,6 +438,11 @@ TEST_F(TensorParallel, GptTp2EqualsOneDevice) { check(gpt(), 1, 2); }
 TEST_F(TensorParallel, GptWithBiasesTp2EqualsOneDevice) { check(gptBias(), 1, 2); }
 TEST_F(TensorParallel, GptWithBiasesTp4EqualsOneDevice) { check(gptBias(), 1, 4); }
 TEST_F(TensorParallel, MlpDp2Tp2EqualsOneDeviceOnTheTwiceBatch) { check(mlp(), 2, 2); }
+TEST_F(TensorParallel, VocabParallelGptTp2EqualsOneDevice) { check(gptVocab(), 1, 2); }
+TEST_F(TensorParallel, VocabParallelGptTp4EqualsOneDevice) { check(gptVocab(), 1, 4); }
+TEST_F(TensorParallel, VocabParallelGptDp2Tp2EqualsOneDeviceOnTheTwiceBatch) {
+  check(gptVocab(), 2, 2);
+}
 TEST_F(TensorParallel, GptDp2Tp2EqualsOneDeviceOnTheTwiceBatch) { check(gptBias(), 2, 2); }
 
 /// Dropout of attention's probabilities (split by heads): the masks depend
