@@ -760,7 +760,7 @@ std::optional<LogicalResult> Rewriter::vocabScatter(ScatterAddOp sa) {
     return std::nullopt;
   Tp table;
   for (BlockArgument a : f_.getArguments())
-    if (of(a).split() && of(a).dim == 0 && tensorTypeOf(a) == rt)
+    if (of(a).split() && of(a).dim == 0 && tensorTypeOf(a).getShape() == rt.getShape())
       table = of(a);
   if (!table.split())
     return std::nullopt;
