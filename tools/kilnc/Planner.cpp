@@ -488,9 +488,10 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
   std::stable_sort(r.ranking.begin(), r.ranking.end(), [&](size_t a, size_t b) {
     return r.candidates[a].secondsPerRow() < r.candidates[b].secondsPerRow();
   });
-  // The best that fits, unless a simpler layout that fits (enumeration
-  // order: smaller tp, then lower ZeRO stage) is predicted within the
-  // margin of it: then that one.
+  // The best predicted layout that fits, unless one with a smaller tp that
+  // fits is predicted within the margin of it: then the best of the
+  // smallest such tp (tensor parallelism puts blocking collectives on the
+  // step's critical path, which the model predicts least well).
   for (size_t i : r.ranking)
     if (r.candidates[i].fits) {
       r.fastest = i;
@@ -498,9 +499,11 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
     }
   if (r.fastest) {
     double limit = r.candidates[*r.fastest].secondsPerRow() * (1 + o.margin);
-    for (size_t i = 0; i < r.candidates.size() && !r.chosen; ++i) {
+    for (size_t i : r.ranking) {
       const Candidate &c = r.candidates[i];
-      if (c.applicable && c.fits && c.secondsPerRow() <= limit)
+      if (!c.fits || c.secondsPerRow() > limit)
+        continue;
+      if (!r.chosen || c.tp < r.candidates[*r.chosen].tp)
         r.chosen = i;
     }
   }
@@ -637,15 +640,11 @@ void printReport(const Result &r, const Options &o, const Machine &m,
         "ms/row), within the "
         "planner's {:.0f}% margin (the spread of its predictions against "
         "measured step times), "
-        "so the simpler layout wins: {} {}",
+        "so the smaller tp wins: {} meets its tp group in {} blocking "
+        "collectives per step",
         f.layout(), (w.secondsPerRow() / f.secondsPerRow() - 1) * 100,
         f.secondsPerRow() * 1e3, w.secondsPerRow() * 1e3, o.margin * 100,
-        f.layout(),
-        f.tp > w.tp
-            ? fmt::format(
-                  "meets its tp group in {} blocking collectives per step",
-                  f.traffic.count("tp") ? f.traffic.at("tp").count : 0)
-            : std::string("moves more bytes per step"));
+        f.layout(), f.traffic.count("tp") ? f.traffic.at("tp").count : 0);
     next = r.fastest;
   }
   if (next) {

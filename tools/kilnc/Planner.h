@@ -98,10 +98,10 @@ struct Options {
   int64_t devices = 1;
   std::optional<int64_t> budgetBytes; ///< memory per device
   bool fusion = true;
-  /// A layout later in the enumeration order (larger tp, then higher ZeRO
-  /// stage) is chosen over an earlier one only when it is predicted faster
-  /// per row by more than this fraction: the spread of the predictions
-  /// against measured step times (docs/parallel.md "The planner").
+  /// A layout with a larger tp is chosen over one with a smaller tp only
+  /// when it is predicted faster per row by more than this fraction: the
+  /// spread of the predictions against measured step times
+  /// (docs/parallel.md "The planner").
   double margin = 0.10;
   std::string modelName, modelPath;
 };
@@ -110,7 +110,7 @@ struct Result {
   std::vector<Candidate> candidates; ///< in enumeration order
   std::vector<size_t> ranking;       ///< applicable candidates, best first
   std::optional<size_t> fastest;     ///< the best predicted that fits
-  /// The simplest layout that fits within the margin of `fastest`.
+  /// The best of the smallest tp that fits within the margin of `fastest`.
   std::optional<size_t> chosen;
   std::string error; ///< set when nothing fits (exit 1)
 };

@@ -201,6 +201,13 @@ cl::opt<std::string> memoryPerDevice(
              "GiB (e.g. 64MiB); layouts whose plan needs more are not chosen"),
     cl::value_desc("SIZE"), cl::init(""), cl::cat(kilncCategory));
 
+cl::opt<double> plannerMargin(
+    "planner-margin",
+    cl::desc(
+        "With --parallel=auto: a larger tp is chosen over a smaller one only "
+        "when "
+        "predicted faster per row by more than this fraction (default 0.10)"),
+    cl::init(0.10), cl::cat(kilncCategory));
 cl::opt<std::string> plannerMachine(
     "planner-machine",
     cl::desc(
@@ -467,6 +474,10 @@ int main(int argc, char **argv) {
             "64MiB)");
       po.budgetBytes = bytes;
     }
+    if (!(plannerMargin >= 0) || plannerMargin > 10)
+      return userError(
+          "--planner-margin must be a fraction from 0 to 10, e.g. 0.1");
+    po.margin = plannerMargin;
     po.fusion = !noFusion;
     po.modelPath = inputFile;
     po.modelName = module->getName() ? module->getName()->str()
