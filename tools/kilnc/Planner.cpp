@@ -148,47 +148,62 @@ std::string gemmShapeKey(const program::GemmParams &g) {
 /// thread), while every other core runs the same shape (the other devices).
 void timeGemms(const std::vector<program::GemmParams> &shapes, Machine &m) {
 #ifdef KILN_HAVE_BLAS
-  cpu::ThreadPool pool(m.cores);
-  double total = 0;
-  for (const program::GemmParams &g : shapes) {
-    int64_t lhs = 0, rhs = 0, out = 0;
-    cpu::gemmExtents(g, lhs, rhs, out);
-    size_t c = size_t(m.cores);
-    std::vector<std::vector<float>> a(c), b(c), o(c);
-    for (size_t t = 0; t < c; ++t) {
-      a[t].assign(size_t(lhs), 0.5f);
-      b[t].assign(size_t(rhs), 0.25f);
-      o[t].assign(size_t(out), 0.0f);
-    }
-    int64_t parts = cpu::gemmParts(g);
-    // Enough calls for ~0.5 ms at the peak rate, at least 2.
-    double est = program::gemmFlops(g) / (m.machineFlops / double(m.cores));
-    int reps = int(std::clamp(5e-4 / std::max(est, 1e-9), 2.0, 50.0));
-    auto once = [&] {
-      pool.forEach(m.cores, m.cores, [&](int64_t t) {
-        for (int r = 0; r < reps; ++r)
-          for (int64_t part = 0; part < parts; ++part)
-            cpu::matmulPart(g, a[size_t(t)].data(), b[size_t(t)].data(),
-                            o[size_t(t)].data(), part, parts);
-      });
-    };
-    once();
+  struct Shape {
+    const program::GemmParams *g;
+    std::vector<std::vector<float>> a, b, o; // per thread
+    int64_t parts = 1;
+    int reps = 1;
     double best = 1e30;
-    for (int i = 0; i < 3; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      once();
-      best = std::min(best, std::chrono::duration<double>(
-                                std::chrono::steady_clock::now() - t0)
-                                .count());
-      total += best;
-    }
-    m.gemmSeconds[gemmShapeKey(g)] = best / reps;
+  };
+  cpu::ThreadPool pool(m.cores);
+  size_t c = size_t(m.cores);
+  std::vector<Shape> todo(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Shape &s = todo[i];
+    s.g = &shapes[i];
+    int64_t lhs = 0, rhs = 0, out = 0;
+    cpu::gemmExtents(*s.g, lhs, rhs, out);
+    s.a.assign(c, std::vector<float>(size_t(lhs), 0.5f));
+    s.b.assign(c, std::vector<float>(size_t(rhs), 0.25f));
+    s.o.assign(c, std::vector<float>(size_t(out), 0.0f));
+    s.parts = cpu::gemmParts(*s.g);
+    // Enough calls for ~0.2 ms at the peak rate, at least 1.
+    double est = program::gemmFlops(*s.g) / (m.machineFlops / double(c));
+    s.reps = int(std::clamp(2e-4 / std::max(est, 1e-9), 1.0, 50.0));
   }
+  auto run = [&](Shape &s) {
+    pool.forEach(m.cores, m.cores, [&](int64_t t) {
+      size_t k = size_t(t);
+      for (int r = 0; r < s.reps; ++r)
+        for (int64_t part = 0; part < s.parts; ++part)
+          cpu::matmulPart(*s.g, s.a[k].data(), s.b[k].data(), s.o[k].data(),
+                          part, s.parts);
+    });
+  };
+  // Rounds over every shape, the best of each: a neighbour's load in one
+  // round then slows every layout's shapes alike, not one layout's.
+  constexpr int rounds = 3;
+  auto start = std::chrono::steady_clock::now();
+  for (Shape &s : todo)
+    run(s); // warm-up: pages, caches
+  for (int round = 0; round < rounds; ++round)
+    for (Shape &s : todo) {
+      auto t0 = std::chrono::steady_clock::now();
+      run(s);
+      s.best = std::min(s.best, std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - t0)
+                                    .count());
+    }
+  for (const Shape &s : todo)
+    m.gemmSeconds[gemmShapeKey(*s.g)] = s.best / s.reps;
+  double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   m.gemmCalibration = fmt::format(
-      "{} float32 GEMM shapes of the plans timed through the CPU "
-      "backend's GEMM on 1 thread while all {} cores run one ({:.0f} "
+      "{} float32 GEMM shapes of the plans timed through the CPU backend's "
+      "GEMM on 1 thread while all {} cores run one, best of {} rounds ({:.0f} "
       "ms)",
-      shapes.size(), m.cores, total * 1e3);
+      shapes.size(), m.cores, rounds, total * 1e3);
 #else
   m.gemmCalibration = "this kilnc has no BLAS: every GEMM at the sgemm rate";
 #endif
