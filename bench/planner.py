@@ -8,10 +8,12 @@ Runs `kilnc MODEL --parallel=auto --devices N` (no budget: every layout is
 ranked), then compiles each applicable layout with its flags (--devices N
 --tp T --zero K) and trains it with `kiln-run train X.kpack --device cpu:N
 --steps S --eval-interval 0 --log-interval 1` in R rounds that interleave
-the layouts (a noisy neighbour slows all of them alike). Per layout: the
-predicted ms/step (and its compute and exposed-communication parts), the
-measured median ms/step over steps 6..S of every round (the first five are
-warm-up), their ratio, and both per training row (the layouts train
+the layouts (a noisy neighbour slows all of them alike); each round plans
+again first, so each prediction is calibrated under the load its runs see.
+Per layout: the median predicted ms/step over the rounds (and its compute
+and exposed-communication parts), the measured median ms/step over steps
+6..S of every round (the first five are warm-up), their ratio, the rounds
+one by one, and both per training row (the layouts train
 different global batches: dp x batch rows). Prints the table with the
 planner's machine constants and the load average, and writes it to
 bench/results/planner-<UTC time>.{txt,json}.
@@ -47,24 +49,32 @@ def main():
     kilnc = os.path.join(a.build, "bin", "kilnc")
     kiln_run = os.path.join(a.build, "bin", "kiln-run")
 
-    plan = subprocess.run([kilnc, a.model, "--parallel=auto", "--devices", str(a.devices)],
-                          capture_output=True, text=True)
-    if plan.returncode != 0:
-        sys.exit(f"planner.py: kilnc --parallel=auto failed ({plan.returncode}):\n{plan.stderr}")
-    report = plan.stdout
-    layouts = []
-    for line in report.splitlines():
-        m = ROW.match(line)
-        if m:
-            layouts.append({
-                "rank": int(m[1]), "dp": int(m[2]), "tp": int(m[3]), "zero": int(m[4]),
-                "memory_mib": float(m[5]), "predicted_ms": float(m[8]),
-                "predicted_compute_ms": float(m[9]), "predicted_exposed_ms": float(m[11]),
-                "rows": int(m[12]), "predicted_ms_per_row": float(m[13]),
-                "layout": f"dp={m[2]} tp={m[3]} zero={m[4]}"})
-    if not layouts:
-        sys.exit("planner.py: no ranked layout in kilnc's report:\n" + report)
+    def predict():
+        plan = subprocess.run([kilnc, a.model, "--parallel=auto", "--devices", str(a.devices)],
+                              capture_output=True, text=True)
+        if plan.returncode != 0:
+            sys.exit(f"planner.py: kilnc --parallel=auto failed ({plan.returncode}):\n"
+                     f"{plan.stderr}")
+        rows = {}
+        for line in plan.stdout.splitlines():
+            m = ROW.match(line)
+            if m:
+                rows[f"dp={m[2]} tp={m[3]} zero={m[4]}"] = {
+                    "rank": int(m[1]), "dp": int(m[2]), "tp": int(m[3]), "zero": int(m[4]),
+                    "memory_mib": float(m[5]), "predicted_ms": float(m[8]),
+                    "predicted_compute_ms": float(m[9]), "predicted_exposed_ms": float(m[11]),
+                    "rows": int(m[12]), "predicted_ms_per_row": float(m[13]),
+                    "layout": f"dp={m[2]} tp={m[3]} zero={m[4]}"}
+        if not rows:
+            sys.exit("planner.py: no ranked layout in kilnc's report:\n" + plan.stdout)
+        return plan.stdout, rows
 
+    report, first = predict()
+    layouts = sorted(first.values(), key=lambda l: l["rank"])
+    for l in layouts:
+        for k in ("predicted_ms", "predicted_compute_ms", "predicted_exposed_ms",
+                  "predicted_ms_per_row"):
+            l[k + "_rounds"] = []
     tmp = tempfile.mkdtemp(prefix="kiln-planner-")
     for l in layouts:
         flags = ["--devices", str(a.devices)]
@@ -80,7 +90,15 @@ def main():
 
     loads = [os.getloadavg()[0]]
     for r in range(a.rounds):
+        # Predictions calibrated in this round, next to its runs: the
+        # machine's load moves both alike.
+        report, rows = predict() if r > 0 else (report, first)
         for l in layouts:
+            for k in ("predicted_ms", "predicted_compute_ms", "predicted_exposed_ms",
+                      "predicted_ms_per_row"):
+                l[k + "_rounds"].append(rows[l["layout"]][k])
+            l["measured_rounds"] = l.get("measured_rounds", [])
+            round_steps = []
             run = subprocess.run(
                 [kiln_run, "train", l["kpack"], "--device", f"cpu:{a.devices}", "--steps",
                  str(a.steps), "--eval-interval", "0", "--log-interval", "1",
@@ -92,12 +110,21 @@ def main():
             for line in (run.stdout + run.stderr).splitlines():
                 m = STEP.match(line)
                 if m and int(m[1]) > a.warmup:
-                    l["steps_ms"].append(float(m[2]))
+                    round_steps.append(float(m[2]))
+            l["steps_ms"] += round_steps
+            if round_steps:
+                l["measured_rounds"].append(statistics.median(round_steps))
             loads.append(os.getloadavg()[0])
+    for l in layouts:
+        for k in ("predicted_ms", "predicted_compute_ms", "predicted_exposed_ms",
+                  "predicted_ms_per_row"):
+            l[k] = statistics.median(l[k + "_rounds"])
 
     out = []
-    out.append(f"planner: {a.model} on {a.devices} in-process CPU devices; {a.rounds} rounds of "
-               f"{a.steps} steps, median of steps {a.warmup + 1}..{a.steps}")
+    out.append(f"planner: {a.model} on {a.devices} in-process CPU devices; {a.rounds} rounds, "
+               f"each: kilnc --parallel=auto (calibrated then), then every layout for "
+               f"{a.steps} steps; predicted: median over the rounds; measured: median of steps "
+               f"{a.warmup + 1}..{a.steps} of every round")
     out.append(f"load average (1 min) during the runs: {min(loads):.2f} .. {max(loads):.2f} "
                f"on {os.cpu_count()} cores")
     out.append("")
@@ -119,6 +146,11 @@ def main():
                    f"{l['predicted_ms_per_row']:>9.2f} {med / l['rows']:>9.2f}  {l['rank']}")
     measured = sorted((l for l in layouts if l["measured_ms"]),
                       key=lambda l: l["measured_ms_per_row"])
+    out.append("")
+    out.append("per round, predicted / measured ms/step:")
+    for l in layouts:
+        out.append(f"  {l['layout']:<18} " + "  ".join(
+            f"{p:.1f}/{m:.1f}" for p, m in zip(l["predicted_ms_rounds"], l["measured_rounds"])))
     out.append("")
     out.append("measured order (ms/row): " + ", ".join(l["layout"] for l in measured))
     out.append("predicted order (ms/row): " + ", ".join(l["layout"] for l in layouts))

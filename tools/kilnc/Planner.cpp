@@ -446,7 +446,7 @@ bool measureMachine(int devices, Machine &m, std::string &error) {
       "in-process all_reduce(mean) over {} threads: 4 bytes {:.1f} us in "
       "lockstep and {:.1f} us between 8 MiB copies (best of 3); 4 MiB {:.2f} "
       "ms",
-      m.devices, tSmall * 1e6, meet * 1e6, tBig * 1e3);
+      m.devices, tSmall * 1e6, std::max(0.0, meet) * 1e6, tBig * 1e3);
   return true;
 }
 
