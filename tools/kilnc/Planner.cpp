@@ -37,6 +37,11 @@ std::string mib(int64_t bytes) {
   return fmt::format("{:.2f} MiB", double(bytes) / (1 << 20));
 }
 std::string ms(double seconds) { return fmt::format("{:.1f}", seconds * 1e3); }
+/// Milliseconds per row: two decimals, or two significant digits below 0.1.
+std::string msPerRow(double seconds) {
+  double v = seconds * 1e3;
+  return v >= 0.1 ? fmt::format("{:.2f}", v) : fmt::format("{:.2g}", v);
+}
 
 /// Times `reps` iterations on every rank of an in-process world of `n`
 /// threads, after two untimed ones: each copies `workBytes` between two
@@ -609,12 +614,13 @@ void printReport(const Result &r, const Options &o, const Machine &m,
   for (size_t i : r.ranking) {
     const Candidate &c = r.candidates[i];
     os << fmt::format("{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
-                      "{:>8} {:>5} {:>7.2f}  {}\n",
+                      "{:>8} {:>5} {:>7}  {}\n",
                       ++rank, c.layout(), mib(c.memoryBytes()),
                       mib(c.persistentBytes), c.fits ? "yes" : "no",
                       ms(c.stepSeconds), ms(c.gemmSeconds + c.kernelSeconds),
                       ms(c.commSeconds), ms(c.exposedCommSeconds),
-                      c.rowsPerStep, c.secondsPerRow() * 1e3, trafficText(c));
+                      c.rowsPerStep, msPerRow(c.secondsPerRow()),
+                      trafficText(c));
   }
   for (const Candidate &c : r.candidates)
     if (!c.applicable)
@@ -638,9 +644,9 @@ void printReport(const Result &r, const Options &o, const Machine &m,
                 "(persistent {})",
                 mib(w.memoryBytes()), mib(w.persistentBytes));
   text += fmt::format(
-      "; predicted {} ms/step for {} rows ({:.2f} ms/row: compute {} ms, "
+      "; predicted {} ms/step for {} rows ({} ms/row: compute {} ms, "
       "communication {} ms of which {} exposed)",
-      ms(w.stepSeconds), w.rowsPerStep, w.secondsPerRow() * 1e3,
+      ms(w.stepSeconds), w.rowsPerStep, msPerRow(w.secondsPerRow()),
       ms(w.gemmSeconds + w.kernelSeconds), ms(w.commSeconds),
       ms(w.exposedCommSeconds));
   // The next best that fits, and why it loses.
@@ -658,29 +664,30 @@ void printReport(const Result &r, const Options &o, const Machine &m,
   if (r.fastest && *r.fastest != *r.chosen) {
     const Candidate &f = r.candidates[*r.fastest];
     text += fmt::format(
-        "; {} is predicted {:.0f}% faster per row ({:.2f} against {:.2f} "
+        "; {} is predicted {:.0f}% faster per row ({} against {} "
         "ms/row), within the "
         "planner's {:.0f}% margin (the spread of its predictions against "
         "measured step times), "
         "so the smaller tp wins: {} meets its tp group in {} blocking "
         "collectives per step",
         f.layout(), (w.secondsPerRow() / f.secondsPerRow() - 1) * 100,
-        f.secondsPerRow() * 1e3, w.secondsPerRow() * 1e3, o.margin * 100,
-        f.layout(), f.traffic.count("tp") ? f.traffic.at("tp").count : 0);
+        msPerRow(f.secondsPerRow()), msPerRow(w.secondsPerRow()),
+        o.margin * 100, f.layout(),
+        f.traffic.count("tp") ? f.traffic.at("tp").count : 0);
     next = r.fastest;
   }
   if (next) {
     const Candidate &c = r.candidates[*next];
     double rowsW = double(w.rowsPerStep), rowsC = double(c.rowsPerStep);
     text += fmt::format(
-        "{} {:.2f} ms/row for {}{}: per row it computes "
+        "{} {} ms/row for {}{}: per row it computes "
         "for {:.2f} ms against {:.2f} ({} against {} GFLOP of GEMMs and {} "
         "against {} MiB of "
         "kernel traffic per device per step) and exposes {:.2f} ms of "
         "communication against "
         "{:.2f} ({} against {})",
         r.fastest && *next == *r.fastest ? "; against" : ", against",
-        c.secondsPerRow() * 1e3, c.layout(),
+        msPerRow(c.secondsPerRow()), c.layout(),
         r.fastest && *next == *r.fastest ? "" : ", the next best that fits",
         (w.gemmSeconds + w.kernelSeconds) / rowsW * 1e3,
         (c.gemmSeconds + c.kernelSeconds) / rowsC * 1e3,
@@ -696,8 +703,8 @@ void printReport(const Result &r, const Options &o, const Machine &m,
   for (size_t i : faster) {
     const Candidate &c = r.candidates[i];
     text += fmt::format(
-        "; {} would be faster ({:.2f} ms/row) but needs {}, over the budget",
-        c.layout(), c.secondsPerRow() * 1e3, mib(c.memoryBytes()));
+        "; {} would be faster ({} ms/row) but needs {}, over the budget",
+        c.layout(), msPerRow(c.secondsPerRow()), mib(c.memoryBytes()));
   }
   os << text << ".\n";
 }

@@ -452,6 +452,14 @@ int main(int argc, char **argv) {
       return userError("--parallel=auto chooses tp and zero itself; leave out "
                        "--tp and --zero "
                        "(or leave out --parallel=auto to give them)");
+    if (!module->lookupSymbol("forward"))
+      return userError("--parallel=auto lays out a model (a .kiln file, or a "
+                       ".mlir module with "
+                       "func.func @forward); '" +
+                       inputFile +
+                       "' is a hand-written @train_step, compiled as it is: "
+                       "give --devices and "
+                       "--tp yourself");
     kiln::planner::Options po;
     auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(
         kiln::KilnDialect::kTrainAttr);
