@@ -3,23 +3,26 @@
 //   kilnc MODEL.kiln                 summary: ops, parameters, counts
 //   kilnc MODEL.kiln --emit=mlir     the verified kiln module
 //   kilnc MODEL.kiln --emit=plan     schedule and memory plan
-//   kilnc MODEL.kiln --emit=counters per-call counters (JSON) for the perf guard
-//   kilnc MODEL.kiln -o MODEL.kpack  the artifact kiln-run executes
+//   kilnc MODEL.kiln --emit=counters per-call counters (JSON) for the perf
+//   guard kilnc MODEL.kiln -o MODEL.kpack  the artifact kiln-run executes kilnc
+//   MODEL.kiln --parallel=auto --devices N [--memory-per-device SIZE]
+//                                    choose dp x tp x ZeRO (Planner.h)
 //
 // Exit codes: 0 success, 1 user error (bad model file or flags), 2 internal
 // error (a bug in Kiln).
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"
-#include "compiler/cuda/Assemble.h"
-#include "compiler/cuda/Emitter.h"
 #include "compiler/Package.h"
 #include "compiler/PrecisionReport.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
+#include "compiler/cuda/Assemble.h"
+#include "compiler/cuda/Emitter.h"
 #include "frontend/Frontend.h"
 #include "runtime/core/Counters.h"
 #include "runtime/core/Log.h"
+#include "tools/kilnc/Planner.h"
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/Sharding.h"
@@ -29,12 +32,13 @@
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
-#include "llvm/Support/SourceMgr.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <cstdio>
@@ -181,6 +185,36 @@ cl::opt<double> firstBucketMb("first-bucket-mb",
                               cl::desc("First gradient bucket's size in MiB "
                                        "(overrides first_bucket_mb; default 1)"),
                               cl::init(0), cl::cat(kilncCategory));
+
+cl::opt<std::string> parallelOpt(
+    "parallel",
+    cl::desc("auto: the planner compiles every dp x tp x ZeRO layout of "
+             "--devices N, predicts "
+             "each one's memory and step time on this machine, prints the "
+             "ranked table and "
+             "compiles the best that fits (docs/parallel.md \"The planner\")"),
+    cl::value_desc("auto"), cl::init(""), cl::cat(kilncCategory));
+cl::opt<std::string> memoryPerDevice(
+    "memory-per-device",
+    cl::desc("With --parallel=auto: the memory each device has, in bytes or "
+             "with KiB, MiB, "
+             "GiB (e.g. 64MiB); layouts whose plan needs more are not chosen"),
+    cl::value_desc("SIZE"), cl::init(""), cl::cat(kilncCategory));
+
+cl::opt<double> plannerMargin(
+    "planner-margin",
+    cl::desc(
+        "With --parallel=auto: a larger tp is chosen over a smaller one only "
+        "when "
+        "predicted faster per row by more than this fraction (default 0.10)"),
+    cl::init(0.10), cl::cat(kilncCategory));
+cl::opt<std::string> plannerMachine(
+    "planner-machine",
+    cl::desc(
+        "Testing aid: the planner's machine constants instead of measuring "
+        "them, "
+        "cores=C,gflops=G,gbps=B,latency-us=L,busbw-gbps=W (machine totals)"),
+    cl::init(""), cl::Hidden, cl::cat(kilncCategory));
 
 cl::opt<std::string> gradReduce(
     "grad-reduce",
@@ -407,6 +441,76 @@ int main(int argc, char **argv) {
                  "'%s'; please report this with the model file.\n%s",
                  inputFile.c_str(), mlirDiags.c_str());
     return 2;
+  }
+
+  // The planner: choose the layout, then compile it as if its flags had
+  // been given.
+  if (parallelOpt.getNumOccurrences()) {
+    if (parallelOpt != "auto")
+      return userError("--parallel=" + parallelOpt +
+                       ": the only value is auto");
+    if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences())
+      return userError("--parallel=auto chooses tp and zero itself; leave out "
+                       "--tp and --zero "
+                       "(or leave out --parallel=auto to give them)");
+    if (!module->lookupSymbol("forward"))
+      return userError("--parallel=auto lays out a model (a .kiln file, or a "
+                       ".mlir module with "
+                       "func.func @forward); '" +
+                       inputFile +
+                       "' is a hand-written @train_step, compiled as it is: "
+                       "give --devices and "
+                       "--tp yourself");
+    kiln::planner::Options po;
+    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(
+        kiln::KilnDialect::kTrainAttr);
+    po.devices = 1;
+    if (train)
+      if (auto d = train.getAs<mlir::IntegerAttr>("devices"))
+        po.devices = d.getInt();
+    if (devicesOpt.getNumOccurrences())
+      po.devices = devicesOpt;
+    if (po.devices < 1 || po.devices > 1024)
+      return userError("--parallel=auto needs --devices N with N from 1 to "
+                       "1024 (or devices = "
+                       "N in the train section)");
+    if (memoryPerDevice.getNumOccurrences()) {
+      int64_t bytes = 0;
+      if (!kiln::planner::parseSize(memoryPerDevice, bytes))
+        return userError(
+            "--memory-per-device=" + memoryPerDevice +
+            ": give bytes (e.g. 67108864) or a size with KiB, MiB or GiB (e.g. "
+            "64MiB)");
+      po.budgetBytes = bytes;
+    }
+    if (!(plannerMargin >= 0) || plannerMargin > 10)
+      return userError(
+          "--planner-margin must be a fraction from 0 to 10, e.g. 0.1");
+    po.margin = plannerMargin;
+    po.fusion = !noFusion;
+    po.modelPath = inputFile;
+    po.modelName = module->getName() ? module->getName()->str()
+                                     : sys::path::stem(inputFile).str();
+    kiln::planner::Machine machine;
+    std::string err;
+    if (plannerMachine.getNumOccurrences()) {
+      if (!kiln::planner::parseMachine(plannerMachine, int(po.devices), machine,
+                                       err))
+        return userError(err);
+    } else if (!kiln::planner::measureMachine(int(po.devices), machine, err)) {
+      return userError("--parallel=auto cannot measure this machine: " + err);
+    }
+    kiln::planner::Result result =
+        kiln::planner::plan(*module, po, machine, mlirDiags);
+    mlirDiags.clear();
+    kiln::planner::printReport(result, po, machine, llvm::outs());
+    llvm::outs().flush();
+    if (!result.chosen)
+      return userError(result.error);
+    const kiln::planner::Candidate &c = result.candidates[*result.chosen];
+    kiln::planner::setLayout(*module, c.dp * c.tp, c.tp, c.zero);
+    if (outputFile == "-" && !emit.getNumOccurrences())
+      return 0; // the report was the output
   }
 
   if (precisionReport.getNumOccurrences()) {

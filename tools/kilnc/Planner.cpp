@@ -1,0 +1,738 @@
+//===- Planner.cpp - kilnc --parallel=auto
+//---------------------------------===//
+#include "tools/kilnc/Planner.h"
+
+#include "compiler/Codegen.h"
+#include "compiler/Training.h"
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/Sharding.h"
+#include "runtime/comm/InProcess.h"
+#include "runtime/core/Program.h"
+#include "runtime/train/Calibrate.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <fmt/format.h>
+
+#ifdef KILN_HAVE_BLAS
+#include "runtime/cpu/Gemm.h"
+#include "runtime/cpu/ThreadPool.h"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace kiln::planner {
+namespace {
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.2f} MiB", double(bytes) / (1 << 20));
+}
+std::string ms(double seconds) { return fmt::format("{:.1f}", seconds * 1e3); }
+/// Milliseconds per row: two decimals, or two significant digits below 0.1.
+std::string msPerRow(double seconds) {
+  double v = seconds * 1e3;
+  return v >= 0.1 ? fmt::format("{:.2f}", v) : fmt::format("{:.2g}", v);
+}
+
+/// Times `reps` iterations on every rank of an in-process world of `n`
+/// threads, after two untimed ones: each copies `workBytes` between two
+/// buffers of its own (compute between collectives, so that the ranks meet
+/// as devices do, not in lockstep) and then, when `reduce`, all-reduces
+/// `count` floats. The slowest rank's mean seconds per iteration.
+bool timeAllReduce(int n, int64_t count, int64_t workBytes, bool reduce,
+                   int reps, double &seconds, std::string &error) {
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::vector<std::vector<float>> bufs(static_cast<size_t>(n));
+  std::vector<std::vector<char>> src(static_cast<size_t>(n)),
+      dst(static_cast<size_t>(n));
+  std::vector<double> took(static_cast<size_t>(n), 0.0);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      size_t i = size_t(r);
+      bufs[i].assign(size_t(count), 1.0f);
+      src[i].assign(size_t(workBytes), 1);
+      dst[i].assign(size_t(workBytes), 0);
+      auto &c = *comms[i];
+      c.setTimeout(10);
+      auto iteration = [&] {
+        if (workBytes > 0)
+          std::memcpy(dst[i].data(), src[i].data(), size_t(workBytes));
+        if (!reduce)
+          return true;
+        Status s = c.allReduce(bufs[i].data(), bufs[i].data(), count,
+                               ElementType::F32, comm::Reduction::Mean);
+        if (!s)
+          errors[i] = s.message();
+        return bool(s);
+      };
+      for (int w = 0; w < 2; ++w)
+        if (!iteration())
+          return;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int k = 0; k < reps; ++k)
+        if (!iteration())
+          return;
+      took[i] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count() /
+          reps;
+    });
+  for (auto &t : threads)
+    t.join();
+  for (const std::string &e : errors)
+    if (!e.empty()) {
+      error = "measuring the in-process all_reduce: " + e;
+      return false;
+    }
+  seconds = *std::max_element(took.begin(), took.end());
+  return true;
+}
+
+int64_t argBytes(const program::Program &p, const std::vector<int> &args) {
+  int64_t b = 0;
+  for (int a : args)
+    if (a >= 0 && size_t(a) < p.buffers.size())
+      b += p.buffers[size_t(a)].bytes;
+  return b;
+}
+
+/// Bytes one device sends and receives for `c` with `n` members, as a ring
+/// moves them (nccl-tests' bus-bandwidth convention).
+double busBytes(const program::Collective &c, int n) {
+  double b = double(c.bytes), f = double(n - 1) / double(n);
+  switch (c.op) {
+  case program::Collective::Op::AllReduce:
+    return 2 * f * b;
+  case program::Collective::Op::ReduceScatter: // bytes: the full input
+    return f * b;
+  case program::Collective::Op::AllGather: // bytes: one member's part
+    return f * b * n;
+  default:
+    return b;
+  }
+}
+
+/// First line of `text`, without a trailing location-free prefix.
+std::string firstLine(const std::string &text) {
+  std::string line = text.substr(0, text.find('\n'));
+  return line;
+}
+
+int64_t trainInt(mlir::ModuleOp m, llvm::StringRef key, int64_t dflt) {
+  auto train = m->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
+  if (!train)
+    return dflt;
+  if (auto a = train.getAs<mlir::IntegerAttr>(key))
+    return a.getInt();
+  return dflt;
+}
+
+/// The key of a GEMM shape in Machine::gemmSeconds: its label and layouts.
+std::string gemmShapeKey(const program::GemmParams &g) {
+  auto lay = [](const program::MatrixLayout &l) {
+    return fmt::format("{}/{}/{}", l.outer, l.inner, l.ld);
+  };
+  return fmt::format("{} {} {} {} {} {}{}", program::gemmLabel(g), g.heads,
+                     lay(g.lhsLayout), lay(g.rhsLayout), lay(g.outLayout),
+                     g.lhsBatched ? "B" : "-", g.rhsBatched ? "B" : "-");
+}
+
+/// Times one call of each distinct float32 GEMM shape of `shapes` with the
+/// CPU backend's GEMM, its parts run in order on one thread (a device's
+/// thread), while every other core runs the same shape (the other devices).
+void timeGemms(const std::vector<program::GemmParams> &shapes, Machine &m) {
+#ifdef KILN_HAVE_BLAS
+  struct Shape {
+    const program::GemmParams *g;
+    std::vector<std::vector<float>> a, b, o; // per thread
+    int64_t parts = 1;
+    int reps = 1;
+    double best = 1e30;
+  };
+  cpu::ThreadPool pool(m.cores);
+  size_t c = size_t(m.cores);
+  std::vector<Shape> todo(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Shape &s = todo[i];
+    s.g = &shapes[i];
+    int64_t lhs = 0, rhs = 0, out = 0;
+    cpu::gemmExtents(*s.g, lhs, rhs, out);
+    s.a.assign(c, std::vector<float>(size_t(lhs), 0.5f));
+    s.b.assign(c, std::vector<float>(size_t(rhs), 0.25f));
+    s.o.assign(c, std::vector<float>(size_t(out), 0.0f));
+    s.parts = cpu::gemmParts(*s.g);
+    // Enough calls for ~0.2 ms at the peak rate, at least 1.
+    double est = program::gemmFlops(*s.g) / (m.machineFlops / double(c));
+    s.reps = int(std::clamp(2e-4 / std::max(est, 1e-9), 1.0, 50.0));
+  }
+  auto run = [&](Shape &s) {
+    pool.forEach(m.cores, m.cores, [&](int64_t t) {
+      size_t k = size_t(t);
+      for (int r = 0; r < s.reps; ++r)
+        for (int64_t part = 0; part < s.parts; ++part)
+          cpu::matmulPart(*s.g, s.a[k].data(), s.b[k].data(), s.o[k].data(),
+                          part, s.parts);
+    });
+  };
+  // Rounds over every shape, the best of each: a neighbour's load in one
+  // round then slows every layout's shapes alike, not one layout's.
+  constexpr int rounds = 3;
+  auto start = std::chrono::steady_clock::now();
+  for (Shape &s : todo)
+    run(s); // warm-up: pages, caches
+  for (int round = 0; round < rounds; ++round)
+    for (Shape &s : todo) {
+      auto t0 = std::chrono::steady_clock::now();
+      run(s);
+      s.best = std::min(s.best, std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - t0)
+                                    .count());
+    }
+  for (const Shape &s : todo)
+    m.gemmSeconds[gemmShapeKey(*s.g)] = s.best / s.reps;
+  double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  m.gemmCalibration = fmt::format(
+      "{} float32 GEMM shapes of the plans timed through the CPU backend's "
+      "GEMM on 1 thread while all {} cores run one, best of {} rounds ({:.0f} "
+      "ms)",
+      shapes.size(), m.cores, rounds, total * 1e3);
+#else
+  m.gemmCalibration = "this kilnc has no BLAS: every GEMM at the sgemm rate";
+#endif
+}
+
+/// Compiles `c`'s layout of `module` and records its plan and memory.
+void compile(mlir::ModuleOp module, Candidate &c, const Options &o,
+             std::string &diagnostics) {
+  mlir::OwningOpRef<mlir::ModuleOp> mod = module.clone();
+  setLayout(*mod, c.dp * c.tp, c.tp, c.zero);
+  diagnostics.clear();
+  if (mlir::failed(buildTrainProgram(*mod))) {
+    c.applicable = false;
+    c.reason = diagnostics.empty() ? "the training program cannot be built"
+                                   : firstLine(diagnostics);
+    return;
+  }
+  CodegenOptions co;
+  co.emitLLVM = false;
+  co.fusion = o.fusion;
+  std::string err;
+  auto compiled = compileProgram(*mod, co, err);
+  if (mlir::failed(compiled)) {
+    c.applicable = false;
+    c.reason = firstLine(err.empty() ? diagnostics : err);
+    return;
+  }
+  c.program = std::move(compiled->program);
+  const program::Program &p = c.program;
+  const program::Function *f = nullptr;
+  for (const program::Function &fn : p.functions)
+    if (fn.name == "train_step")
+      f = &fn;
+  if (!f) {
+    c.applicable = false;
+    c.reason = "the plan has no @train_step";
+    return;
+  }
+  c.persistentBytes = p.persistentBytes;
+  c.arenaBytes = p.arenaBytes;
+  c.peakBytes = p.persistentBytes + f->scratchBytes;
+  c.steps = int64_t(f->steps.size());
+  c.rowsPerStep = c.dp * trainInt(*mod, "batch", 1) *
+                  std::max<int64_t>(1, trainInt(*mod, "grad_accum", 1));
+  c.fits = !o.budgetBytes || c.memoryBytes() <= *o.budgetBytes;
+}
+
+/// Predicts the step time of `c`'s plan on `m`.
+void predict(Candidate &c, const Machine &m) {
+  const program::Program &p = c.program;
+  const program::Function *f = nullptr;
+  for (const program::Function &fn : p.functions)
+    if (fn.name == "train_step")
+      f = &fn;
+  // The step on two queues: queue 0 runs kernels, GEMMs, copies and the
+  // collectives not marked for overlap in order; queue 1 the gradient
+  // buckets. A step starts when its queue is free and the steps it depends
+  // on (the plan's exact dependencies) have finished.
+  std::vector<double> finish(f->steps.size(), 0);
+  double queueFree[2] = {0, 0};
+  for (size_t j = 0; j < f->steps.size(); ++j) {
+    const program::Step &s = f->steps[j];
+    double d = 0;
+    switch (s.kind) {
+    case program::Step::Gemm: {
+      int64_t flops = int64_t(program::gemmFlops(s.gemm));
+      c.gemmFlops += flops;
+      ++c.gemms;
+      double g = double(flops) / m.deviceFlops;
+      auto it = m.gemmSeconds.find(gemmShapeKey(s.gemm));
+      if (s.gemm.dtype == program::DType::F32 && it != m.gemmSeconds.end()) {
+        g = it->second / m.coreShare;
+        ++c.timedGemms;
+      }
+      c.gemmSeconds += g;
+      d = g;
+      if (s.epilogue >= 0) {
+        int64_t b = argBytes(p, s.epilogueArgs);
+        c.kernelBytes += b;
+        c.kernelSeconds += double(b) / m.deviceBandwidth;
+        d += double(b) / m.deviceBandwidth;
+      }
+      break;
+    }
+    case program::Step::Kernel:
+    case program::Step::Copy: {
+      int64_t b = argBytes(p, s.args);
+      c.kernelBytes += b;
+      d = double(b) / m.deviceBandwidth;
+      c.kernelSeconds += d;
+      break;
+    }
+    case program::Step::Collective: {
+      int n = s.collective.groupSize(p.mesh);
+      AxisTraffic &t =
+          c.traffic[s.collective.axis.empty() ? "group" : s.collective.axis];
+      ++t.count;
+      t.bytes += s.collective.bytes;
+      if (n > 1)
+        d = m.commLatency + busBytes(s.collective, n) / m.commBusBandwidth;
+      c.commSeconds += d;
+      break;
+    }
+    }
+    int q = s.queue == 0 ? 0 : 1;
+    double start = queueFree[q];
+    for (int dep : s.deps)
+      if (dep >= 0 && size_t(dep) < j)
+        start = std::max(start, finish[size_t(dep)]);
+    finish[j] = start + d;
+    queueFree[q] = finish[j];
+  }
+  c.stepSeconds = std::max(queueFree[0], queueFree[1]);
+  c.exposedCommSeconds =
+      std::max(0.0, c.stepSeconds - c.gemmSeconds - c.kernelSeconds);
+  c.program = program::Program(); // the numbers are all the report needs
+}
+
+std::string trafficText(const Candidate &c) {
+  std::string out;
+  for (const auto &[axis, t] : c.traffic)
+    out += fmt::format("{}{}: {} ({})", out.empty() ? "" : ", ", axis, t.count,
+                       mib(t.bytes));
+  return out.empty() ? "none" : out;
+}
+
+} // namespace
+
+std::string Candidate::layout() const {
+  return fmt::format("dp={} tp={} zero={}", dp, tp, zero);
+}
+
+std::string Candidate::flags() const {
+  std::string f = fmt::format("--devices {}", dp * tp);
+  if (tp > 1)
+    f += fmt::format(" --tp {}", tp);
+  if (zero > 0)
+    f += fmt::format(" --zero {}", zero);
+  return f;
+}
+
+namespace {
+/// kiln-run's split of the cores between in-process replicas.
+void shareCores(Machine &m) {
+  m.threadsPerDevice = std::max(1, m.cores / m.devices);
+  m.coreShare =
+      std::min(double(m.threadsPerDevice), double(m.cores) / double(m.devices));
+}
+} // namespace
+
+bool parseMachine(const std::string &text, int devices, Machine &m,
+                  std::string &error) {
+  m.measured = false;
+  m.devices = std::max(1, devices);
+  std::map<std::string, double> v;
+  llvm::SmallVector<llvm::StringRef> items;
+  llvm::StringRef(text).split(items, ',');
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.split('=');
+    double d = 0;
+    if (value.trim().getAsDouble(d) || !(d > 0)) {
+      error =
+          "--planner-machine: '" + item.str() + "' is not KEY=POSITIVE-NUMBER";
+      return false;
+    }
+    v[key.trim().str()] = d;
+  }
+  for (const char *k : {"cores", "gflops", "gbps", "latency-us", "busbw-gbps"})
+    if (!v.count(k)) {
+      error = std::string(
+                  "--planner-machine needs cores, gflops, gbps, latency-us and "
+                  "busbw-gbps; ") +
+              k + " is missing";
+      return false;
+    }
+  if (v.size() != 5) {
+    error = "--planner-machine takes only cores, gflops, gbps, latency-us and "
+            "busbw-gbps";
+    return false;
+  }
+  m.cores = std::max(1, int(v["cores"]));
+  shareCores(m);
+  m.machineFlops = v["gflops"] * 1e9;
+  m.machineBandwidth = v["gbps"] * 1e9;
+  m.deviceFlops = m.machineFlops * m.coreShare / double(m.cores);
+  m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
+  m.commLatency = v["latency-us"] * 1e-6;
+  m.commBusBandwidth = v["busbw-gbps"] * 1e9;
+  m.calibration = "given by --planner-machine, not measured";
+  m.commCalibration = "given by --planner-machine, not measured";
+  return true;
+}
+
+bool measureMachine(int devices, Machine &m, std::string &error) {
+  m.devices = std::max(1, devices);
+  m.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  shareCores(m);
+  // Every core at once (one sgemm and one copy block per thread), as N
+  // devices that each use their share run together.
+  auto peak = train::measureCpuPeak(m.cores);
+  if (!peak) {
+    error = peak.status().message();
+    return false;
+  }
+  m.machineFlops = peak->flops;
+  m.machineBandwidth = peak->bandwidth;
+  m.deviceFlops = m.machineFlops * m.coreShare / double(m.cores);
+  m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
+  m.calibration = peak->how;
+  if (m.devices == 1) {
+    m.commCalibration = "one device: no communication";
+    m.commLatency = 0;
+    m.commBusBandwidth = 1;
+    return true;
+  }
+  // Latency: what a 4-byte all_reduce adds to a loop of 8 MiB copies on
+  // every rank (the cost of meeting between compute, wake-ups included);
+  // bandwidth: a 4 MiB all_reduce (the size of the gradient buckets of small
+  // models) less the lockstep latency of a 4-byte one.
+  constexpr int64_t work = int64_t(8) << 20;
+  constexpr int64_t big = int64_t(1) << 20; // f32 elements
+  double tSmall = 0, tBig = 0, meet = 1e30;
+  if (!timeAllReduce(m.devices, 1, 0, true, 100, tSmall, error) ||
+      !timeAllReduce(m.devices, big, 0, true, 8, tBig, error))
+    return false;
+  // The meeting cost is a difference of two noisy loop times: the smallest
+  // of three interleaved rounds.
+  for (int round = 0; round < 3; ++round) {
+    double tWork = 0, tWorkSmall = 0;
+    if (!timeAllReduce(m.devices, 1, work, false, 10, tWork, error) ||
+        !timeAllReduce(m.devices, 1, work, true, 10, tWorkSmall, error))
+      return false;
+    meet = std::min(meet, tWorkSmall - tWork);
+  }
+  double n = double(m.devices);
+  m.commLatency = std::max(tSmall, meet);
+  m.commBusBandwidth =
+      4.0 * double(big) * 2 * (n - 1) / n / std::max(tBig - tSmall, 0.2 * tBig);
+  m.commCalibration = fmt::format(
+      "in-process all_reduce(mean) over {} threads: 4 bytes {:.1f} us in "
+      "lockstep and {:.1f} us between 8 MiB copies (best of 3); 4 MiB {:.2f} "
+      "ms",
+      m.devices, tSmall * 1e6, std::max(0.0, meet) * 1e6, tBig * 1e3);
+  return true;
+}
+
+void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero) {
+  mlir::Builder b(module.getContext());
+  auto train =
+      module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
+  mlir::NamedAttrList t(train ? train.getValue()
+                              : llvm::ArrayRef<mlir::NamedAttribute>{});
+  t.set("devices", b.getI64IntegerAttr(devices));
+  t.set("tp", b.getI64IntegerAttr(tp));
+  t.set("zero", b.getI64IntegerAttr(zero));
+  module->setAttr(KilnDialect::kTrainAttr,
+                  t.getDictionary(module.getContext()));
+  setMesh(module, meshFor(devices, tp));
+}
+
+Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
+            std::string &diagnostics) {
+  Result r;
+  for (int64_t tp = 1; tp <= o.devices; ++tp) {
+    if (o.devices % tp != 0)
+      continue;
+    int64_t dp = o.devices / tp;
+    int maxZero = dp > 1 && tp == 1 ? 2 : 0;
+    for (int zero = 0; zero <= maxZero; ++zero) {
+      Candidate c;
+      c.dp = dp;
+      c.tp = tp;
+      c.zero = zero;
+      compile(module, c, o, diagnostics);
+      r.candidates.push_back(std::move(c));
+    }
+  }
+  std::vector<program::GemmParams> shapes;
+  std::map<std::string, bool> seen;
+  for (const Candidate &c : r.candidates)
+    for (const program::Function &f : c.program.functions)
+      if (f.name == "train_step")
+        for (const program::Step &s : f.steps)
+          if (s.kind == program::Step::Gemm &&
+              s.gemm.dtype == program::DType::F32 &&
+              !seen[gemmShapeKey(s.gemm)]) {
+            seen[gemmShapeKey(s.gemm)] = true;
+            shapes.push_back(s.gemm);
+          }
+  if (m.measured)
+    timeGemms(shapes, m);
+  else
+    m.gemmCalibration =
+        "not timed (--planner-machine): every GEMM at the sgemm rate";
+  for (Candidate &c : r.candidates)
+    if (c.applicable)
+      predict(c, m);
+  for (size_t i = 0; i < r.candidates.size(); ++i)
+    if (r.candidates[i].applicable)
+      r.ranking.push_back(i);
+  // Best first by predicted time per training row (the layouts train
+  // different global batches: dp * batch rows); ties keep the enumeration
+  // order (smaller tp, then lower ZeRO stage).
+  std::stable_sort(r.ranking.begin(), r.ranking.end(), [&](size_t a, size_t b) {
+    return r.candidates[a].secondsPerRow() < r.candidates[b].secondsPerRow();
+  });
+  // The best predicted layout that fits, unless one with a smaller tp that
+  // fits is predicted within the margin of it: then the best of the
+  // smallest such tp (tensor parallelism puts blocking collectives on the
+  // step's critical path, which the model predicts least well).
+  for (size_t i : r.ranking)
+    if (r.candidates[i].fits) {
+      r.fastest = i;
+      break;
+    }
+  if (r.fastest) {
+    double limit = r.candidates[*r.fastest].secondsPerRow() * (1 + o.margin);
+    for (size_t i : r.ranking) {
+      const Candidate &c = r.candidates[i];
+      if (!c.fits || c.secondsPerRow() > limit)
+        continue;
+      if (!r.chosen || c.tp < r.candidates[*r.chosen].tp)
+        r.chosen = i;
+    }
+  }
+  if (r.ranking.empty()) {
+    r.error = fmt::format(
+        "no layout of {} on {} devices compiles (every candidate is listed "
+        "above with the compiler's reason)",
+        o.modelPath, o.devices);
+  } else if (!r.chosen) {
+    size_t small = r.ranking.front();
+    for (size_t i : r.ranking)
+      if (r.candidates[i].memoryBytes() < r.candidates[small].memoryBytes())
+        small = i;
+    const Candidate &c = r.candidates[small];
+    r.error = fmt::format(
+        "no layout of {} on {} devices fits in --memory-per-device {} ({} "
+        "bytes): the smallest, "
+        "{}, needs {} ({} bytes: persistent {}, scratch peak {}). Give at "
+        "least {} bytes per "
+        "device, use more devices (tensor parallelism divides weights and "
+        "activations), or a "
+        "smaller per-device batch (--batch)",
+        o.modelPath, o.devices, mib(*o.budgetBytes), *o.budgetBytes, c.layout(),
+        mib(c.memoryBytes()), c.memoryBytes(), mib(c.persistentBytes),
+        mib(c.memoryBytes() - c.persistentBytes), c.memoryBytes());
+  }
+  return r;
+}
+
+void printReport(const Result &r, const Options &o, const Machine &m,
+                 llvm::raw_ostream &os) {
+  os << fmt::format(
+      "planner: {} ({}) on {} device{}, memory per device: {}\n", o.modelName,
+      o.modelPath, o.devices, o.devices == 1 ? "" : "s",
+      o.budgetBytes
+          ? fmt::format("{} ({} bytes)", mib(*o.budgetBytes), *o.budgetBytes)
+          : std::string("no budget (--memory-per-device not given)"));
+  os << fmt::format(
+      "device model: {} in-process CPU devices share this machine's {} cores: "
+      "each gets {} "
+      "thread{} ({:.2f} cores) and that share of the measured rates\n",
+      m.devices, m.cores, m.threadsPerDevice,
+      m.threadsPerDevice == 1 ? "" : "s", m.coreShare);
+  os << fmt::format("  compute: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s for "
+                    "the machine ({}); "
+                    "per device {:.1f} GFLOP/s, {:.1f} GB/s\n",
+                    m.machineFlops * 1e-9, m.machineBandwidth * 1e-9,
+                    m.calibration, m.deviceFlops * 1e-9,
+                    m.deviceBandwidth * 1e-9);
+  if (m.devices > 1)
+    os << fmt::format("  communication: latency {:.1f} us per collective, bus "
+                      "bandwidth {:.2f} "
+                      "GB/s ({})\n",
+                      m.commLatency * 1e6, m.commBusBandwidth * 1e-9,
+                      m.commCalibration);
+  os << fmt::format("  GEMMs: {}; per device that time / {:.2f} cores\n",
+                    m.gemmCalibration, m.coreShare);
+  os << "cost model: each plan step of @train_step in order on its queue, "
+        "after the steps it "
+        "depends on: a GEMM its shape's timed call (FLOPs / sgemm rate where "
+        "untimed), a kernel or copy its bytes / memory "
+        "bandwidth, a collective latency + bytes * 2(n-1)/n (all_reduce), "
+        "(n-1)/n of the full "
+        "data (reduce_scatter, all_gather) / bus bandwidth over its group of "
+        "n; gradient "
+        "buckets run on queue 1 beside backward, so only what outlasts the "
+        "compute they "
+        "overlap is exposed; everything else waits. Ranked by predicted time "
+        "per training row "
+        "(dp replicas each train the model's batch).\n";
+  os << "not available in this build: pipeline parallelism (pp = 1 only) and "
+        "micro-batch "
+        "choices (grad_accum stays the train section's)\n\n";
+
+  os << fmt::format("{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
+                    "{:>8} {:>5} {:>7}  {}\n",
+                    "rank", "layout", "memory", "persistent", "fits", "ms/step",
+                    "compute", "comm", "exposed", "rows", "ms/row",
+                    "collectives per step (axis: count, bytes)");
+  int rank = 0;
+  for (size_t i : r.ranking) {
+    const Candidate &c = r.candidates[i];
+    os << fmt::format("{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
+                      "{:>8} {:>5} {:>7}  {}\n",
+                      ++rank, c.layout(), mib(c.memoryBytes()),
+                      mib(c.persistentBytes), c.fits ? "yes" : "no",
+                      ms(c.stepSeconds), ms(c.gemmSeconds + c.kernelSeconds),
+                      ms(c.commSeconds), ms(c.exposedCommSeconds),
+                      c.rowsPerStep, msPerRow(c.secondsPerRow()),
+                      trafficText(c));
+  }
+  for (const Candidate &c : r.candidates)
+    if (!c.applicable)
+      os << fmt::format("{:>4}  {:<18} not applicable: {}\n", "-", c.layout(),
+                        c.reason);
+  os << fmt::format(
+      "{:>4}  {:<18} not available in this build (no pipeline parallelism)\n",
+      "-", "pp>1");
+  os << "\n";
+  if (!r.chosen)
+    return;
+  const Candidate &w = r.candidates[*r.chosen];
+  std::string text = fmt::format("chose {} ({}): ", w.layout(), w.flags());
+  text +=
+      o.budgetBytes
+          ? fmt::format("fits in {} with {} per device (persistent {})",
+                        mib(*o.budgetBytes), mib(w.memoryBytes()),
+                        mib(w.persistentBytes))
+          : fmt::format(
+                "every layout fits without a budget; it needs {} per device "
+                "(persistent {})",
+                mib(w.memoryBytes()), mib(w.persistentBytes));
+  text += fmt::format(
+      "; predicted {} ms/step for {} rows ({} ms/row: compute {} ms, "
+      "communication {} ms of which {} exposed)",
+      ms(w.stepSeconds), w.rowsPerStep, msPerRow(w.secondsPerRow()),
+      ms(w.gemmSeconds + w.kernelSeconds), ms(w.commSeconds),
+      ms(w.exposedCommSeconds));
+  // The next best that fits, and why it loses.
+  std::optional<size_t> next;
+  std::vector<size_t> faster; // better predicted, over the budget
+  for (size_t i : r.ranking) {
+    if (i == *r.chosen || (r.fastest && i == *r.fastest))
+      continue;
+    const Candidate &c = r.candidates[i];
+    if (!c.fits && c.secondsPerRow() < w.secondsPerRow())
+      faster.push_back(i);
+    else if (c.fits && !next)
+      next = i;
+  }
+  if (r.fastest && *r.fastest != *r.chosen) {
+    const Candidate &f = r.candidates[*r.fastest];
+    text += fmt::format(
+        "; {} is predicted {:.0f}% faster per row ({} against {} "
+        "ms/row), within the "
+        "planner's {:.0f}% margin (the spread of its predictions against "
+        "measured step times), "
+        "so the smaller tp wins: {} meets its tp group in {} blocking "
+        "collectives per step",
+        f.layout(), (w.secondsPerRow() / f.secondsPerRow() - 1) * 100,
+        msPerRow(f.secondsPerRow()), msPerRow(w.secondsPerRow()),
+        o.margin * 100, f.layout(),
+        f.traffic.count("tp") ? f.traffic.at("tp").count : 0);
+    next = r.fastest;
+  }
+  if (next) {
+    const Candidate &c = r.candidates[*next];
+    double rowsW = double(w.rowsPerStep), rowsC = double(c.rowsPerStep);
+    text += fmt::format(
+        "{} {} ms/row for {}{}: per row it computes "
+        "for {:.2f} ms against {:.2f} ({} against {} GFLOP of GEMMs and {} "
+        "against {} MiB of "
+        "kernel traffic per device per step) and exposes {:.2f} ms of "
+        "communication against "
+        "{:.2f} ({} against {})",
+        r.fastest && *next == *r.fastest ? "; against" : ", against",
+        msPerRow(c.secondsPerRow()), c.layout(),
+        r.fastest && *next == *r.fastest ? "" : ", the next best that fits",
+        (w.gemmSeconds + w.kernelSeconds) / rowsW * 1e3,
+        (c.gemmSeconds + c.kernelSeconds) / rowsC * 1e3,
+        fmt::format("{:.2f}", w.gemmFlops * 1e-9),
+        fmt::format("{:.2f}", c.gemmFlops * 1e-9),
+        fmt::format("{:.1f}", double(w.kernelBytes) / (1 << 20)),
+        fmt::format("{:.1f}", double(c.kernelBytes) / (1 << 20)),
+        w.exposedCommSeconds / rowsW * 1e3, c.exposedCommSeconds / rowsC * 1e3,
+        trafficText(w), trafficText(c));
+  } else {
+    text += ", the only layout that fits";
+  }
+  for (size_t i : faster) {
+    const Candidate &c = r.candidates[i];
+    text += fmt::format(
+        "; {} would be faster ({} ms/row) but needs {}, over the budget",
+        c.layout(), msPerRow(c.secondsPerRow()), mib(c.memoryBytes()));
+  }
+  os << text << ".\n";
+}
+
+bool parseSize(const std::string &text, int64_t &bytes) {
+  const char *s = text.c_str();
+  char *end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || !(v > 0) || !std::isfinite(v))
+    return false;
+  std::string unit(end);
+  unit.erase(0, unit.find_first_not_of(' '));
+  double scale = 0;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else
+    return false;
+  double b = v * scale;
+  if (b > 9e18 || (scale == 1 && v != std::floor(v)))
+    return false;
+  bytes = int64_t(b);
+  return bytes > 0;
+}
+
+} // namespace kiln::planner

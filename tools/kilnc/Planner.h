@@ -1,0 +1,140 @@
+//===- Planner.h - kilnc --parallel=auto: choose dp x tp x ZeRO -*- C++ -*-===//
+//
+// The parallelism planner (docs/parallel.md "The planner"). For a device
+// count N it compiles every layout dp x tp = N (ZeRO 0, 1, 2 where dp > 1
+// and tp = 1) in process, as kilnc would with --devices N --tp T --zero K,
+// reads each per-device plan (memory, GEMM FLOPs, kernel bytes, collectives)
+// and predicts its step time from constants measured on this machine at
+// planning time: sgemm FLOP/s and copy bandwidth (runtime/train/Calibrate.h)
+// and the in-process communicator's all-reduce latency and bandwidth. It
+// ranks the layouts that fit the memory budget by predicted time per
+// training row and explains the choice.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TOOLS_KILNC_PLANNER_H
+#define KILN_TOOLS_KILNC_PLANNER_H
+
+#include "runtime/core/Program.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::planner {
+
+/// The machine as the cost model sees it, per device of N in-process
+/// devices sharing `cores` cores.
+struct Machine {
+  bool measured = true; ///< false: constants given (parseMachine)
+  int cores = 1;
+  int devices = 1;
+  int threadsPerDevice = 1;
+  double coreShare =
+      1; ///< cores each device gets: min(threads, cores / devices)
+  double machineFlops = 0;     ///< sgemm FLOP/s of all cores at once
+  double machineBandwidth = 0; ///< copy bytes/s of all cores at once
+  double deviceFlops = 0, deviceBandwidth = 0; ///< machine * coreShare / cores
+  double commLatency = 0; ///< seconds per collective call (a 4-byte all_reduce)
+  double commBusBandwidth = 0; ///< bytes/s, nccl-tests' busbw of an all_reduce
+  std::string calibration;     ///< how the compute constants were measured
+  /// Seconds of one call of each float32 GEMM shape the candidates run
+  /// (by gemmShapeKey), timed on one thread while every core runs one.
+  std::map<std::string, double> gemmSeconds;
+  std::string gemmCalibration;
+  std::string
+      commCalibration; ///< how the communication constants were measured
+};
+
+/// The machine from given constants instead of measurements (kilnc
+/// --planner-machine, for tests): "cores=2,gflops=100,gbps=20,latency-us=50,
+/// busbw-gbps=4", totals for the machine; GEMMs then run at the sgemm rate.
+bool parseMachine(const std::string &text, int devices, Machine &m,
+                  std::string &error);
+
+/// Measures the machine for `devices` in-process devices (about 0.5 s).
+/// Returns false with `error` set where this build cannot measure.
+bool measureMachine(int devices, Machine &m, std::string &error);
+
+/// One collective axis's traffic in a step.
+struct AxisTraffic {
+  int64_t count = 0;
+  int64_t bytes =
+      0; ///< Collective::bytes summed (what each device contributes)
+};
+
+struct Candidate {
+  int64_t dp = 1, tp = 1;
+  int zero = 0;
+  bool applicable = true;
+  std::string reason;       ///< why not applicable (the compiler's first line)
+  program::Program program; ///< the per-device plan (kept until predicted)
+  // From the per-device plan of @train_step.
+  int64_t peakBytes = 0, persistentBytes = 0, arenaBytes = 0;
+  int64_t gemmFlops = 0;             ///< GEMM FLOPs per device per step
+  int64_t gemms = 0, timedGemms = 0; ///< GEMM steps, those with a timed shape
+  int64_t kernelBytes =
+      0; ///< bytes named by non-GEMM kernels, epilogues and copies
+  int64_t steps = 0;
+  std::map<std::string, AxisTraffic> traffic; ///< by mesh axis
+  int64_t rowsPerStep = 0; ///< global batch: dp * batch * grad_accum
+  // The prediction (seconds per step).
+  double gemmSeconds = 0, kernelSeconds = 0, commSeconds = 0,
+         exposedCommSeconds = 0;
+  double stepSeconds = 0;
+  bool fits = true;
+
+  std::string layout() const; ///< "dp=2 tp=1 zero=0"
+  std::string flags() const;  ///< "--devices 2 --tp 1 --zero 0"
+  double secondsPerRow() const { return stepSeconds / double(rowsPerStep); }
+  int64_t memoryBytes() const { return std::max(peakBytes, arenaBytes); }
+};
+
+struct Options {
+  int64_t devices = 1;
+  std::optional<int64_t> budgetBytes; ///< memory per device
+  bool fusion = true;
+  /// A layout with a larger tp is chosen over one with a smaller tp only
+  /// when it is predicted faster per row by more than this fraction: the
+  /// spread of the predictions against measured step times
+  /// (docs/parallel.md "The planner").
+  double margin = 0.10;
+  std::string modelName, modelPath;
+};
+
+struct Result {
+  std::vector<Candidate> candidates; ///< in enumeration order
+  std::vector<size_t> ranking;       ///< applicable candidates, best first
+  std::optional<size_t> fastest;     ///< the best predicted that fits
+  /// The best of the smallest tp that fits within the margin of `fastest`.
+  std::optional<size_t> chosen;
+  std::string error; ///< set when nothing fits (exit 1)
+};
+
+/// Sets the layout on `module` as kilnc's --devices/--tp/--zero flags do
+/// (the kiln.train attribute and the mesh).
+void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero);
+
+/// Compiles every layout of `module` (as the frontend built it; it is not
+/// changed), times the float32 GEMM shapes their plans run (into
+/// `machine.gemmSeconds`) and predicts each. `diagnostics` is the string the
+/// context's diagnostic handler appends to; the planner clears it per
+/// candidate.
+Result plan(mlir::ModuleOp module, const Options &options, Machine &machine,
+            std::string &diagnostics);
+
+/// The report: machine constants, the model, the ranked table, the choice.
+void printReport(const Result &r, const Options &options,
+                 const Machine &machine, llvm::raw_ostream &os);
+
+/// Parses "123", "64MiB", "1.5 GiB", "512KiB" into bytes; false when it is
+/// none of those.
+bool parseSize(const std::string &text, int64_t &bytes);
+
+} // namespace kiln::planner
+
+#endif // KILN_TOOLS_KILNC_PLANNER_H
