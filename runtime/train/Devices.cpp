@@ -68,11 +68,18 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
                      stats.cacheHit ? "cached"
                                     : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
                      (*blas)->name, stats.cachePath.empty() ? "" : ", cache " + stats.cachePath));
-  if (pkg.program.numDevices() > 1 && !o.comm)
+  if (pkg.program.numDevices() > 1 && !o.comm) {
+    std::string mesh;
+    for (const auto &a : pkg.program.mesh.axes)
+      mesh += fmt::format("{}{}={}", mesh.empty() ? "" : " x ", a.name, a.size);
     return Status::error(fmt::format(
-        "{} was compiled for {} devices; run it with --device cpu:{} or under mpirun -np {}",
-        o.artifact, pkg.program.numDevices(), pkg.program.numDevices(),
+        "{} was compiled for {} devices ({}); kiln-run train runs it with --device cpu:{} or "
+        "under mpirun -np {}; eval, check and sample run on one device: compile the model "
+        "for one device (kilnc MODEL.kiln -o one.kpack) and give them the checkpoint, which "
+        "holds whole tensors",
+        o.artifact, pkg.program.numDevices(), mesh, pkg.program.numDevices(),
         pkg.program.numDevices()));
+  }
   cpu::ExecutorOptions eo;
   eo.threads = o.threads;
   eo.interOpThreads = o.interOpThreads;
