@@ -30,7 +30,8 @@ DEFAULT_BASELINE = os.path.join("test", "perf", "baseline.json")
 # (name, model file relative to the repository root, kilnc flags). The name
 # is the baseline's key and the diff's first column. Every example on the CPU
 # target (a new example has no baseline: the guard fails until --update),
-# then the data-parallel CPU GPT and the GPU GPT's CUDA plan.
+# then the data-parallel CPU GPT (plain and ZeRO-1), the tensor-parallel one
+# (tp = 2, and dp x tp = 2 x 2) and the GPU GPT's CUDA plan.
 CONFIGS = [(f"examples/{f}", f"examples/{f}", [])
            for f in sorted(os.listdir(os.path.join(ROOT, "examples"))) if f.endswith(".kiln")]
 CONFIGS += [
@@ -38,6 +39,10 @@ CONFIGS += [
      ["--devices", "2"]),
     ("examples/shakespeare_char_cpu.kiln --devices 2 --zero 1",
      "examples/shakespeare_char_cpu.kiln", ["--devices", "2", "--zero", "1"]),
+    ("examples/shakespeare_char_cpu.kiln --tp 2", "examples/shakespeare_char_cpu.kiln",
+     ["--tp", "2"]),
+    ("examples/shakespeare_char_cpu.kiln --devices 4 --tp 2",
+     "examples/shakespeare_char_cpu.kiln", ["--devices", "4", "--tp", "2"]),
     ("examples/shakespeare_char.kiln --target=cuda", "examples/shakespeare_char.kiln",
      ["--target=cuda"]),
 ]
