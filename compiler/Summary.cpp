@@ -195,11 +195,13 @@ void addProgram(ModelSummary &s, ModuleOp module) {
   // @train_step, where and why (its location's "tp: ..." name).
   if (mesh.axisSize("tp") > 1) {
     std::vector<std::string> lines;
-    step.walk([&](AllReduceOp ar) {
-      if (ar.getAxis() != "tp")
+    step.walk([&](Operation *op) {
+      if (!isa<AllReduceOp, AllGatherOp>(op) ||
+          op->getAttrOfType<StringAttr>("axis").getValue() != "tp")
         return;
+      Operation *ar = op;
       std::string why = "", where = "";
-      Location l = ar.getLoc();
+      Location l = ar->getLoc();
       if (auto n = dyn_cast<NameLoc>(l)) {
         StringRef name = n.getName().getValue();
         if (name.consume_front("tp: "))
@@ -209,8 +211,9 @@ void addProgram(ModelSummary &s, ModuleOp module) {
       if (auto f = dyn_cast<FileLineColLoc>(l))
         where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
                 std::to_string(f.getLine());
-      lines.push_back(llvm::formatv("    {0,-28} {1,-16} {2}", where,
-                                    typeStr(ar.getType()), why)
+      lines.push_back(llvm::formatv("    {0,-28} {1,-16} {2}{3}", where,
+                                    typeStr(ar->getResult(0).getType()),
+                                    isa<AllGatherOp>(ar) ? "(all_gather) " : "", why)
                           .str());
     });
     os << "  tensor parallelism (tp = " << mesh.axisSize("tp") << "): " << lines.size()

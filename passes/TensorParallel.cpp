@@ -191,7 +191,7 @@ private:
   LogicalResult vocabCrossEntropy(CrossEntropyOp ce);
   LogicalResult splitSoftmax(SoftmaxOp sm);
   std::pair<Value, Value> localIndices(Value idx, int64_t size, Location l);
-  Value wholeOf(Value v, Location l);
+  Value wholeOf(Value v, Location l, const std::string &why = "a result wanted whole is split");
   int64_t collectives_ = 0;
 
   Tp of(Value v) const {
@@ -352,6 +352,30 @@ private:
       tp_[cl->getResult(0)] = want;
       return cl->getResult(0);
     }
+    // Any other whole value: this device's part by a device-dependent
+    // slice (the adjoint of an all-gather), no communication: view the
+    // dimension as [outer, T, S / (outer T)], take row tp_rank of the T
+    // axis with a gather, and reshape to the per-device shape.
+    if (want.split() && !want.partial) {
+      int64_t d = want.dim, size = t.getDimSize(d), k = want.outer;
+      SmallVector<int64_t> view(t.getShape().begin(), t.getShape().begin() + d);
+      SmallVector<int64_t> picked = view;
+      view.append({k, n_, size / (k * n_)});
+      picked.append({k, 1, size / (k * n_)});
+      for (int64_t i = d + 1; i < t.getRank(); ++i) {
+        view.push_back(t.getDimSize(i));
+        picked.push_back(t.getDimSize(i));
+      }
+      Location ll = NameLoc::get(b_.getStringAttr("tp.local_part"), l);
+      Value viewed = b_.create<ReshapeOp>(ll, RankedTensorType::get(view, t.getElementType()), v);
+      auto i1 = RankedTensorType::get({1}, b_.getI64Type());
+      Value idx = b_.create<ReshapeOp>(ll, i1, tpRank());
+      Value row = b_.create<GatherOp>(ll, RankedTensorType::get(picked, t.getElementType()),
+                                      viewed, idx, b_.getI64IntegerAttr(d + 1));
+      Value part = b_.create<ReshapeOp>(ll, t, row); // retyped to the local shape
+      tp_[part] = want;
+      return part;
+    }
     return emitError(user->getLoc())
            << "kiln-tensor-parallel: '" << user->getName() << "' at "
            << where(user->getLoc()) << " combines a value split over tp ("
@@ -503,6 +527,27 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
       res = inferResultShardings(op, in);
     }
   }
+  if (!res && llvm::all_of(op->getOperands(), [&](Value v) { return of(v).outer == 1; })) {
+    // A split the op cannot take (a column-parallel layer not followed by a
+    // row-parallel one, e.g. a layer_norm over its features): the value is
+    // all-gathered whole (Megatron's gather_output).
+    bool changed = false;
+    for (OpOperand &o : op->getOpOperands())
+      if (of(o.get()).split()) {
+        o.set(wholeOf(o.get(), op->getLoc(),
+                      "'" + op->getName().getStringRef().str() + "' needs the whole of a split value"));
+        changed = true;
+      }
+    if (changed) {
+      if (untouched()) {
+        for (Value r : op->getResults())
+          tp_[r] = Tp();
+        return success();
+      }
+      in = gather();
+      res = inferResultShardings(op, in);
+    }
+  }
   if (!res) {
     std::string operands;
     for (auto [i, v] : llvm::enumerate(op->getOperands()))
@@ -582,7 +627,9 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
     out[0].outer = *k;
   }
 
-  // Replicated operands of a split elementwise result: their local part.
+  // Replicated operands of a split elementwise result: their local part
+  // (rebuilt at the local shape where they are constants, iotas or
+  // broadcasts; otherwise a device-dependent slice).
   if (sameShapeOperands(op) && out[0].split()) {
     for (OpOperand &o : op->getOpOperands()) {
       Tp t = of(o.get());
@@ -893,7 +940,7 @@ LogicalResult Rewriter::vocabCrossEntropy(CrossEntropyOp ce) {
 
 /// A value split over tp made whole: all-gathered along its split
 /// dimension (moved first and back, the plan gathering dimension 0).
-Value Rewriter::wholeOf(Value v, Location l) {
+Value Rewriter::wholeOf(Value v, Location l, const std::string &why) {
   Tp t = of(v);
   RankedTensorType type = tensorTypeOf(v);
   SmallVector<int64_t> perm, inv(size_t(type.getRank())), shape;
@@ -910,7 +957,7 @@ Value Rewriter::wholeOf(Value v, Location l) {
   tp_[front] = Tp{0, 1, false};
   ++collectives_;
   Value whole = b_.create<AllGatherOp>(
-      NameLoc::get(b_.getStringAttr("tp: a result wanted whole is split"), l), moved, front,
+      NameLoc::get(b_.getStringAttr("tp: " + why), l), moved, front,
       b_.getStringAttr(kAxis), b_.getI64IntegerAttr(0));
   tp_[whole] = Tp();
   Value back = b_.create<TransposeOp>(l, type, whole, b_.getDenseI64ArrayAttr(inv));

@@ -402,6 +402,8 @@ std::string example(const std::string &file) {
 }
 
 Model mlp() { return {inputs("tp_mlp.kiln"), {{"hidden", "32"}}, 4, 0.2, 10}; }
+/// Column-parallel layers whose outputs must be gathered whole.
+Model gatherMlp() { return {inputs("tp_gather.kiln"), {}, 4, 0.2, 10}; }
 Model gpt() {
   return {example("shakespeare_char_cpu.kiln"),
           {{"layers", "1"}, {"d", "16"}, {"ctx", "8"}, {"heads", "2"}},
@@ -438,6 +440,8 @@ TEST_F(TensorParallel, GptTp2EqualsOneDevice) { check(gpt(), 1, 2); }
 TEST_F(TensorParallel, GptWithBiasesTp2EqualsOneDevice) { check(gptBias(), 1, 2); }
 TEST_F(TensorParallel, GptWithBiasesTp4EqualsOneDevice) { check(gptBias(), 1, 4); }
 TEST_F(TensorParallel, MlpDp2Tp2EqualsOneDeviceOnTheTwiceBatch) { check(mlp(), 2, 2); }
+TEST_F(TensorParallel, GatheredColumnOutputsTp2EqualsOneDevice) { check(gatherMlp(), 1, 2); }
+TEST_F(TensorParallel, GatheredColumnOutputsTp4EqualsOneDevice) { check(gatherMlp(), 1, 4); }
 TEST_F(TensorParallel, VocabParallelGptTp2EqualsOneDevice) { check(gptVocab(), 1, 2); }
 TEST_F(TensorParallel, VocabParallelGptTp4EqualsOneDevice) { check(gptVocab(), 1, 4); }
 TEST_F(TensorParallel, VocabParallelGptDp2Tp2EqualsOneDeviceOnTheTwiceBatch) {
