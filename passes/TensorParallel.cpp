@@ -509,45 +509,40 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
     return *handled;
   auto in = gather();
   auto res = inferResultShardings(op, in);
-  if (!res) {
-    // A partial sum the op cannot take: all_reduce it (Megatron's g).
+  // Reshards the operands `pick` selects with `make`, then asks the table
+  // again; true when the op then has only whole operands (nothing to do).
+  auto reshardAndRetry = [&](auto pick, auto make) {
     bool changed = false;
     for (OpOperand &o : op->getOpOperands())
-      if (of(o.get()).partial) {
-        o.set(allReduce(o.get(), op->getLoc(), op));
+      if (pick(of(o.get()))) {
+        o.set(make(o.get()));
         changed = true;
       }
-    if (changed) {
-      if (untouched()) {
-        for (Value r : op->getResults())
-          tp_[r] = Tp();
-        return success();
-      }
-      in = gather();
-      res = inferResultShardings(op, in);
+    if (!changed)
+      return false;
+    if (untouched()) {
+      for (Value r : op->getResults())
+        tp_[r] = Tp();
+      return true;
     }
-  }
-  if (!res && llvm::all_of(op->getOperands(), [&](Value v) { return of(v).outer == 1; })) {
-    // A split the op cannot take (a column-parallel layer not followed by a
-    // row-parallel one, e.g. a layer_norm over its features): the value is
-    // all-gathered whole (Megatron's gather_output).
-    bool changed = false;
-    for (OpOperand &o : op->getOpOperands())
-      if (of(o.get()).split()) {
-        o.set(wholeOf(o.get(), op->getLoc(),
-                      "'" + op->getName().getStringRef().str() + "' needs the whole of a split value"));
-        changed = true;
-      }
-    if (changed) {
-      if (untouched()) {
-        for (Value r : op->getResults())
-          tp_[r] = Tp();
-        return success();
-      }
-      in = gather();
-      res = inferResultShardings(op, in);
-    }
-  }
+    in = gather();
+    res = inferResultShardings(op, in);
+    return false;
+  };
+  // A partial sum the op cannot take: all_reduce it (Megatron's g).
+  if (!res && reshardAndRetry([](const Tp &t) { return t.partial; },
+                              [&](Value v) { return allReduce(v, op->getLoc(), op); }))
+    return success();
+  // A split the op cannot take (a column-parallel layer not followed by a
+  // row-parallel one, e.g. a layer_norm over its features): the value is
+  // all-gathered whole (Megatron's gather_output).
+  if (!res && llvm::all_of(op->getOperands(), [&](Value v) { return of(v).outer == 1; }) &&
+      reshardAndRetry([](const Tp &t) { return t.split(); }, [&](Value v) {
+        return wholeOf(v, op->getLoc(),
+                       "'" + op->getName().getStringRef().str() +
+                           "' needs the whole of a split value");
+      }))
+    return success();
   if (!res) {
     std::string operands;
     for (auto [i, v] : llvm::enumerate(op->getOperands()))

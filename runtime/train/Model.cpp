@@ -207,35 +207,21 @@ std::vector<int> Model::dataInputs(const std::string &fn) const {
   return out;
 }
 
-int Model::stepInput(const std::string &fn) const {
+int Model::inputNamed(const std::string &fn, const std::string &name) const {
   const program::Function *f = prog().function(fn);
   if (!f)
     return -1;
   for (int id : f->args)
-    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "step")
+    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == name)
       return id;
   return -1;
 }
 
-int Model::replicaInput(const std::string &fn) const {
-  const program::Function *f = prog().function(fn);
-  if (!f)
-    return -1;
-  for (int id : f->args)
-    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "replica")
-      return id;
-  return -1;
-}
+int Model::stepInput(const std::string &fn) const { return inputNamed(fn, "step"); }
 
-int Model::tpRankInput(const std::string &fn) const {
-  const program::Function *f = prog().function(fn);
-  if (!f)
-    return -1;
-  for (int id : f->args)
-    if (prog().buffers[id].role == Role::Input && prog().buffers[id].name == "tp_rank")
-      return id;
-  return -1;
-}
+int Model::replicaInput(const std::string &fn) const { return inputNamed(fn, "replica"); }
+
+int Model::tpRankInput(const std::string &fn) const { return inputNamed(fn, "tp_rank"); }
 
 int Model::tpRank() const {
   int coord = 0;

@@ -75,6 +75,8 @@ struct Model {
   /// The "tp_rank" input of `fn` (tensor parallelism with dropout of split
   /// values: the device's coordinate on tp mixes into dropout seeds), or -1.
   int tpRankInput(const std::string &fn) const;
+  /// The input of `fn` named `name` (step, replica, tp_rank), or -1.
+  int inputNamed(const std::string &fn, const std::string &name) const;
   /// This device's coordinate on the "tp" mesh axis (0 without one).
   int tpRank() const;
   /// The result of `fn` called `name`, or -1.
