@@ -19,6 +19,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,8 @@ struct VStep {
   /// outs[0]); `overlap`: it carries kiln.overlap and runs on queue 1.
   program::Collective coll;
   bool overlap = false;
+  /// The pipeline stage that runs the step (kiln.stage), or -1: every device.
+  int stage = -1;
 };
 
 class Generator {
@@ -78,7 +81,7 @@ private:
   static int64_t align(int64_t v) { return (v + 63) / 64 * 64; }
   static program::Buffer makeBuffer(mlir::RankedTensorType t, program::Role role,
                                     const std::string &name);
-  int persistentBuffer(const std::string &name, program::Role role,
+  int persistentBuffer(const std::string &name, program::Role role, int stage,
                        mlir::RankedTensorType t);
 
   // Kernel formation (Kernels.cpp).
@@ -93,6 +96,7 @@ private:
   void matchLtEpilogue(FusionOp fusion, MatmulOp mm, llvm::ArrayRef<mlir::Operation *> epi,
                        llvm::ArrayRef<mlir::Value> outs, VStep &s);
   mlir::LogicalResult gemmStep(FusionOp fusion, MatmulOp mm, VStep &s);
+  mlir::LogicalResult pipelineSteps(mlir::Operation *op, std::vector<VStep> &steps);
   mlir::LogicalResult collectiveStep(mlir::Operation *op, VStep &s);
   mlir::LogicalResult compileFunction(mlir::func::FuncOp fn);
   static void exactDependencies(const program::Program &p, program::Function &f);
@@ -113,6 +117,11 @@ private:
   llvm::StringMap<int> kernelByKey_;
   llvm::DenseMap<mlir::Value, mlir::Value> alias_;
   std::vector<int> scratchIds_; ///< offsets relative to the scratch base
+  /// Pipeline stages (docs/parallel.md): where each stage's persistent
+  /// buffers end (key -1: the buffers every device holds), and each
+  /// function's scratch peak per stage.
+  std::map<int, int64_t> persistentEnd_;
+  std::map<int, int64_t> scratchPeak_;
   /// Per function, per step: the queue it runs on (1: a kiln.overlap
   /// collective), set again after computeDependencies().
   std::vector<std::vector<int>> queues_;

@@ -10,6 +10,7 @@
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 #include "passes/Fusion.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -65,6 +66,20 @@ LogicalResult Generator::run() {
     program::BufferPlan same{prog_.buffers, prog_.persistentBytes, prog_.arenaBytes};
     prog_.otherDevices.assign(size_t(mesh.devices() - 1), same);
   }
+  // Pipeline stages: one layout, but each device's arena ends after its own
+  // stage's buffers (and every device's): persistent ones, then scratch
+  // from the common scratch base.
+  if (int64_t pp = mesh.axisSize("pp"); pp > 1) {
+    int64_t perStage = mesh.devices() / pp, base = prog_.persistentBytes;
+    for (int d = 0; d < mesh.devices(); ++d) {
+      int s = int(d / perStage);
+      int64_t persistent = std::max(persistentEnd_[-1], persistentEnd_[s]);
+      int64_t scratch = std::max(scratchPeak_[-1], scratchPeak_[s]);
+      program::BufferPlan &p = d == 0 ? prog_ : prog_.otherDevices[size_t(d - 1)];
+      p.persistentBytes = persistent;
+      p.arenaBytes = std::max(persistent, base + scratch);
+    }
+  }
   // Plan v2: each step waits for the steps whose memory it touches (offsets
   // are final now); gradient-bucket collectives (kiln.overlap) run on queue
   // 1, everything else in order on queue 0.
@@ -110,13 +125,25 @@ Buffer Generator::makeBuffer(RankedTensorType t, Role role, const std::string &n
 }
 
 /// The persistent buffer named `name`, created on first use.
-int Generator::persistentBuffer(const std::string &name, Role role, RankedTensorType t) {
+/// Pipeline stages: a stage's buffers start after the ones every device
+/// holds, and those after every stage's; buffers of two stages may share
+/// addresses (no device holds both).
+int Generator::persistentBuffer(const std::string &name, Role role, int stage,
+                                RankedTensorType t) {
   int id = prog_.persistent(name);
   if (id >= 0)
     return id;
   Buffer b = makeBuffer(t, role, name);
-  b.offset = prog_.persistentBytes;
-  prog_.persistentBytes = align(b.offset + b.bytes);
+  b.stage = stage;
+  int64_t at = persistentEnd_[-1];
+  if (stage >= 0)
+    at = std::max(at, persistentEnd_[stage]);
+  else
+    for (auto &[s, end] : persistentEnd_)
+      at = std::max(at, end);
+  b.offset = at;
+  persistentEnd_[stage] = align(b.offset + b.bytes);
+  prog_.persistentBytes = std::max(prog_.persistentBytes, align(b.offset + b.bytes));
   prog_.buffers.push_back(b);
   return int(prog_.buffers.size()) - 1;
 }
@@ -311,6 +338,44 @@ LogicalResult Generator::collectiveStep(Operation *op, VStep &s) {
   return success();
 }
 
+/// The steps of a pipeline transfer (send on `from`, recv on `to`) or of a
+/// result broadcast (every device, from the root stage).
+LogicalResult Generator::pipelineSteps(Operation *op, std::vector<VStep> &steps) {
+  using C = program::Collective;
+  auto t = cast<RankedTensorType>(op->getOperand(0).getType());
+  VStep s;
+  s.kind = Step::Collective;
+  s.loc = locString(op->getLoc());
+  if (!t.hasStaticShape() || !toDType(t.getElementType(), s.coll.dtype))
+    return fail(op, "a transfer's operand must be a statically shaped tensor of a "
+                    "supported type");
+  s.coll.bytes = t.getNumElements() * program::dtypeBytes(s.coll.dtype);
+  if (auto b = dyn_cast<CollectiveBroadcastOp>(op)) {
+    s.coll.op = C::Op::Broadcast;
+    s.coll.axis = b.getAxis().str();
+    s.coll.peer = int(b.getRoot());
+    s.ins = {root(op->getOperand(0))};
+    s.outs = {op->getResult(0)};
+    steps.push_back(std::move(s));
+    return success();
+  }
+  auto x = cast<TransferOp>(op);
+  VStep send = s, recv = s;
+  send.coll.op = C::Op::Send;
+  send.coll.axis = x.getAxis().str();
+  send.coll.peer = int(x.getTo());
+  send.stage = int(x.getFrom());
+  send.ins = {root(x.getOperand())};
+  recv.coll.op = C::Op::Recv;
+  recv.coll.axis = x.getAxis().str();
+  recv.coll.peer = int(x.getFrom());
+  recv.stage = int(x.getTo());
+  recv.outs = {x.getResult()};
+  steps.push_back(std::move(send));
+  steps.push_back(std::move(recv));
+  return success();
+}
+
 LogicalResult Generator::compileFunction(func::FuncOp fn) {
   alias_.clear();
   Block &block = fn.getBody().front();
@@ -334,6 +399,8 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
         targets.getShape(), cast<RankedTensorType>(ce.getLogits().getType()).getElementType());
     Value per = b.create<CrossEntropyOp>(ce.getLoc(), perType, ce.getLogits(), ce.getTargets(),
                                          LossReduction::none);
+    if (Attribute st = ce->getAttr(kStageAttr))
+      per.getDefiningOp()->setAttr(kStageAttr, st);
     SmallVector<int64_t> all;
     for (int64_t d = 0; d < perType.getRank(); ++d)
       all.push_back(d);
@@ -344,6 +411,8 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     else
       total = b.create<ReduceSumOp>(ce.getLoc(), ce.getType(), per,
                                     b.getDenseI64ArrayAttr(all), UnitAttr());
+    if (Attribute st = ce->getAttr(kStageAttr))
+      total.getDefiningOp()->setAttr(kStageAttr, st);
     ce.replaceAllUsesWith(total);
     ce.erase();
   }
@@ -482,7 +551,15 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
       VStep s;
       if (failed(collectiveStep(&op, s)))
         return failure();
+      s.stage = int(stageOf(&op));
       steps.push_back(std::move(s));
+      continue;
+    }
+    if (isa<TransferOp, CollectiveBroadcastOp>(op)) {
+      // Pipeline stages: a transfer is a send on its stage and the matching
+      // recv on the other, adjacent; a broadcast runs everywhere.
+      if (failed(pipelineSteps(&op, steps)))
+        return failure();
       continue;
     }
     auto fusion = dyn_cast<FusionOp>(op);
@@ -507,6 +584,7 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
         mm = x;
     if (mm && (fusion.getKind() == "gemm_epilogue" || fusion.getKind() == "gemm")) {
       s.loc = locString(mm.getLoc());
+      s.stage = int(stageOf(&op));
       if (failed(gemmStep(fusion, mm, s)))
         return failure();
       // The epilogue: every member after the GEMM, reading its result.
@@ -568,6 +646,7 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     if (failed(k))
       return failure();
     s.kernel = *k;
+    s.stage = int(stageOf(&op));
     for (Value v : fusion.getOperands())
       s.ins.push_back(root(v));
     for (Value v : fusion.getResults())
@@ -578,7 +657,8 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
   }
   for (Value v : ret.getOperands())
     if (!v.getDefiningOp() ||
-        isa<FusionOp, AllReduceOp, ReduceScatterOp, AllGatherOp>(v.getDefiningOp()) ||
+        isa<FusionOp, AllReduceOp, ReduceScatterOp, AllGatherOp, TransferOp,
+            CollectiveBroadcastOp>(v.getDefiningOp()) ||
         alias_.count(v) || isa<BlockArgument>(v))
       continue;
     else if (!foldedOut_.count(v.getDefiningOp()))
@@ -642,16 +722,30 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
   llvm::DenseMap<Value, int> def, last;
   Block &block = fn.getBody().front();
 
+  // Pipeline stages: the stage holding each value (-1: every device).
+  auto stageOfValue = [&](Value v) -> int {
+    if (auto a = dyn_cast<BlockArgument>(v)) {
+      auto s = fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), kStageAttr);
+      return s ? int(s.getInt()) : -1;
+    }
+    Operation *d = v.getDefiningOp();
+    if (auto t = dyn_cast<TransferOp>(d))
+      return int(t.getTo());
+    if (isa<CollectiveBroadcastOp>(d))
+      return -1;
+    return int(stageOf(d));
+  };
   // Arguments: parameters and state are persistent; inputs are scratch.
   for (BlockArgument a : block.getArguments()) {
     auto t = cast<RankedTensorType>(a.getType());
     DType d;
     if (!toDType(t.getElementType(), d))
       return fail(fn, "an argument has an unsupported element type");
+    int stage = stageOfValue(a);
     if (auto p = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kParamAttr))
-      buffer[a] = persistentBuffer(p.str(), Role::Param, t);
+      buffer[a] = persistentBuffer(p.str(), Role::Param, stage, t);
     else if (auto st = fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kStateAttr))
-      buffer[a] = persistentBuffer(st.str(), Role::State, t);
+      buffer[a] = persistentBuffer(st.str(), Role::State, stage, t);
     // ZeRO: a sharded parameter or state tensor (kiln.shard = {axis,
     // shape}): the buffer holds this device's block of the logical tensor.
     if (auto shard = fn.getArgAttrOfType<DictionaryAttr>(a.getArgNumber(), "kiln.shard");
@@ -757,16 +851,22 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
   }
 
   // Scratch buffers, first fit over live ranges.
-  struct Live { int64_t offset, size; int end; int id; };
+  // Pipeline stages: a buffer only conflicts with live buffers its own
+  // devices hold (its stage's and every device's).
+  struct Live { int64_t offset, size; int end; int id; int stage; };
   std::vector<Live> live;
   int64_t peak = 0;
+  std::map<int, int64_t> stagePeak;
   auto allocate = [&](Value v, Role role, const std::string &name) -> int {
     Buffer b = makeBuffer(cast<RankedTensorType>(v.getType()), role, name);
+    b.stage = stageOfValue(v);
     int64_t size = align(std::max<int64_t>(b.bytes, 1));
     std::sort(live.begin(), live.end(),
               [](const Live &x, const Live &y) { return x.offset < y.offset; });
     int64_t at = 0;
     for (const Live &l : live) {
+      if (b.stage >= 0 && l.stage >= 0 && l.stage != b.stage)
+        continue;
       if (l.offset - at >= size)
         break;
       at = std::max(at, l.offset + l.size);
@@ -774,8 +874,9 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     b.offset = at; // relative to the scratch base until run() ends
     prog_.buffers.push_back(b);
     scratchIds_.push_back(int(prog_.buffers.size()) - 1);
-    live.push_back({at, size, last.lookup(v), scratchIds_.back()});
+    live.push_back({at, size, last.lookup(v), scratchIds_.back(), b.stage});
     peak = std::max(peak, at + size);
+    stagePeak[b.stage] = std::max(stagePeak[b.stage], at + size);
     return scratchIds_.back();
   };
   auto release = [&](int before) {
@@ -833,6 +934,7 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     st.gemm = s.gemm;
     st.loc = s.loc;
     st.collective = s.coll;
+    st.stage = s.stage;
     queues.push_back(s.kind == Step::Collective && s.overlap ? 1 : 0);
     for (Value v : s.ins)
       st.args.push_back(buffer[root(v)]);
@@ -857,11 +959,14 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     Step st;
     st.kind = Step::Copy;
     st.args = {buffer[v], target};
+    st.stage = prog_.buffers[size_t(target)].stage;
     st.loc = locString(v.getLoc());
     out.steps.push_back(std::move(st));
     queues.push_back(0);
   }
   out.scratchBytes = peak;
+  for (auto &[s, v] : stagePeak)
+    scratchPeak_[s] = std::max(scratchPeak_[s], v);
   // Activations: temporaries holding forward values that a step computing
   // something else (backward) reads.
   if (hasForward_ && otherSteps_.size() == steps.size()) {
@@ -978,10 +1083,51 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
     std::string axes;
     for (const program::MeshAxis &a : p.mesh.axes)
       axes += fmt::format("{}{}={}", axes.empty() ? "" : " x ", a.name, a.size);
-    os << fmt::format("mesh: {} ({} devices, each with this arena); {} queue{}\n", axes,
-                      p.mesh.numDevices(), p.queues, p.queues == 1 ? "" : "s");
+    int pp = p.mesh.axis("pp") >= 0 ? int(p.mesh.axes[size_t(p.mesh.axis("pp"))].size) : 1;
+    os << fmt::format("mesh: {} ({} devices{}); {} queue{}\n", axes, p.mesh.numDevices(),
+                      pp > 1 ? "" : ", each with this arena", p.queues,
+                      p.queues == 1 ? "" : "s");
+    if (pp > 1) {
+      // Pipeline stages: each stage's devices hold its own arena and run
+      // its own steps of each function.
+      int per = p.mesh.numDevices() / pp;
+      for (int st = 0; st < pp; ++st) {
+        const program::BufferPlan &bp = p.plan(st * per);
+        std::string devs;
+        for (int d = st * per; d < (st + 1) * per; ++d)
+          devs += (devs.empty() ? "" : ",") + std::to_string(d);
+        os << fmt::format("  stage {} (device{} {}): arena {} bytes ({}): persistent {} bytes, "
+                          "scratch peak {} bytes\n",
+                          st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes),
+                          bp.persistentBytes, bp.arenaBytes - p.persistentBytes);
+        for (const program::Function &f : p.functions) {
+          int kernels = 0, gemms = 0, sends = 0, recvs = 0, other = 0;
+          int64_t sent = 0;
+          for (const program::Step &x : f.steps) {
+            if (x.stage >= 0 && x.stage != st)
+              continue;
+            if (x.kind == Step::Kernel)
+              ++kernels;
+            else if (x.kind == Step::Gemm)
+              ++gemms;
+            else if (x.kind == Step::Collective &&
+                     x.collective.op == program::Collective::Op::Send)
+              ++sends, sent += x.collective.bytes;
+            else if (x.kind == Step::Collective &&
+                     x.collective.op == program::Collective::Op::Recv)
+              ++recvs;
+            else
+              ++other;
+          }
+          os << fmt::format("    @{}: {} kernels, {} gemms, {} sends ({} bytes), {} recvs, "
+                            "{} other steps\n",
+                            f.name, kernels, gemms, sends, sent, recvs, other);
+        }
+      }
+    }
     printZeroMemory(zeroMemory(p), os, "");
-    os << fmt::format("  this plan  {:>12} bytes ({}) per device: persistent {} bytes, "
+    if (pp <= 1)
+      os << fmt::format("  this plan  {:>12} bytes ({}) per device: persistent {} bytes, "
                       "scratch peak {} bytes\n",
                       p.arenaBytes, mib(p.arenaBytes), p.persistentBytes,
                       p.arenaBytes - p.persistentBytes);

@@ -4,6 +4,7 @@
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -141,6 +142,85 @@ ModelSummary summarize(ModuleOp module) {
   return s;
 }
 
+/// Pipeline parallelism: the schedule, its bubble, and per stage what it
+/// holds and runs; then every transfer of @train_step (docs/parallel.md).
+void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
+                   llvm::raw_ostream &os) {
+  int64_t P = mesh.axisSize("pp");
+  auto train = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+  int64_t M = 1;
+  std::string sched = "1f1b";
+  if (train) {
+    if (auto a = train.getAs<IntegerAttr>("grad_accum"))
+      M = std::max<int64_t>(1, a.getInt());
+    if (auto a = train.getAs<StringAttr>("pipeline"))
+      sched = a.getValue().str();
+  }
+  bool placed = bool(module->getAttr("kiln.stages_placed"));
+  os << llvm::formatv("  pipeline (pp = {0}, {1} micro-batch{2}, {3} schedule, stages {4}):\n",
+                      P, M, M == 1 ? "" : "es", sched,
+                      placed ? "placed by hand (stage blocks)" : "cut by the cost model (FLOPs)");
+  os << llvm::formatv("    bubble (p - 1) / (M + p - 1) = {0} / {1} = {2:F1}% of each device's "
+                      "step idle\n",
+                      P - 1, M + P - 1, 100.0 * double(P - 1) / double(M + P - 1));
+  std::vector<int64_t> flops(size_t(P), 0), ops(size_t(P), 0), params(size_t(P), 0);
+  std::vector<std::string> first(static_cast<size_t>(P)), last(static_cast<size_t>(P));
+  if (auto fwd = module.lookupSymbol<func::FuncOp>("forward"))
+    for (Operation &op : fwd.getBody().front().without_terminator()) {
+      int64_t st = stageOf(&op);
+      if (st < 0 || st >= P)
+        continue;
+      ++ops[size_t(st)];
+      if (auto c = dyn_cast<CostOpInterface>(&op); c && op.getNumResults())
+        flops[size_t(st)] += c.estimateFlops();
+      if (auto tag = op.getAttrOfType<StringAttr>(KilnDialect::kBlockAttr)) {
+        if (first[size_t(st)].empty())
+          first[size_t(st)] = tag.str();
+        last[size_t(st)] = tag.str();
+      }
+    }
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (step.getArgAttr(i, KilnDialect::kParamAttr))
+      if (auto st = step.getArgAttrOfType<IntegerAttr>(i, kStageAttr))
+        if (st.getInt() < P)
+          params[size_t(st.getInt())] +=
+              cast<RankedTensorType>(step.getArgument(i).getType()).getNumElements();
+  os << "    stage  forward ops  forward FLOPs    parameters  micro-batches in flight "
+        "(1f1b | gpipe)  layers\n";
+  for (int64_t st = 0; st < P; ++st) {
+    std::string layers = first[size_t(st)].empty() ? "-"
+                         : first[size_t(st)] == last[size_t(st)]
+                             ? first[size_t(st)]
+                             : first[size_t(st)] + " .. " + last[size_t(st)];
+    os << llvm::formatv("    {0,-6} {1,11}  {2,13}  {3,12}  {4,10} | {5,-16}  {6}\n", st,
+                        ops[size_t(st)], grouped(flops[size_t(st)]), grouped(params[size_t(st)]),
+                        std::min(P - st, M), M, layers);
+  }
+  // Transfers: grouped by place, type and direction.
+  std::map<std::string, int> transfers;
+  int total = 0;
+  step.walk([&](Operation *op) {
+    std::string dir;
+    if (auto t = dyn_cast<TransferOp>(op))
+      dir = llvm::formatv("stage {0} -> {1}", t.getFrom(), t.getTo()).str();
+    else if (auto b = dyn_cast<CollectiveBroadcastOp>(op))
+      dir = llvm::formatv("stage {0} -> all (broadcast)", b.getRoot()).str();
+    else
+      return;
+    std::string where;
+    if (auto f = dyn_cast<FileLineColLoc>(op->getLoc()))
+      where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
+              std::to_string(f.getLine());
+    ++transfers[llvm::formatv("    {0,-28} {1,-16} {2}", where.empty() ? "-" : where,
+                              typeStr(op->getResult(0).getType()), dir)
+                    .str()];
+    ++total;
+  });
+  os << "    " << total << " transfers per training step, inserted by kiln-pipeline:\n";
+  for (auto &[line, n] : transfers)
+    os << line << (n > 1 ? llvm::formatv("  x{0}", n).str() : "") << "\n";
+}
+
 void addProgram(ModelSummary &s, ModuleOp module) {
   for (auto fn : module.getOps<func::FuncOp>()) {
     int64_t n = 0;
@@ -235,6 +315,8 @@ void addProgram(ModelSummary &s, ModuleOp module) {
     for (const std::string &line : lines)
       os << line << "\n";
   }
+  if (mesh.axisSize("pp") > 1)
+    printPipeline(module, step, mesh, os);
 }
 
 void print(const ModelSummary &s, llvm::raw_ostream &os) {

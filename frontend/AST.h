@@ -55,19 +55,21 @@ struct Stmt;
 using Block = std::vector<Stmt>;
 
 struct Stmt {
-  enum class Kind { Input, Assign, Unpack, Repeat, Return };
+  enum class Kind { Input, Assign, Unpack, Repeat, Stage, Return };
   Kind kind;
   SourceLoc loc;
   std::string name;      ///< Input name, assignment target, or repeat's 'as'.
+  std::string index;     ///< Repeat's iteration variable: `repeat n as h, i`.
+  SourceLoc indexLoc;
   SourceLoc nameLoc;
   std::vector<std::string> names; ///< Unpack targets: `p, q = f(x)`.
   std::vector<SourceLoc> nameLocs;
   std::string dtype;     ///< Input element type.
   SourceLoc dtypeLoc;
   std::vector<ExprPtr> dims; ///< Input dimensions.
-  ExprPtr value;         ///< Assigned/returned value, or repeat count;
+  ExprPtr value;         ///< Assigned/returned value, repeat count or stage;
                          ///< `return a, b` returns a Tuple.
-  Block body;            ///< Repeat body.
+  Block body;            ///< Repeat or stage body.
 
   Stmt(Kind k, SourceLoc l) : kind(k), loc(l) {}
 };

@@ -156,7 +156,35 @@ OwningOpRef<ModuleOp> Elaborator::run() {
     auto a = trainAttrs_.get(k);
     return a ? cast<IntegerAttr>(a).getInt() : int64_t(1);
   };
-  setMesh(mod, meshFor(intSetting("devices"), intSetting("tp")));
+  // Pipeline stages: `pp = P` in the train section, or the stages that
+  // `stage N { ... }` blocks name (layers placed by hand); devices then
+  // defaults to pp x tp.
+  int64_t tp = intSetting("tp"), pp = intSetting("pp");
+  if (maxStage_ >= 0) {
+    if (trainAttrs_.get("pp") && maxStage_ >= pp)
+      fail(maxStageLoc_, "stage " + std::to_string(maxStage_) + " is not one of the " +
+                             std::to_string(pp) + " pipeline stages (pp = " +
+                             std::to_string(pp) + " in the train section); stages are 0.." +
+                             std::to_string(pp - 1));
+    pp = std::max(pp, maxStage_ + 1);
+    mod->setAttr("kiln.stages_placed", b_.getI64IntegerAttr(maxStage_ + 1));
+  }
+  int64_t devices = trainAttrs_.get("devices") ? intSetting("devices") : tp * pp;
+  if (pp > 1 && devices % (tp * pp) != 0)
+    fail(ast_.model->loc, "devices = " + std::to_string(devices) + " is not a multiple of pp x tp = " +
+                              std::to_string(pp) + " x " + std::to_string(tp) +
+                              " (devices counts every device: dp x pp x tp)");
+  if (pp > 1 && trainAttrs_.get("zero") && intSetting("zero") > 0)
+    fail(ast_.model->loc, "zero = " + std::to_string(intSetting("zero")) +
+                              " together with pipeline stages is not supported yet; "
+                              "use zero = 0 with pipeline parallelism");
+  if (pp > 1) {
+    trainAttrs_.set("pp", b_.getI64IntegerAttr(pp));
+    trainAttrs_.set("devices", b_.getI64IntegerAttr(devices));
+    if (ast_.hasTrain)
+      mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
+  }
+  setMesh(mod, meshFor(devices, tp, pp));
   checkFp32Layers();
   warnUnusedLayers();
   return std::move(module_);

@@ -33,6 +33,8 @@ namespace kiln::frontend {
 /// Limits that keep any input from exhausting time or memory.
 constexpr int64_t kMaxOps = 250'000;
 constexpr int64_t kMaxRepeat = 100'000;
+/// Pipeline stages a model may name with `stage N { ... }`.
+constexpr int64_t kMaxStages = 64;
 constexpr int kMaxCallDepth = 64;
 constexpr int64_t kMaxSteps = 10'000'000;      ///< statements evaluated
 constexpr int64_t kMaxListElements = 1'000'000;

@@ -264,9 +264,15 @@ private:
       Stmt s(Stmt::Kind::Repeat, cur().loc);
       advance();
       s.value = parseExpr();
-      if (accept(Tok::KwAs) &&
-          !expectIdent(s.name, s.nameLoc, "a scope name after 'as'"))
-        return;
+      if (accept(Tok::KwAs)) {
+        if (!expectIdent(s.name, s.nameLoc, "a scope name after 'as'"))
+          return;
+        // `repeat n as h, i`: i is the iteration's index in the body.
+        if (accept(Tok::Comma) &&
+            !expectIdent(s.index, s.indexLoc,
+                         "an index name after 'as NAME,' (as in 'repeat 4 as h, i')"))
+          return;
+      }
       parseBlock(s.body);
       body.push_back(std::move(s));
       return;
@@ -289,6 +295,17 @@ private:
       return;
     }
     case Tok::Ident: {
+      if (cur().text == "stage" && peekTok().kind != Tok::Comma &&
+          peekTok().kind != Tok::Assign) {
+        // stage EXPR { ... }: the block's ops run on pipeline stage EXPR
+        // ("stage" stays an ordinary name elsewhere).
+        Stmt s(Stmt::Kind::Stage, cur().loc);
+        advance();
+        s.value = parseExpr();
+        parseBlock(s.body);
+        body.push_back(std::move(s));
+        return;
+      }
       if (peekTok().kind == Tok::Comma) {
         // NAME ',' NAME { ',' NAME } '=' expr: unpacks a tuple.
         Stmt s(Stmt::Kind::Unpack, cur().loc);
@@ -325,7 +342,7 @@ private:
       return;
     }
     default:
-      expected("a statement ('NAME = expression', 'input', 'repeat' or "
+      expected("a statement ('NAME = expression', 'input', 'repeat', 'stage' or "
                "'return') or '}'");
       return;
     }

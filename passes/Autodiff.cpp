@@ -2,6 +2,7 @@
 #include "passes/Passes.h"
 
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -113,6 +114,19 @@ FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
         llvm::any_of(op->getOperands(), [&](Value v) { return active(v); });
     if (!needsOperandGrad)
       continue;
+    // Pipeline stages: the ops built for `op`'s gradient (and its
+    // recomputation) run on `op`'s stage (docs/parallel.md).
+    Operation *mark = b.getInsertionPoint() == block->begin()
+                          ? nullptr
+                          : &*std::prev(b.getInsertionPoint());
+    auto tagStage = [&, stage = op->getAttr(kStageAttr)] {
+      if (!stage)
+        return;
+      for (auto it = mark ? std::next(mark->getIterator()) : block->begin();
+           it != b.getInsertionPoint(); ++it)
+        if (!it->hasAttr(kStageAttr))
+          it->setAttr(kStageAttr, stage);
+    };
     if (recompute)
       if (auto tag = op->getAttrOfType<StringAttr>(KilnDialect::kBlockAttr))
         if (blocks.count(tag.getValue()))
@@ -140,6 +154,7 @@ FailureOr<SmallVector<Value>> buildReverseSweep(OpBuilder &b, Value loss,
       Value &acc = adjoint[operand];
       acc = acc ? b.create<AddOp>(loc, acc, g).getResult() : g;
     }
+    tagStage();
   }
   SmallVector<Value> grads;
   for (Value w : wrt) {

@@ -12,6 +12,7 @@
 #include "passes/Passes.h"
 
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 
 #include "mlir/Analysis/TopologicalSortUtils.h"
 #include "mlir/IR/Builders.h"
@@ -398,7 +399,7 @@ Role Grouper::roleOf(Operation *op) {
     return Role::Folded;
   if (isa<OptimizationBarrierOp>(op))
     return Role::Alias;
-  if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp>(op))
+  if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, TransferOp, CollectiveBroadcastOp>(op))
     return Role::Collective; // communication, never code: fused with nothing
   if (op->getNumResults() == 1 && duplicable(op->getResult(0)))
     return Role::Skip;
@@ -457,6 +458,13 @@ int Grouper::newGroup(Operation *op, Kind kind) {
 std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t &newRows) {
   Group &G = groups_[g];
   Role role = roles_[op];
+  // Pipeline stages: a kernel runs on one stage (or on every device).
+  if (stageOf(G.members.front()) != stageOf(op))
+    return "stage: the op runs on pipeline stage " + std::to_string(stageOf(op)) +
+           " and the kernel on stage " + std::to_string(stageOf(G.members.front()));
+  for (int o : others)
+    if (stageOf(groups_[o].members.front()) != stageOf(op))
+      return "stage: a kernel to merge runs on another pipeline stage";
   SmallVector<int> all{g};
   all.append(others.begin(), others.end());
   auto inAll = [&](int x) { return llvm::is_contained(all, x); };
@@ -658,6 +666,8 @@ std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t
 
 std::string Grouper::canMerge(int a, int b) {
   Group &A = groups_[a], &B = groups_[b];
+  if (stageOf(A.members.front()) != stageOf(B.members.front()))
+    return "stage: the kernels run on different pipeline stages";
   if (contains(A.extDeps, b) || contains(B.extDeps, a))
     return "cycle: one kernel needs the other's results (directly or through other kernels), "
            "so they cannot be one pass";
@@ -1069,6 +1079,8 @@ LogicalResult Grouper::materialize() {
     Location loc = members.back()->getLoc();
     auto fusion = b.create<FusionOp>(loc, outTypes, inputs.getArrayRef(),
                                      b.getStringAttr(kind), b.getI64IntegerAttr(rows));
+    if (Attribute st = members.back()->getAttr(kStageAttr))
+      fusion->setAttr(kStageAttr, st);
     Block *body = new Block();
     fusion.getBody().push_back(body);
     IRMapping map;
@@ -1114,6 +1126,8 @@ LogicalResult Grouper::materialize() {
     auto f = b.create<FusionOp>(v.getLoc(), TypeRange{v.getType()}, inputs.getArrayRef(),
                                 b.getStringAttr("elementwise"),
                                 b.getI64IntegerAttr(t.getRank()));
+    if (Attribute st = v.getDefiningOp()->getAttr(kStageAttr))
+      f->setAttr(kStageAttr, st);
     Block *body = new Block();
     f.getBody().push_back(body);
     IRMapping map;

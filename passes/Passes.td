@@ -233,6 +233,41 @@ def KilnTensorParallelPass : Pass<"kiln-tensor-parallel", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnPipelineStagesPass : Pass<"kiln-pipeline-stages", "mlir::ModuleOp"> {
+  let summary = "Give every op of @forward a pipeline stage (by hand or by the cost model)";
+  let description = [{
+    Runs before kiln-train-step on a module whose `kiln.mesh` has a `pp`
+    axis of size P > 1 (a no-op otherwise). Ops placed by `stage N { ... }`
+    blocks keep their `kiln.stage`, and every stage must hold some; without
+    such blocks @forward is cut into P contiguous ranges, at layer
+    boundaries (where the `kiln.block` tag changes) when there are enough,
+    minimising the largest stage's FLOPs (CostOpInterface).
+    docs/parallel.md, "Pipeline parallelism".
+  }];
+}
+
+def KilnPipelinePass : Pass<"kiln-pipeline", "mlir::ModuleOp"> {
+  let summary = "Pipeline parallelism: stage every op, insert transfers, order the micro-batch schedule";
+  let description = [{
+    Runs after kiln-data-parallel on a module whose `kiln.mesh` has a `pp`
+    axis of size P > 1 (a no-op otherwise). In @train_step, @eval_step and
+    @predict every op gets the stage that runs it (`kiln.stage`; none: every
+    device): clones of @forward's ops and their gradients keep theirs, other
+    ops go where their largest operand lives and broadcasts where their
+    users are. Parameters and their optimizer state belong to the stage of
+    their first use (arguments carry `kiln.stage`). A value used on another
+    stage crosses with `kiln.transfer`; results that are not parameter or
+    state updates are broadcast to every device with
+    `kiln.collective_broadcast`. @train_step's ops are then reordered into
+    the schedule of the train section's `pipeline` (1f1b, the default, or
+    gpipe) over its micro-batches (grad_accum). docs/parallel.md, "Pipeline
+    parallelism".
+  }];
+  let statistics = [
+    Statistic<"numTransfers", "transfers", "Stage-to-stage transfers and broadcasts per step">,
+  ];
+}
+
 def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
   let summary = "Lower kiln ops to linalg, tensor, arith and math on tensors";
   let description = [{

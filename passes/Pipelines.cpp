@@ -41,6 +41,9 @@ void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
   options.gradOnly = gradOnly;
   // Mixed precision on @forward (a no-op without precision = bf16|fp16).
   pm.addPass(createKilnMixedPrecisionPass());
+  // Pipeline stages of @forward when kiln.mesh has pp > 1 (a no-op
+  // otherwise): kiln-train-step's clones and gradients keep them.
+  pm.addPass(createKilnPipelineStagesPass());
   pm.addPass(createKilnTrainStepPass(options));
   // Tensor parallelism when kiln.mesh has tp > 1 (a no-op otherwise).
   pm.addPass(createKilnTensorParallelPass());
@@ -50,6 +53,9 @@ void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
   pm.addPass(createKilnDataParallelPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // Pipeline parallelism when kiln.mesh has pp > 1: after the passes above,
+  // so the ops they create get stages too.
+  pm.addPass(createKilnPipelinePass());
 }
 
 void buildCpuKernelLoweringPipeline(OpPassManager &pm) {

@@ -514,6 +514,21 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   if (scaler_)
     invScale = s.div(s.cst(1.0), scale);
 
+  // Pipeline parallelism: every op built below is tagged with its
+  // micro-batch and phase (kiln.pp.mb, kiln.pp.phase: -1 before the
+  // micro-batches, 0 forward, 1 backward), which kiln-pipeline orders
+  // into the schedule and then drops.
+  bool pipeline = getMesh(m_).axisSize("pp") > 1;
+  auto tagNew = [&](int64_t k, int64_t phase) {
+    if (!pipeline)
+      return;
+    for (Operation &op : *body)
+      if (!op.hasAttr("kiln.pp.phase")) {
+        op.setAttr("kiln.pp.mb", b_.getI64IntegerAttr(k));
+        op.setAttr("kiln.pp.phase", b_.getI64IntegerAttr(phase));
+      }
+  };
+  tagNew(0, -1);
   // Forward and backward per micro-batch.
   Value lossSum;
   SmallVector<Value> gradSum(params_.size());
@@ -547,6 +562,7 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       map.map(fwd_.getArgument(dropoutSeedArg_), seed);
     }
     SmallVector<Value> outs = cloneForward(map, /*noDropout=*/false);
+    tagNew(k, 0);
     // Gradients with respect to the parameters and their low copies; the
     // loss scaler seeds the sweep with the scale.
     SmallVector<Value> wrt(ps.begin(), ps.end());
@@ -612,6 +628,7 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       if (mesh)
         b_.setInsertionPointToEnd(body);
     }
+    tagNew(k, 1);
   }
   Value loss = lossSum;
   SmallVector<Value> grads = gradSum;

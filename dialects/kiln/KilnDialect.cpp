@@ -143,6 +143,21 @@ LogicalResult verifyTpHint(Operation *op, Attribute value) {
     return op->emitError() << "'kiln.tp' must be {dim = D, outer = K} with D >= 0, K >= 1";
   return success();
 }
+
+/// kiln.stage: a pipeline stage, a coordinate of the module's "pp" axis.
+LogicalResult verifyStage(Operation *op, Attribute a) {
+  auto i = dyn_cast<IntegerAttr>(a);
+  if (!i || i.getInt() < 0)
+    return op->emitError() << "'kiln.stage' must be a non-negative integer (a pipeline stage)";
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  if (module) {
+    int64_t pp = getMesh(module).axisSize("pp");
+    if (pp >= 1 && i.getInt() >= pp)
+      return op->emitError() << "'kiln.stage' = " << i.getInt() << " is not a stage of the mesh's "
+                             << pp << " pipeline stages";
+  }
+  return success();
+}
 } // namespace
 
 LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
@@ -159,9 +174,11 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
     return verifyShard(op, attr.getValue());
   if (name == "kiln.tp")
     return verifyTpHint(op, attr.getValue());
+  if (name == kStageAttr)
+    return verifyStage(op, attr.getValue());
   return op->emitError() << "unknown kiln argument attribute '" << name
                          << "' (expected kiln.param, kiln.layer, kiln.init, "
-                            "kiln.input, kiln.state, kiln.shard or kiln.tp)";
+                            "kiln.input, kiln.state, kiln.shard, kiln.tp or kiln.stage)";
 }
 
 LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
@@ -226,6 +243,16 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
                                                          : "\"kiln\" or \"autocast\"");
     return success();
   }
+  // Pipeline parallelism (passes/Pipeline.cpp): an op's stage, the number
+  // of stages `stage N { ... }` blocks name, and kiln-train-step's
+  // micro-batch tags (kiln-pipeline drops them).
+  if (name == kStageAttr)
+    return verifyStage(op, attr.getValue());
+  if (name == "kiln.stages_placed" || name == "kiln.pp.mb" || name == "kiln.pp.phase") {
+    if (!isa<IntegerAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' must be an integer";
+    return success();
+  }
   if (name == kShardingAttr) {
     auto list = dyn_cast<ArrayAttr>(attr.getValue());
     if (!list || list.size() != op->getNumResults())
@@ -264,10 +291,20 @@ int64_t MeshShape::axisSize(llvm::StringRef name) const {
   return -1;
 }
 
-MeshShape kiln::meshFor(int64_t devices, int64_t tp) {
+int64_t kiln::stageOf(Operation *op) {
+  auto a = op->getAttrOfType<IntegerAttr>(kStageAttr);
+  return a ? a.getInt() : -1;
+}
+
+MeshShape kiln::meshFor(int64_t devices, int64_t tp, int64_t pp) {
   MeshShape mesh;
   tp = std::max<int64_t>(tp, 1);
-  if (tp > 1)
+  pp = std::max<int64_t>(pp, 1);
+  if (pp > 1) {
+    mesh.axes = {MeshAxis{"pp", pp}, MeshAxis{"dp", std::max<int64_t>(devices / (pp * tp), 1)}};
+    if (tp > 1)
+      mesh.axes.push_back(MeshAxis{"tp", tp});
+  } else if (tp > 1)
     mesh.axes = {MeshAxis{"dp", std::max<int64_t>(devices / tp, 1)}, MeshAxis{"tp", tp}};
   else if (devices > 1)
     mesh.axes = {MeshAxis{"dp", devices}};

@@ -45,7 +45,15 @@ inline constexpr llvm::StringLiteral kShardAttr = "kiln.shard";
 /// The mesh of the train settings `devices` (all devices) and `tp`: none for
 /// one device, ["dp"] without tensor parallelism, ["dp", "tp"] of shape
 /// [devices / tp, tp] with it (tp innermost: a tp group is adjacent ranks).
-MeshShape meshFor(int64_t devices, int64_t tp);
+/// With pp > 1 stages, ["pp", "dp"] or ["pp", "dp", "tp"]: pp outermost, so a
+/// stage is a block of dp x tp adjacent devices.
+MeshShape meshFor(int64_t devices, int64_t tp, int64_t pp = 1);
+
+/// The pipeline stage an op runs on (docs/parallel.md "Pipeline
+/// parallelism"): `kiln.stage = s`; ops without it run on every device.
+inline constexpr llvm::StringLiteral kStageAttr = "kiln.stage";
+/// The stage of `op`, or -1 (every device).
+int64_t stageOf(mlir::Operation *op);
 
 /// Whether tensor parallelism over `tp` devices splits the parameter whose
 /// @forward argument has attributes `attrs` and type `type`: it carries a

@@ -132,8 +132,13 @@ struct Args {
 struct BlockTagger : OpBuilder::Listener {
   std::string tag;
   std::string fp32;
+  /// The pipeline stage of the enclosing `stage N { ... }` block, or -1.
+  int64_t stage = -1;
   void notifyOperationInserted(Operation *op,
                                OpBuilder::InsertPoint) override {
+    if (stage >= 0)
+      op->setAttr("kiln.stage", IntegerAttr::get(IntegerType::get(op->getContext(), 64),
+                                                 stage));
     if (!tag.empty())
       op->setAttr(KilnDialect::kBlockAttr,
                   StringAttr::get(op->getContext(), tag));
@@ -166,6 +171,9 @@ private:
   DiagEngine &diags_;
   OpBuilder b_;
   BlockTagger tagger_;
+  /// The highest stage a `stage N { ... }` block named, or -1 (and where).
+  int64_t maxStage_ = -1;
+  SourceLoc maxStageLoc_;
   OwningOpRef<ModuleOp> module_;
   func::FuncOp func_;
   mlir::Block *entry_ = nullptr;

@@ -479,11 +479,36 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
         tagger_.tag = joinPrefix();
         std::string outerFp32 = tagger_.fp32;
         matchFp32Layers(tagger_.tag);
+        if (!s.index.empty()) {
+          // `repeat n as h, i`: i names the iteration (0 .. n-1) in the
+          // body, e.g. for `stage i * 2 // n { ... }`.
+          if (paramEnv_.vars.count(s.index))
+            fail(s.indexLoc, "'" + s.index + "' is a model parameter; name the "
+                             "repeat index differently");
+          env.vars[s.index] = scalarInt(i, s.indexLoc, s.index);
+        }
         execBlock(s.body, env, inDef, /*topLevel=*/false, ret);
         tagger_.fp32 = outerFp32;
         prefix_.pop_back();
       }
       tagger_.tag = outerTag;
+      break;
+    }
+    case Stmt::Kind::Stage: {
+      // Layers placed by hand (docs/parallel.md "Pipeline parallelism"):
+      // every op the block builds runs on pipeline stage n.
+      Val n = eval(*s.value, env);
+      if (n.kind != Val::Kind::Int || n.i < 0 || n.i >= kMaxStages)
+        fail(s.value->loc, "stage needs a pipeline stage from 0 to " +
+                               std::to_string(kMaxStages - 1) + ", got " +
+                               (n.kind == Val::Kind::Int ? std::to_string(n.i)
+                                                         : describe(n)));
+      if (n.i > maxStage_)
+        maxStage_ = n.i, maxStageLoc_ = s.value->loc;
+      int64_t outer = tagger_.stage;
+      tagger_.stage = n.i;
+      execBlock(s.body, env, inDef, /*topLevel=*/false, ret);
+      tagger_.stage = outer;
       break;
     }
     case Stmt::Kind::Return:

@@ -132,13 +132,34 @@ void Elaborator::evalTrain() {
       "batch, steps, optimizer, schedule, precision, precision_mode, fp32_layers, "
       "loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
-      "checkpoint_interval, data, val_data, devices, tp, zero, bucket_mb, "
-      "first_bucket_mb, grad_reduce";
+      "checkpoint_interval, data, val_data, devices, tp, pp, micro_batches, "
+      "pipeline, zero, bucket_mb, first_bucket_mb, grad_reduce";
   int64_t devices = 1;
-  std::optional<std::pair<int64_t, SourceLoc>> zero, tp;
+  std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum;
   for (const TrainEntry &t : ast_.train) {
     const std::string &k = t.key;
-    if (k == "tp") {
+    if (k == "pp" || k == "micro_batches") {
+      // Pipeline parallelism (docs/parallel.md): pp stages, each step's
+      // batch cut into micro_batches micro-batches of `batch` rows (the
+      // pipeline's name for grad_accum).
+      Val v = eval(*t.value, paramEnv_);
+      int64_t n = posInt(v, k, 1);
+      if (n > (k == "pp" ? kMaxStages : int64_t(4096)))
+        fail(v.loc, k + " must be at most " +
+                        std::to_string(k == "pp" ? kMaxStages : int64_t(4096)));
+      (k == "pp" ? pp : micro) = {n, v.loc};
+      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+      if (k == "micro_batches")
+        trainAttrs_.set("grad_accum", b_.getI64IntegerAttr(n));
+    } else if (k == "pipeline") {
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (p != "gpipe" && p != "1f1b")
+        fail(e.loc, "pipeline must be \"1f1b\" or \"gpipe\" (the micro-batch "
+                    "schedule of each stage)");
+      trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "tp") {
       // Tensor parallelism (docs/parallel.md): tp of the devices split each
       // layer; devices / tp replicas of that split train data-parallel.
       Val v = eval(*t.value, paramEnv_);
@@ -294,6 +315,8 @@ void Elaborator::evalTrain() {
       Val v = eval(*t.value, paramEnv_);
       int64_t min = k == "seed" || k == "checkpoint_interval" ? 0 : 1;
       int64_t n = posInt(v, k, min);
+      if (k == "grad_accum")
+        accum = {n, v.loc};
       if (k == "batch") {
         if (n > kMaxDimSize)
           fail(v.loc, "batch is too large");
@@ -317,6 +340,13 @@ void Elaborator::evalTrain() {
                   " (known: " + known + ")");
     }
   }
+  if (micro && accum && micro->first != accum->first)
+    fail(accum->second, "grad_accum = " + std::to_string(accum->first) +
+                            " and micro_batches = " + std::to_string(micro->first) +
+                            " disagree; micro_batches is the pipeline's name for "
+                            "grad_accum, give one of them");
+  if (micro && accum)
+    trainAttrs_.set("grad_accum", b_.getI64IntegerAttr(micro->first));
   int64_t t = tp ? tp->first : 1;
   if (tp && devices % t != 0)
     fail(tp->second, "tp = " + std::to_string(t) + " must divide devices = " +

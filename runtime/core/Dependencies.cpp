@@ -90,6 +90,9 @@ void computeDependencies(const Program &p, Function &f) {
         const Buffer &b = bs[size_t(order[j])];
         if (b.offset >= a.offset + std::max<int64_t>(a.bytes, 1))
           break;
+        // Pipeline stages: buffers of two stages never share a device.
+        if (a.stage >= 0 && b.stage >= 0 && a.stage != b.stage)
+          continue;
         overlaps[size_t(order[i])].push_back(order[j]);
         overlaps[size_t(order[j])].push_back(order[i]);
       }
@@ -144,6 +147,8 @@ void exactDependencies(const Program &p, Function &f) {
   auto overlap = [&](int a, int b) {
     for (int d = 0; d < p.numDevices(); ++d) {
       const Buffer &x = p.plan(d).buffers[size_t(a)], &y = p.plan(d).buffers[size_t(b)];
+      if (x.stage >= 0 && y.stage >= 0 && x.stage != y.stage)
+        return false;
       if (x.offset < y.offset + std::max<int64_t>(y.bytes, 1) &&
           y.offset < x.offset + std::max<int64_t>(x.bytes, 1))
         return true;

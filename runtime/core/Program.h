@@ -66,6 +66,7 @@ struct Buffer {
   /// split of D; K = 3 splits a fused [3C, C] q/k/v weight by heads.
   int64_t shardDim = -1;
   int64_t shardOuter = 1;
+  int stage = -1; // TEMP(pp): replaced by the runtime branch
   int64_t numElements() const;
 };
 
@@ -188,6 +189,7 @@ struct Step {
   /// this one starts (RAW/WAR/WAW on arena memory, computeDependencies()).
   /// Within one queue they hold by order; across queues they are events.
   std::vector<int> deps;
+  int stage = -1; // TEMP(pp): replaced by the runtime branch
 };
 
 struct Function {

@@ -173,6 +173,19 @@ cl::opt<int64_t> tpOpt("tp",
                                 "mesh axis; --devices counts all devices, dp = devices / "
                                 "tp; overrides the train section's tp)"),
                        cl::init(0), cl::cat(kilncCategory));
+cl::opt<int64_t> ppOpt("pp",
+                       cl::desc("Pipeline stages (the pp mesh axis; --devices counts all "
+                                "devices, dp = devices / (pp x tp); overrides the train "
+                                "section's pp)"),
+                       cl::init(0), cl::cat(kilncCategory));
+cl::opt<int64_t> microBatchesOpt(
+    "micro-batches",
+    cl::desc("Micro-batches per step for the pipeline (each of the model's batch; "
+             "overrides the train section's micro_batches / grad_accum)"),
+    cl::init(0), cl::cat(kilncCategory));
+cl::opt<std::string> pipelineOpt("pipeline",
+                                 cl::desc("Pipeline schedule: 1f1b (default) or gpipe"),
+                                 cl::init(""), cl::cat(kilncCategory));
 cl::opt<int> zeroOpt("zero",
                      cl::desc("ZeRO stage 0, 1 or 2 with --devices > 1 (overrides "
                               "the train section's zero)"),
@@ -361,6 +374,8 @@ int main(int argc, char **argv) {
   }
   // Data-parallel settings from the command line (docs/parallel.md).
   if (devicesOpt.getNumOccurrences() || tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
+      ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
+      pipelineOpt.getNumOccurrences() ||
       bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences() ||
       gradReduce.getNumOccurrences()) {
     mlir::Builder b(&context);
@@ -377,6 +392,29 @@ int main(int argc, char **argv) {
       t.set("tp", b.getI64IntegerAttr(tpOpt));
       if (!t.get("devices"))
         t.set("devices", b.getI64IntegerAttr(tpOpt));
+    }
+    if (ppOpt.getNumOccurrences()) {
+      if (ppOpt < 1 || ppOpt > 64)
+        return userError("--pp must be an integer from 1 to 64");
+      auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
+      if (placed && ppOpt < placed.getInt())
+        return userError("--pp " + std::to_string(ppOpt) + " is fewer than the " +
+                         std::to_string(placed.getInt()) +
+                         " stages the model's `stage N { ... }` blocks name");
+      t.set("pp", b.getI64IntegerAttr(ppOpt));
+      if (!devicesOpt.getNumOccurrences())
+        t.set("devices", b.getI64IntegerAttr(ppOpt * std::max<int64_t>(1, tpOpt)));
+    }
+    if (microBatchesOpt.getNumOccurrences()) {
+      if (microBatchesOpt < 1 || microBatchesOpt > 4096)
+        return userError("--micro-batches must be an integer from 1 to 4096");
+      t.set("micro_batches", b.getI64IntegerAttr(microBatchesOpt));
+      t.set("grad_accum", b.getI64IntegerAttr(microBatchesOpt));
+    }
+    if (pipelineOpt.getNumOccurrences()) {
+      if (pipelineOpt != "1f1b" && pipelineOpt != "gpipe")
+        return userError("--pipeline=" + pipelineOpt + ": use 1f1b or gpipe");
+      t.set("pipeline", b.getStringAttr(pipelineOpt));
     }
     if (zeroOpt.getNumOccurrences()) {
       if (zeroOpt < 0 || zeroOpt > 2)
@@ -404,19 +442,27 @@ int main(int argc, char **argv) {
     };
     int64_t n = std::max<int64_t>(1, get("devices"));
     int64_t tp = std::max<int64_t>(1, get("tp"));
+    int64_t pp = std::max<int64_t>(1, get("pp"));
     if (n % tp != 0)
       return userError("--tp " + std::to_string(tp) + " must divide the device count " +
                        std::to_string(n) + " (--devices counts all devices: dp = devices / tp)");
+    if (n % (tp * pp) != 0)
+      return userError("--devices " + std::to_string(n) + " is not a multiple of pp x tp = " +
+                       std::to_string(pp) + " x " + std::to_string(tp) +
+                       " (--devices counts all devices: dp = devices / (pp x tp))");
     if (get("zero") > 0 && n / tp <= 1)
       return userError("--zero " + std::to_string(get("zero")) +
                        " shards optimizer state over data-parallel devices; it needs "
                        "--devices N (or devices = N in the train section) with N > 1" +
                        std::string(tp > 1 ? " data-parallel replicas (N / tp > 1)" : ""));
+    if (get("zero") > 0 && pp > 1)
+      return userError("--zero together with pipeline stages (--pp or stage blocks) is not "
+                       "supported yet; use --zero 0 with pipeline parallelism");
     if (get("zero") > 0 && tp > 1)
       return userError("--zero together with --tp is not supported yet; use --zero 0 with "
                        "tensor parallelism");
     (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
-    kiln::setMesh(*module, kiln::meshFor(n, tp));
+    kiln::setMesh(*module, kiln::meshFor(n, tp, pp));
   }
   // Mixed precision from the command line: kiln-mixed-precision reads it.
   if (precisionOpt.getNumOccurrences() || precisionModeOpt.getNumOccurrences()) {

@@ -1,0 +1,560 @@
+//===- Pipeline.cpp - Pipeline stages, transfers and micro-batch order ----===//
+//
+// Pipeline parallelism (docs/parallel.md "Pipeline parallelism"). Two
+// passes, for a module whose kiln.mesh has a "pp" axis of size P > 1:
+//
+// kiln-pipeline-stages (before kiln-train-step) gives every op of @forward
+// a stage: the ones `stage N { ... }` blocks placed by hand keep theirs;
+// otherwise @forward is cut into P contiguous ranges at layer boundaries
+// (kiln.block changes) so that the stages' floating-point work is as even
+// as it can be (the cost model: the ops' CostOpInterface FLOPs).
+//
+// kiln-pipeline (after kiln-data-parallel) makes every function one
+// stage-predicated program: each op gets the stage that runs it (the
+// clones of @forward's ops and their gradients keep theirs: kiln-autodiff
+// tags gradient ops with their forward op's stage; everything else goes
+// where its largest operand lives, a broadcast goes where its users are),
+// parameters and their optimizer state belong to the stage of their first
+// use, a value used on another stage crosses with kiln.transfer, results
+// that are not parameter updates are broadcast to every stage, and
+// @train_step's ops are reordered into the micro-batch schedule (GPipe or
+// 1F1B) that each device then runs in order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <queue>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+
+namespace kiln {
+
+#define GEN_PASS_DEF_KILNPIPELINESTAGESPASS
+#define GEN_PASS_DEF_KILNPIPELINEPASS
+#include "passes/Passes.h.inc"
+
+namespace {
+
+constexpr StringLiteral kAxis = "pp";
+
+int64_t bytesOf(Type t) {
+  auto r = dyn_cast<RankedTensorType>(t);
+  if (!r)
+    return 0;
+  int64_t bits = r.getElementType().getIntOrFloatBitWidth();
+  return r.getNumElements() * std::max<int64_t>(1, bits / 8);
+}
+
+int64_t flopsOf(Operation *op) {
+  if (op->getNumResults() == 0)
+    return 0;
+  if (auto c = dyn_cast<CostOpInterface>(op))
+    return c.estimateFlops();
+  return 0;
+}
+
+IntegerAttr i64(MLIRContext *ctx, int64_t v) {
+  return IntegerAttr::get(IntegerType::get(ctx, 64), v);
+}
+
+//===----------------------------------------------------------------------===//
+// kiln-pipeline-stages
+//===----------------------------------------------------------------------===//
+
+struct KilnPipelineStagesPass
+    : impl::KilnPipelineStagesPassBase<KilnPipelineStagesPass> {
+  using KilnPipelineStagesPassBase::KilnPipelineStagesPassBase;
+
+  void runOnOperation() override {
+    ModuleOp m = getOperation();
+    int64_t P = getMesh(m).axisSize(kAxis);
+    auto fwd = m.lookupSymbol<func::FuncOp>("forward");
+    if (P <= 1 || !fwd)
+      return;
+    Block &body = fwd.getBody().front();
+    std::vector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    if (auto placed = m->getAttrOfType<IntegerAttr>("kiln.stages_placed")) {
+      // Placed by hand: every stage must hold some work.
+      std::vector<int64_t> count(size_t(P), 0);
+      for (Operation *op : ops)
+        if (int64_t s = stageOf(op); s >= 0 && s < P)
+          ++count[size_t(s)];
+      for (int64_t s = 0; s < P; ++s)
+        if (!count[size_t(s)]) {
+          m.emitError() << "pipeline stage " << s << " of " << P
+                        << " has no ops: the model's `stage N { ... }` blocks name stages 0.."
+                        << placed.getInt() - 1
+                        << "; place layers on every stage or use fewer stages (--pp)";
+          return signalPassFailure();
+        }
+      return;
+    }
+    // The cost model: each op's FLOPs; cuts only where the layer (kiln.block
+    // tag) changes, unless there are too few such places.
+    const int64_t n = int64_t(ops.size());
+    std::vector<int64_t> prefix(size_t(n) + 1, 0);
+    for (int64_t i = 0; i < n; ++i)
+      prefix[size_t(i) + 1] = prefix[size_t(i)] + flopsOf(ops[size_t(i)]);
+    auto tag = [&](int64_t i) {
+      auto a = ops[size_t(i)]->getAttrOfType<StringAttr>(KilnDialect::kBlockAttr);
+      return a ? a.getValue() : StringRef();
+    };
+    std::vector<int64_t> cand{0};
+    for (int64_t i = 1; i < n; ++i)
+      if (tag(i) != tag(i - 1))
+        cand.push_back(i);
+    if (int64_t(cand.size()) < P) {
+      cand.clear();
+      for (int64_t i = 0; i < n; ++i)
+        cand.push_back(i);
+    }
+    cand.push_back(n);
+    if (int64_t(cand.size()) < P + 1) {
+      m.emitError() << "pp = " << P << " pipeline stages but @forward has only " << n
+                    << " ops to cut; use fewer stages";
+      return signalPassFailure();
+    }
+    // best[j][c]: the smallest largest-stage cost covering ops [0, cand[c])
+    // with j + 1 stages; from[j][c]: where the last of them starts.
+    const size_t C = cand.size();
+    const int64_t inf = std::numeric_limits<int64_t>::max();
+    std::vector<std::vector<int64_t>> best(size_t(P), std::vector<int64_t>(C, inf));
+    std::vector<std::vector<size_t>> from(size_t(P), std::vector<size_t>(C, 0));
+    for (size_t c = 1; c < C; ++c)
+      best[0][c] = prefix[size_t(cand[c])];
+    for (size_t j = 1; j < size_t(P); ++j)
+      for (size_t c = j + 1; c < C; ++c)
+        for (size_t b = j; b < c; ++b) {
+          if (best[j - 1][b] == inf)
+            continue;
+          int64_t v = std::max(best[j - 1][b],
+                               prefix[size_t(cand[c])] - prefix[size_t(cand[b])]);
+          if (v < best[j][c])
+            best[j][c] = v, from[j][c] = b;
+        }
+    if (best[size_t(P) - 1][C - 1] == inf) {
+      m.emitError() << "cannot cut @forward into " << P << " pipeline stages";
+      return signalPassFailure();
+    }
+    std::vector<int64_t> starts(size_t(P), 0);
+    for (size_t j = size_t(P) - 1, c = C - 1; j > 0; --j) {
+      c = from[j][c];
+      starts[j] = cand[c];
+    }
+    MLIRContext *ctx = m.getContext();
+    for (int64_t i = 0, s = 0; i < n; ++i) {
+      while (s + 1 < P && i >= starts[size_t(s) + 1])
+        ++s;
+      ops[size_t(i)]->setAttr(kStageAttr, i64(ctx, s));
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// kiln-pipeline
+//===----------------------------------------------------------------------===//
+
+/// A unit of the schedule: stage s's forward (phase 0) or backward (phase
+/// 1) of micro-batch k.
+struct Unit {
+  int64_t stage, phase, mb;
+};
+
+/// Each stage's units in the order the schedule runs them, and the time
+/// each starts in an ideal timeline (forward 1, backward 2 time units).
+std::map<std::tuple<int64_t, int64_t, int64_t>, double>
+scheduleTimes(int64_t P, int64_t M, bool oneF1B) {
+  std::vector<std::vector<Unit>> seq(static_cast<size_t>(P));
+  for (int64_t s = 0; s < P; ++s) {
+    auto &q = seq[size_t(s)];
+    if (!oneF1B) {
+      for (int64_t k = 0; k < M; ++k)
+        q.push_back({s, 0, k});
+      for (int64_t k = 0; k < M; ++k)
+        q.push_back({s, 1, k});
+      continue;
+    }
+    int64_t warm = std::min(P - s - 1, M);
+    for (int64_t k = 0; k < warm; ++k)
+      q.push_back({s, 0, k});
+    for (int64_t i = 0; i < M - warm; ++i) {
+      q.push_back({s, 0, warm + i});
+      q.push_back({s, 1, i});
+    }
+    for (int64_t k = M - warm; k < M; ++k)
+      q.push_back({s, 1, k});
+  }
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> start, end;
+  std::vector<size_t> next(size_t(P), 0);
+  std::vector<double> free(size_t(P), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < P; ++s) {
+      while (next[size_t(s)] < seq[size_t(s)].size()) {
+        Unit u = seq[size_t(s)][next[size_t(s)]];
+        std::tuple<int64_t, int64_t, int64_t> dep;
+        bool hasDep = true;
+        if (u.phase == 0) {
+          hasDep = s > 0;
+          dep = {s - 1, 0, u.mb};
+        } else {
+          dep = s + 1 < P ? std::make_tuple(s + 1, int64_t(1), u.mb)
+                          : std::make_tuple(s, int64_t(0), u.mb);
+        }
+        double t = free[size_t(s)];
+        if (hasDep) {
+          auto it = end.find(dep);
+          if (it == end.end())
+            break;
+          t = std::max(t, it->second);
+        }
+        start[{s, u.phase, u.mb}] = t;
+        end[{s, u.phase, u.mb}] = free[size_t(s)] = t + (u.phase ? 2.0 : 1.0);
+        ++next[size_t(s)];
+        progress = true;
+      }
+    }
+  }
+  return start;
+}
+
+class Stager {
+public:
+  Stager(func::FuncOp f, int64_t P, const llvm::StringMap<int64_t> &owners)
+      : f_(f), P_(P), owners_(owners), ctx_(f.getContext()) {}
+
+  LogicalResult run(bool schedule, int64_t M, bool oneF1B, int64_t &transfers) {
+    Block &body = f_.getBody().front();
+    // Arguments: parameters and their state belong to their owner stage.
+    for (BlockArgument a : body.getArguments()) {
+      int64_t s = -1;
+      auto name = f_.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kParamAttr);
+      if (!name)
+        name = f_.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kStateAttr);
+      if (name) {
+        StringRef n = name.getValue();
+        if (auto it = owners_.find(n); it != owners_.end())
+          s = it->second;
+        else if (auto colon = n.find(':'); colon != StringRef::npos)
+          if (auto it2 = owners_.find(n.drop_front(colon + 1)); it2 != owners_.end())
+            s = it2->second;
+        argNames_[n] = s;
+      }
+      argStage_[a] = s;
+      if (s >= 0)
+        f_.setArgAttr(a.getArgNumber(), kStageAttr, i64(ctx_, s));
+    }
+    assign(body);
+    if (failed(insertTransfers(body, transfers)))
+      return failure();
+    if (schedule && failed(reorder(body, M, oneF1B)))
+      return failure();
+    for (Operation &op : body) {
+      op.removeAttr("kiln.pp.mb");
+      op.removeAttr("kiln.pp.phase");
+    }
+    return success();
+  }
+
+private:
+  int64_t stageOfValue(Value v) {
+    if (auto a = dyn_cast<BlockArgument>(v)) {
+      auto it = argStage_.find(a);
+      return it == argStage_.end() ? -1 : it->second;
+    }
+    Operation *d = v.getDefiningOp();
+    if (auto t = dyn_cast<TransferOp>(d))
+      return t.getTo();
+    if (isa<CollectiveBroadcastOp>(d))
+      return -1;
+    return stageOfOp(d);
+  }
+  int64_t stageOfOp(Operation *op) {
+    auto it = stage_.find(op);
+    return it == stage_.end() ? stageOf(op) : it->second;
+  }
+
+  /// Phase A (program order): where each op's largest operand lives;
+  /// an op whose result is larger than its operands (a broadcast, a
+  /// constant) is deferred to phase B. Phase B (reverse): deferred ops go
+  /// to their users' stage, cloned per stage when several use them.
+  /// Phase C (reverse): an op every device would run whose users all sit
+  /// on one stage moves there.
+  void assign(Block &body) {
+    llvm::DenseMap<Operation *, int64_t> home;
+    llvm::DenseSet<Operation *> deferred;
+    for (Operation &op : body.without_terminator()) {
+      // Constants and iotas (no operands) go where they are used: the
+      // canonicalizer shares one constant among every stage's users.
+      if (op.getNumOperands() == 0 && op.getNumResults() == 1 && op.getNumRegions() == 0) {
+        deferred.insert(&op);
+        home[&op] = stageOf(&op);
+        stage_[&op] = stageOf(&op);
+        continue;
+      }
+      if (op.hasAttr(kStageAttr)) {
+        stage_[&op] = stageOf(&op);
+        continue;
+      }
+      int64_t best = -1, bestBytes = -1, weak = -1, in = 0;
+      for (Value v : op.getOperands()) {
+        int64_t b = bytesOf(v.getType());
+        in += b;
+        Operation *d = v.getDefiningOp();
+        if (d && deferred.count(d)) {
+          weak = std::max(weak, home.lookup(d));
+          continue;
+        }
+        int64_t s = stageOfValue(v);
+        if (s < 0)
+          continue;
+        if (b > bestBytes || (b == bestBytes && s > best))
+          best = s, bestBytes = b;
+      }
+      int64_t s = best >= 0 ? best : weak;
+      int64_t out = 0;
+      for (Value r : op.getResults())
+        out += bytesOf(r.getType());
+      if (op.getNumResults() == 1 && out > in && op.getNumRegions() == 0) {
+        deferred.insert(&op);
+        home[&op] = s;
+      }
+      stage_[&op] = s;
+    }
+    // Phase B.
+    SmallVector<Operation *> order;
+    for (Operation &op : body.without_terminator())
+      order.push_back(&op);
+    for (Operation *op : llvm::reverse(order)) {
+      if (!deferred.count(op))
+        continue;
+      std::map<int64_t, SmallVector<OpOperand *>> byStage;
+      for (OpOperand &use : op->getResult(0).getUses()) {
+        Operation *u = use.getOwner();
+        int64_t s = u == body.getTerminator() ? home.lookup(op) : stageOfOp(u);
+        byStage[s].push_back(&use);
+      }
+      if (byStage.empty() || byStage.count(-1)) {
+        stage_[op] = home.lookup(op);
+        continue;
+      }
+      bool first = true;
+      for (auto &[s, uses] : byStage) {
+        if (first) {
+          stage_[op] = s;
+          first = false;
+          continue;
+        }
+        OpBuilder b(op);
+        Operation *c = b.clone(*op);
+        stage_[c] = s;
+        for (OpOperand *u : uses)
+          u->set(c->getResult(0));
+      }
+    }
+    // Phase C.
+    order.clear();
+    for (Operation &op : body.without_terminator())
+      order.push_back(&op);
+    for (Operation *op : llvm::reverse(order)) {
+      if (stageOfOp(op) >= 0 || op->getNumResults() == 0)
+        continue;
+      int64_t s = -2;
+      for (Value r : op->getResults())
+        for (Operation *u : r.getUsers()) {
+          int64_t us = u == body.getTerminator() ? -1 : stageOfOp(u);
+          s = s == -2 ? us : (s == us ? s : -1);
+        }
+      if (s >= 0)
+        stage_[op] = s;
+    }
+    for (Operation &op : body.without_terminator()) {
+      int64_t s = stageOfOp(&op);
+      if (s >= 0)
+        op.setAttr(kStageAttr, i64(ctx_, s));
+      else
+        op.removeAttr(kStageAttr);
+    }
+  }
+
+  /// A value used on another stage crosses with kiln.transfer (once per
+  /// value and stage); results go where the function's caller expects
+  /// them: a parameter or state update on its owner, anything else on
+  /// every device (kiln.collective_broadcast from its stage).
+  LogicalResult insertTransfers(Block &body, int64_t &transfers) {
+    std::map<std::pair<void *, int64_t>, Value> moved;
+    auto move = [&](Value v, int64_t from, int64_t to, Operation *before) -> Value {
+      auto key = std::make_pair(v.getAsOpaquePointer(), to);
+      if (auto it = moved.find(key); it != moved.end())
+        return it->second;
+      OpBuilder b(before);
+      Value r;
+      if (to < 0)
+        r = b.create<CollectiveBroadcastOp>(v.getLoc(), v, kAxis, from);
+      else
+        r = b.create<TransferOp>(v.getLoc(), v, kAxis, from, to);
+      ++transfers;
+      moved[key] = r;
+      return r;
+    };
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    for (Operation *op : ops) {
+      int64_t s = stageOf(op);
+      for (OpOperand &use : op->getOpOperands()) {
+        int64_t t = stageOfValue(use.get());
+        if (t < 0 || t == s)
+          continue;
+        use.set(move(use.get(), t, s, op));
+      }
+    }
+    Operation *ret = body.getTerminator();
+    for (OpOperand &use : ret->getOpOperands()) {
+      int64_t t = stageOfValue(use.get());
+      if (t < 0)
+        continue;
+      int64_t want = -1;
+      if (auto name = f_.getResultAttrOfType<StringAttr>(use.getOperandNumber(),
+                                                         KilnDialect::kOutputAttr))
+        if (auto it = argNames_.find(name.getValue()); it != argNames_.end())
+          want = it->second;
+      if (want != t)
+        use.set(move(use.get(), t, want, ret));
+    }
+    return success();
+  }
+
+  /// Reorders @train_step into the schedule: a topological order of the
+  /// ops in which each one comes as early as its schedule unit's start
+  /// time (kiln.pp.mb / kiln.pp.phase from kiln-train-step) allows; ops
+  /// outside the units follow their operands.
+  LogicalResult reorder(Block &body, int64_t M, bool oneF1B) {
+    auto times = scheduleTimes(P_, M, oneF1B);
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    llvm::DenseMap<Operation *, size_t> index;
+    for (auto [i, op] : llvm::enumerate(ops))
+      index[op] = i;
+    std::vector<double> key(ops.size(), 0);
+    std::vector<int> pending(ops.size(), 0);
+    std::vector<SmallVector<size_t, 4>> users(ops.size());
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      double k = 0;
+      llvm::SmallDenseSet<size_t, 8> deps;
+      for (Value v : op->getOperands())
+        if (Operation *d = v.getDefiningOp(); d && index.count(d))
+          deps.insert(index[d]);
+      for (size_t d : deps) {
+        k = std::max(k, key[d]);
+        users[d].push_back(i);
+      }
+      pending[i] = int(deps.size());
+      auto mb = op->getAttrOfType<IntegerAttr>("kiln.pp.mb");
+      auto phase = op->getAttrOfType<IntegerAttr>("kiln.pp.phase");
+      int64_t s = stageOf(op);
+      if (mb && phase && s >= 0 && phase.getInt() >= 0) {
+        auto it = times.find({s, phase.getInt(), mb.getInt()});
+        if (it != times.end())
+          k = std::max(k, it->second);
+      }
+      key[i] = k;
+    }
+    using Item = std::pair<double, size_t>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!pending[i])
+        ready.push({key[i], i});
+    Operation *ret = body.getTerminator();
+    size_t emitted = 0;
+    while (!ready.empty()) {
+      size_t i = ready.top().second;
+      ready.pop();
+      ops[i]->moveBefore(ret);
+      ++emitted;
+      for (size_t u : users[i])
+        if (--pending[u] == 0)
+          ready.push({key[u], u});
+    }
+    if (emitted != ops.size())
+      return f_.emitError() << "kiln-pipeline: the ops of @" << f_.getSymName()
+                            << " do not form a DAG";
+    return success();
+  }
+
+  func::FuncOp f_;
+  int64_t P_;
+  const llvm::StringMap<int64_t> &owners_;
+  MLIRContext *ctx_;
+  llvm::DenseMap<BlockArgument, int64_t> argStage_;
+  llvm::StringMap<int64_t> argNames_;
+  llvm::DenseMap<Operation *, int64_t> stage_;
+};
+
+struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
+  using KilnPipelinePassBase::KilnPipelinePassBase;
+
+  void runOnOperation() override {
+    ModuleOp m = getOperation();
+    int64_t P = getMesh(m).axisSize(kAxis);
+    auto fwd = m.lookupSymbol<func::FuncOp>("forward");
+    if (P <= 1 || !fwd)
+      return;
+    // A parameter's owner: the stage of its first use in @forward.
+    llvm::StringMap<int64_t> owners;
+    for (Operation &op : fwd.getBody().front())
+      for (Value v : op.getOperands())
+        if (auto a = dyn_cast<BlockArgument>(v))
+          if (auto name = fwd.getArgAttrOfType<StringAttr>(a.getArgNumber(),
+                                                           KilnDialect::kParamAttr))
+            if (!owners.count(name.getValue()) && stageOf(&op) >= 0)
+              owners[name.getValue()] = stageOf(&op);
+    auto train = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+    int64_t M = 1;
+    bool oneF1B = true;
+    if (train) {
+      if (auto a = train.getAs<IntegerAttr>("grad_accum"))
+        M = std::max<int64_t>(1, a.getInt());
+      if (auto a = train.getAs<StringAttr>("pipeline"))
+        oneF1B = a.getValue() != "gpipe";
+    }
+    // @grad (the gradient check's function) stays a one-device program.
+    if (auto g = m.lookupSymbol<func::FuncOp>("grad"))
+      g.walk([](Operation *op) { op->removeAttr(kStageAttr); });
+    int64_t transfers = 0;
+    for (StringRef name : {"train_step", "eval_step", "predict"}) {
+      auto f = m.lookupSymbol<func::FuncOp>(name);
+      if (!f)
+        continue;
+      Stager st(f, P, owners);
+      int64_t t = 0;
+      if (failed(st.run(name == "train_step", M, oneF1B, t)))
+        return signalPassFailure();
+      if (name == "train_step")
+        transfers = t;
+    }
+    numTransfers = transfers;
+  }
+};
+
+} // namespace
+} // namespace kiln
