@@ -52,14 +52,29 @@ LogicalResult Generator::run() {
     if (failed(compileFunction(fn)))
       return failure();
   }
-  for (int id : scratchIds_)
-    prog_.buffers[id].offset += prog_.persistentBytes;
+  MeshShape mesh = getMesh(module_);
+  int64_t pp = std::max<int64_t>(1, mesh.axisSize("pp"));
+  // The arena: the persistent region (parameters, optimizer state), then
+  // the scratch region each function reuses. With pipeline stages every
+  // device holds the regions of what all devices hold (-1), then its own
+  // stage's persistent and scratch regions, at the same addresses on every
+  // stage.
+  int64_t shared = persistentEnd_[-1] + scratchPeak_[-1];
+  for (int id : scratchIds_) {
+    Buffer &b = prog_.buffers[size_t(id)];
+    b.offset += b.stage < 0 ? persistentEnd_[-1] : shared + persistentEnd_[b.stage];
+  }
+  if (pp > 1)
+    for (size_t id = 0; id < prog_.buffers.size(); ++id) {
+      Buffer &b = prog_.buffers[id];
+      if ((b.role == Role::Param || b.role == Role::State) && b.stage >= 0)
+        b.offset += shared;
+    }
   prog_.arenaBytes = prog_.persistentBytes;
   for (const program::Function &f : prog_.functions)
     prog_.arenaBytes = std::max(prog_.arenaBytes, prog_.persistentBytes + f.scratchBytes);
   // The device mesh: every device runs the same steps on the same layout
   // (data parallelism), so devices 1.. get copies of device 0's plan.
-  MeshShape mesh = getMesh(module_);
   for (const MeshAxis &a : mesh.axes)
     prog_.mesh.axes.push_back({a.name, a.size});
   if (mesh.devices() > 1) {
@@ -69,15 +84,13 @@ LogicalResult Generator::run() {
   // Pipeline stages: one layout, but each device's arena ends after its own
   // stage's buffers (and every device's): persistent ones, then scratch
   // from the common scratch base.
-  if (int64_t pp = mesh.axisSize("pp"); pp > 1) {
-    int64_t perStage = mesh.devices() / pp, base = prog_.persistentBytes;
+  if (pp > 1) {
+    int64_t perStage = mesh.devices() / pp;
     for (int d = 0; d < mesh.devices(); ++d) {
       int s = int(d / perStage);
-      int64_t persistent = std::max(persistentEnd_[-1], persistentEnd_[s]);
-      int64_t scratch = std::max(scratchPeak_[-1], scratchPeak_[s]);
       program::BufferPlan &p = d == 0 ? prog_ : prog_.otherDevices[size_t(d - 1)];
-      p.persistentBytes = persistent;
-      p.arenaBytes = std::max(persistent, base + scratch);
+      p.persistentBytes = persistentEnd_[-1] + persistentEnd_[s];
+      p.arenaBytes = shared + persistentEnd_[s] + scratchPeak_[s];
     }
   }
   // Plan v2: each step waits for the steps whose memory it touches (offsets
@@ -125,9 +138,9 @@ Buffer Generator::makeBuffer(RankedTensorType t, Role role, const std::string &n
 }
 
 /// The persistent buffer named `name`, created on first use.
-/// Pipeline stages: a stage's buffers start after the ones every device
-/// holds, and those after every stage's; buffers of two stages may share
-/// addresses (no device holds both).
+/// Pipeline stages: each stage's buffers have a region of their own, laid
+/// out in run(); buffers of two stages share addresses (no device holds
+/// both).
 int Generator::persistentBuffer(const std::string &name, Role role, int stage,
                                 RankedTensorType t) {
   int id = prog_.persistent(name);
@@ -135,15 +148,10 @@ int Generator::persistentBuffer(const std::string &name, Role role, int stage,
     return id;
   Buffer b = makeBuffer(t, role, name);
   b.stage = stage;
-  int64_t at = persistentEnd_[-1];
-  if (stage >= 0)
-    at = std::max(at, persistentEnd_[stage]);
-  else
-    for (auto &[s, end] : persistentEnd_)
-      at = std::max(at, end);
-  b.offset = at;
+  b.offset = persistentEnd_[stage]; // relative to its stage's region until run() ends
   persistentEnd_[stage] = align(b.offset + b.bytes);
-  prog_.persistentBytes = std::max(prog_.persistentBytes, align(b.offset + b.bytes));
+  if (stage < 0)
+    prog_.persistentBytes = persistentEnd_[stage];
   prog_.buffers.push_back(b);
   return int(prog_.buffers.size()) - 1;
 }
@@ -865,8 +873,8 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
               [](const Live &x, const Live &y) { return x.offset < y.offset; });
     int64_t at = 0;
     for (const Live &l : live) {
-      if (b.stage >= 0 && l.stage >= 0 && l.stage != b.stage)
-        continue;
+      if (l.stage != b.stage)
+        continue; // pipeline stages: a region per stage (run())
       if (l.offset - at >= size)
         break;
       at = std::max(at, l.offset + l.size);
@@ -1099,7 +1107,7 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
         os << fmt::format("  stage {} (device{} {}): arena {} bytes ({}): persistent {} bytes, "
                           "scratch peak {} bytes\n",
                           st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes),
-                          bp.persistentBytes, bp.arenaBytes - p.persistentBytes);
+                          bp.persistentBytes, bp.arenaBytes - bp.persistentBytes);
         for (const program::Function &f : p.functions) {
           int kernels = 0, gemms = 0, sends = 0, recvs = 0, other = 0;
           int64_t sent = 0;

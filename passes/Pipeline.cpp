@@ -105,6 +105,29 @@ struct KilnPipelineStagesPass
                         << "; place layers on every stage or use fewer stages (--pp)";
           return signalPassFailure();
         }
+      // Ops outside every stage block follow their data: after the last
+      // staged operand, else with their first staged user, else stage 0.
+      MLIRContext *ctx = m.getContext();
+      for (Operation *op : ops) {
+        if (op->hasAttr(kStageAttr))
+          continue;
+        int64_t s = -1;
+        for (Value v : op->getOperands())
+          if (Operation *d = v.getDefiningOp())
+            s = std::max(s, stageOf(d));
+        if (s >= 0)
+          op->setAttr(kStageAttr, i64(ctx, s));
+      }
+      for (Operation *op : llvm::reverse(ops)) {
+        if (op->hasAttr(kStageAttr))
+          continue;
+        int64_t s = P;
+        for (Value r : op->getResults())
+          for (Operation *u : r.getUsers())
+            if (int64_t us = stageOf(u); us >= 0)
+              s = std::min(s, us);
+        op->setAttr(kStageAttr, i64(ctx, s < P ? s : 0));
+      }
       return;
     }
     // The cost model: each op's FLOPs; cuts only where the layer (kiln.block

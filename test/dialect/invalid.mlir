@@ -743,7 +743,7 @@ func.func @init_missing_high(%w: tensor<4xf32> {kiln.init = {kind = "uniform", l
 
 // -----
 
-// expected-error @+1 {{unknown kiln argument attribute 'kiln.bogus' (expected kiln.param, kiln.layer, kiln.init, kiln.input, kiln.state, kiln.shard or kiln.tp)}}
+// expected-error @+1 {{unknown kiln argument attribute 'kiln.bogus' (expected kiln.param, kiln.layer, kiln.init, kiln.input, kiln.state, kiln.shard, kiln.tp or kiln.stage)}}
 func.func @unknown_arg_attr(%w: tensor<4xf32> {kiln.bogus = "w"}) {
   return
 }
@@ -751,7 +751,7 @@ func.func @unknown_arg_attr(%w: tensor<4xf32> {kiln.bogus = "w"}) {
 // -----
 
 // kiln.output belongs on results, not arguments.
-// expected-error @+1 {{unknown kiln argument attribute 'kiln.output' (expected kiln.param, kiln.layer, kiln.init, kiln.input, kiln.state, kiln.shard or kiln.tp)}}
+// expected-error @+1 {{unknown kiln argument attribute 'kiln.output' (expected kiln.param, kiln.layer, kiln.init, kiln.input, kiln.state, kiln.shard, kiln.tp or kiln.stage)}}
 func.func @output_on_arg(%w: tensor<4xf32> {kiln.output = "loss"}) {
   return
 }
