@@ -737,6 +737,29 @@ LogicalResult AllGatherOp::verify() {
   return checkScaledDim(*this, getOperand().getType(), getType(), getDim(), *n, true);
 }
 
+LogicalResult TransferOp::verify() {
+  FailureOr<int64_t> n = groupSize(*this, getAxis());
+  if (failed(n))
+    return failure();
+  if (getFrom() < 0 || getFrom() >= *n || getTo() < 0 || getTo() >= *n)
+    return emitOpError() << "moves from " << getFrom() << " to " << getTo()
+                         << " but axis '" << getAxis() << "' has coordinates 0.."
+                         << *n - 1;
+  if (getFrom() == getTo())
+    return emitOpError() << "moves a value from stage " << getFrom() << " to itself";
+  return success();
+}
+
+LogicalResult CollectiveBroadcastOp::verify() {
+  FailureOr<int64_t> n = groupSize(*this, getAxis());
+  if (failed(n))
+    return failure();
+  if (getRoot() < 0 || getRoot() >= *n)
+    return emitOpError() << "root " << getRoot() << " is not a coordinate of axis '"
+                         << getAxis() << "' (0.." << *n - 1 << ")";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // kiln.fusion
 //===----------------------------------------------------------------------===//

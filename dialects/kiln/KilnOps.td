@@ -506,6 +506,52 @@ def Kiln_AllGatherOp : Kiln_Op<"all_gather", [Pure,
   let hasVerifier = 1;
 }
 
+// Pipeline parallelism (docs/parallel.md "Pipeline parallelism"): devices
+// run only the ops of their stage (their coordinate on the "pp" axis; an op
+// with `kiln.stage = s` runs there, an op without one everywhere). Values
+// cross stages through these two ops.
+
+def Kiln_TransferOp : Kiln_Op<"transfer", [Pure, SameOperandsAndResultType]> {
+  let summary = "move a value from one stage of a mesh axis to another";
+  let description = [{
+    The devices at coordinate `from` on `axis` send the operand to the
+    device at coordinate `to` whose other coordinates are theirs; the
+    result exists on the `to` devices only (a send/recv pair in the plan).
+
+    ```mlir
+    %h1 = kiln.transfer %h0 axis = "pp" from = 0 to = 1 : tensor<32x1000xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, StrAttr:$axis, I64Attr:$from,
+                       I64Attr:$to);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = [{
+    $operand `axis` `=` $axis `from` `=` $from `to` `=` $to attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_CollectiveBroadcastOp : Kiln_Op<"collective_broadcast", [Pure,
+    SameOperandsAndResultType]> {
+  let summary = "copy one stage's value to every device of its axis group";
+  let description = [{
+    The device at coordinate `root` on `axis` sends its operand to the
+    devices that differ from it only along `axis`; every one of them holds
+    the result (the operand needs to exist on the root only). Pipeline
+    parallelism uses it for the loss and the other results of the step.
+
+    ```mlir
+    %l = kiln.collective_broadcast %loss axis = "pp" root = 1 : tensor<f32>
+    ```
+  }];
+  let arguments = (ins Kiln_Tensor:$operand, StrAttr:$axis, I64Attr:$root);
+  let results = (outs Kiln_Tensor:$result);
+  let assemblyFormat = [{
+    $operand `axis` `=` $axis `root` `=` $root attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Kiln_RandomOp : Kiln_Op<"random", [Pure]> {
   let summary = "counter-based pseudo-random tensor";
   let description = [{
