@@ -64,6 +64,12 @@ Tensor Tensor::zeros(Elem elem, std::vector<int64_t> shape) {
   return t;
 }
 
+Tensor Tensor::none() {
+  Tensor t;
+  t.absent = true;
+  return t;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -135,13 +141,22 @@ public:
       }
       vals_[a] = args[i];
     }
+    if (group_) {
+      if (!group_->coordinate(kPipelineAxis, stage_))
+        stage_ = 0; // a grid without "pp" is one stage
+    } else {
+      pipelineNeedsGrid_ = meshAxisSize(fn, kPipelineAxis) > 1;
+    }
     for (Operation &op : body) {
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-        for (Value v : ret.getOperands())
-          results.push_back(vals_[v]);
+        // A result computed by another stage does not exist here.
+        for (Value v : ret.getOperands()) {
+          auto it = vals_.find(v);
+          results.push_back(it == vals_.end() ? Tensor::none() : it->second);
+        }
         return true;
       }
-      if (!eval(&op)) {
+      if (!step(&op)) {
         std::string loc;
         llvm::raw_string_ostream os(loc);
         os << op.getLoc();
@@ -160,7 +175,80 @@ private:
   Options opts_;
   GroupExchange *group_ = nullptr;
   std::string err_; ///< why eval() failed, when it knows
+  /// The values this process holds: a value defined by an op of another
+  /// stage (or one this process is not a party to) is never entered.
   llvm::DenseMap<Value, Tensor> vals_;
+  int64_t stage_ = 0; ///< this process's coordinate on kPipelineAxis
+  /// A single-process run of a module with more than one pipeline stage.
+  bool pipelineNeedsGrid_ = false;
+
+  /// This process's coordinate on mesh axis `axis`: 0 in a single-process
+  /// run, -1 if the grid has no such axis.
+  int64_t coordinateOn(StringRef axis) {
+    int64_t c = 0;
+    if (group_ && !group_->coordinate(axis.str(), c))
+      return -1;
+    return c;
+  }
+
+  /// Whether evaluating `op` on this process reads its operands: a
+  /// transfer reads its operand on the sender only, a broadcast on the root
+  /// only.
+  bool readsOperands(Operation *op) {
+    if (auto t = dyn_cast<TransferOp>(op))
+      return coordinateOn(t.getAxis()) == int64_t(t.getFrom());
+    if (auto b = dyn_cast<CollectiveBroadcastOp>(op))
+      return coordinateOn(b.getAxis()) == int64_t(b.getRoot());
+    return true;
+  }
+
+  /// Runs one op of the function body on this process: skips it if it
+  /// belongs to another stage (its results are never entered), and fails
+  /// naming both stages if it reads a value this process does not hold.
+  bool step(Operation *op) {
+    if (auto s = op->getAttrOfType<IntegerAttr>("kiln.stage")) {
+      if (pipelineNeedsGrid_) {
+        err_ = "this op has kiln.stage = " + std::to_string(s.getInt()) +
+               " and the module's mesh has " +
+               std::to_string(meshAxisSize(op, kPipelineAxis)) + " pipeline stages on '" +
+               kPipelineAxis +
+               "': run it on a process grid (interp::ProcessGrid::run), not a single-process run";
+        return false;
+      }
+      if (s.getInt() != stage_)
+        return true;
+    }
+    for (auto [k, v] : llvm::enumerate(op->getOperands()))
+      if (!vals_.count(v) && readsOperands(op)) {
+        err_ = notHeld(op, unsigned(k), v);
+        return false;
+      }
+    return eval(op);
+  }
+
+  /// Why operand `k` (value `v`, not held here) cannot be read by `op`.
+  std::string notHeld(Operation *op, unsigned k, Value v) {
+    std::string runs = "runs on every stage";
+    if (auto s = op->getAttrOfType<IntegerAttr>("kiln.stage"))
+      runs = "runs on stage " + std::to_string(s.getInt());
+    std::string from = "a value";
+    if (Operation *def = v.getDefiningOp()) {
+      std::string stage = "another stage";
+      if (auto s = def->getAttrOfType<IntegerAttr>("kiln.stage"))
+        stage = "stage " + std::to_string(s.getInt());
+      else if (auto t = dyn_cast<TransferOp>(def))
+        stage = "stage " + std::to_string(t.getTo());
+      std::string loc;
+      llvm::raw_string_ostream os(loc);
+      os << def->getLoc();
+      from = "a value of " + stage + " ('" + def->getName().getStringRef().str() + "' at " +
+             loc + ")";
+    }
+    return runs + " but reads operand #" + std::to_string(k) + ", " + from +
+           ", which this process (stage " + std::to_string(stage_) + " on '" + kPipelineAxis +
+           "') does not hold: values cross stages only through kiln.transfer (a compiler "
+           "bug)";
+  }
 
   const Tensor &in(Value v) { return vals_[v]; }
   double rnd(Elem e, double x) const { return opts_.exactF64 ? x : roundTo(e, x); }
@@ -240,6 +328,9 @@ private:
   bool layerNorm(LayerNormOp op);
   bool crossEntropy(CrossEntropyOp op);
   bool collective(Operation *op, StringRef axis, int kind, int64_t dim);
+  bool transfer(TransferOp op);
+  bool broadcastFromRoot(CollectiveBroadcastOp op);
+  bool fusion(FusionOp op);
 };
 
 struct AddF { double floats(double a, double b) const { return a + b; } int64_t ints(int64_t a, int64_t b) const { return int64_t(uint64_t(a) + uint64_t(b)); } };
@@ -364,6 +455,9 @@ bool Interpreter::eval(Operation *op) {
         return collective(o, o.getAxis(), int(o.getReduction()), o.getDim());
       })
       .Case([&](AllGatherOp o) { return collective(o, o.getAxis(), -1, o.getDim()); })
+      .Case([&](TransferOp o) { return transfer(o); })
+      .Case([&](CollectiveBroadcastOp o) { return broadcastFromRoot(o); })
+      .Case([&](FusionOp o) { return fusion(o); })
       .Case([&](DropoutOp o) {
         const Tensor &x = in(o.getOperand());
         uint64_t seed = uint64_t(in(o.getSeed()).i[0]);
@@ -716,7 +810,7 @@ bool Interpreter::collective(Operation *op, StringRef axis, int kind, int64_t di
     return false;
   }
   for (const Tensor &t : all)
-    if (t.shape != x.shape || t.elem != x.elem) {
+    if (t.absent || t.shape != x.shape || t.elem != x.elem) {
       err_ = "the members of the group over '" + axis.str() +
              "' contributed tensors of different shapes or types (do all processes run the "
              "same program?)";
@@ -783,6 +877,99 @@ bool Interpreter::collective(Operation *op, StringRef axis, int kind, int64_t di
     if (isF) y.f[k] = r.f[src]; else y.i[k] = r.i[src];
   });
   set(op->getResult(0), std::move(y));
+  return true;
+}
+
+/// kiln.transfer: the sender hands its operand to the receiver through the
+/// group (a two-member rendezvous in a ProcessGrid); every other process of
+/// the grid skips it.
+bool Interpreter::transfer(TransferOp op) {
+  std::string axis = op.getAxis().str();
+  if (!group_) {
+    err_ = "kiln.transfer over mesh axis '" + axis +
+           "' needs a process grid (interp::ProcessGrid::run), not a single-process run";
+    return false;
+  }
+  int64_t c = coordinateOn(axis), from = op.getFrom(), to = op.getTo();
+  if (c < 0) {
+    err_ = "the process grid has no axis '" + axis + "'";
+    return false;
+  }
+  if (c != from && c != to)
+    return true; // not a party: the result does not exist here
+  Tensor got;
+  if (!group_->transfer(axis, from, to, c == from ? in(op.getOperand()) : Tensor::none(), got,
+                        err_))
+    return false;
+  if (c == from)
+    return true; // the result exists on the receiver only
+  Tensor want = like(op.getResult());
+  if (got.absent || got.shape != want.shape || got.elem != want.elem) {
+    err_ = "the sender (coordinate " + std::to_string(from) + " on '" + axis +
+           "') sent a tensor of another shape or type than the result's (do all processes "
+           "run the same program?)";
+    return false;
+  }
+  vals_[op.getResult()] = std::move(got);
+  return true;
+}
+
+/// kiln.collective_broadcast: every member of the group meets; the root
+/// contributes its operand, the others nothing, and all leave with the
+/// root's.
+bool Interpreter::broadcastFromRoot(CollectiveBroadcastOp op) {
+  std::string axis = op.getAxis().str();
+  int64_t root = op.getRoot();
+  if (!group_) {
+    int64_t n = meshAxisSize(op, axis);
+    if (n != 1) {
+      err_ = "a collective over mesh axis '" + axis + "' of size " + std::to_string(n) +
+             " needs a process grid (interp::ProcessGrid::run), not a single-process run";
+      return false;
+    }
+    set(op.getResult(), in(op.getOperand()));
+    return true;
+  }
+  int64_t c = coordinateOn(axis), member = 0;
+  std::vector<Tensor> all;
+  if (!group_->exchange(axis, c == root ? in(op.getOperand()) : Tensor::none(), all, member,
+                        err_))
+    return false;
+  Tensor want = like(op.getResult());
+  if (root >= int64_t(all.size()) || all[size_t(root)].absent ||
+      all[size_t(root)].shape != want.shape || all[size_t(root)].elem != want.elem) {
+    err_ = "the root (coordinate " + std::to_string(root) + " on '" + axis +
+           "') contributed no tensor of the result's shape and type (do all processes run the "
+           "same program?)";
+    return false;
+  }
+  vals_[op.getResult()] = std::move(all[size_t(root)]);
+  return true;
+}
+
+/// kiln.fusion: its members in order, each rounded as the op alone would be
+/// (the fused kernel is checked against the unfused program).
+bool Interpreter::fusion(FusionOp op) {
+  Block &block = op.getBlock();
+  for (auto [arg, input] : llvm::zip(block.getArguments(), op.getInputs())) {
+    Tensor t = in(input); // copied first: inserting may move the map's values
+    vals_[arg] = std::move(t);
+  }
+  for (Operation &m : op.getMembers()) {
+    if (eval(&m))
+      continue;
+    std::string loc;
+    llvm::raw_string_ostream os(loc);
+    os << m.getLoc();
+    std::string what = "member '" + m.getName().getStringRef().str() + "' at " + loc;
+    err_ = err_.empty() ? what + " is not supported" : what + ": " + err_;
+    return false;
+  }
+  auto yield = cast<YieldOp>(block.getTerminator());
+  for (auto [r, v] : llvm::zip(op.getResults(), yield.getValues())) {
+    Tensor t = in(v);
+    vals_[r] = std::move(t);
+  }
   return true;
 }
 

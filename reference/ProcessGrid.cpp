@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -95,17 +96,74 @@ struct GridMeetings {
   std::map<std::string, std::vector<std::unique_ptr<Rendezvous>>> byAxis;
   /// axis -> for each rank, (group index, position in the group).
   std::map<std::string, std::vector<std::pair<size_t, int64_t>>> where;
+  /// (lower rank, higher rank) -> the two-member rendezvous of the
+  /// kiln.transfer ops between two processes that differ along one axis;
+  /// the lower rank is member 0.
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Rendezvous>> pairs;
 
   void abortAll(const std::string &why) {
     for (auto &[axis, groups] : byAxis)
       for (auto &r : groups)
         r->abort(why);
+    for (auto &[ranks, r] : pairs)
+      r->abort(why);
   }
 };
 
 class ProcessExchange : public GroupExchange {
 public:
-  ProcessExchange(GridMeetings &m, int64_t rank) : m_(m), rank_(rank) {}
+  ProcessExchange(const ProcessGrid &grid, GridMeetings &m, int64_t rank)
+      : grid_(grid), m_(m), rank_(rank) {}
+
+  bool coordinate(const std::string &axis, int64_t &coord) override {
+    int64_t a = axisIndex(axis);
+    if (a < 0)
+      return false;
+    coord = grid_.coords(rank_)[size_t(a)];
+    return true;
+  }
+
+  bool transfer(const std::string &axis, int64_t from, int64_t to, Tensor value,
+                Tensor &received, std::string &error) override {
+    int64_t a = axisIndex(axis);
+    if (a < 0) {
+      error = "the process grid has no axis '" + axis + "'";
+      return false;
+    }
+    std::vector<int64_t> c = grid_.coords(rank_);
+    bool sender = c[size_t(a)] == from;
+    c[size_t(a)] = sender ? to : from;
+    int64_t peer = grid_.rank(c);
+    auto key = std::minmax(rank_, peer);
+    std::string what = "transfer over '" + axis + "' from " + std::to_string(from) + " to " +
+                       std::to_string(to) + " (process " +
+                       std::to_string(sender ? rank_ : peer) + " to process " +
+                       std::to_string(sender ? peer : rank_) + "): ";
+    auto it = m_.pairs.find({key.first, key.second});
+    if (it == m_.pairs.end() || peer == rank_) {
+      error = what + "the coordinates are not two processes of the grid";
+      return false;
+    }
+    int64_t me = rank_ < peer ? 0 : 1;
+    std::vector<Tensor> both;
+    if (!it->second->exchange(me, std::move(value), both, error)) {
+      secondary = error.rfind("aborted", 0) == 0;
+      error = what + error;
+      return false;
+    }
+    // The peer must be at the matching end of the same transfer.
+    const Tensor &theirs = both[size_t(1 - me)];
+    if (theirs.absent != sender) {
+      error = what + "process " + std::to_string(peer) + " " +
+              (sender ? "sends" : "waits to receive") +
+              " at this point as well: the transfers between the two do not pair up in "
+              "program order";
+      return false;
+    }
+    received = sender ? Tensor::none() : theirs;
+    return true;
+  }
+
   bool exchange(const std::string &axis, Tensor value, std::vector<Tensor> &all,
                 int64_t &member, std::string &error) override {
     auto it = m_.where.find(axis);
@@ -126,6 +184,15 @@ public:
   bool secondary = false;
 
 private:
+  int64_t axisIndex(const std::string &axis) const {
+    const std::vector<GridAxis> &axes = grid_.axes();
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].name == axis)
+        return int64_t(a);
+    return -1;
+  }
+
+  const ProcessGrid &grid_;
   GridMeetings &m_;
   int64_t rank_;
 };
@@ -164,8 +231,12 @@ bool ProcessGrid::run(mlir::func::FuncOp fn,
     for (size_t g = 0; g < gs.size(); ++g) {
       meetings.byAxis[a.name].push_back(std::make_unique<Rendezvous>(
           int64_t(gs[g].size()), options.collectiveTimeoutSeconds, gs[g]));
-      for (size_t k = 0; k < gs[g].size(); ++k)
+      for (size_t k = 0; k < gs[g].size(); ++k) {
         where[size_t(gs[g][k])] = {g, int64_t(k)};
+        for (size_t j = 0; j < k; ++j)
+          meetings.pairs[{gs[g][j], gs[g][k]}] = std::make_unique<Rendezvous>(
+              2, options.collectiveTimeoutSeconds, std::vector<int64_t>{gs[g][j], gs[g][k]});
+      }
     }
   }
   // The interpreter only reads the IR, so the processes share `fn`.
@@ -178,7 +249,7 @@ bool ProcessGrid::run(mlir::func::FuncOp fn,
   threads.reserve(n);
   for (int64_t r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      ProcessExchange ex(meetings, r);
+      ProcessExchange ex(*this, meetings, r);
       ok[r] = interp::run(fn, args[r], out[r], errors[r], options, &ex);
       if (ok[r])
         return;

@@ -7,11 +7,22 @@
 // `Rendezvous` and leaves with every member's contribution, in group order,
 // from which it computes its result (sum, gather, ...).
 //
-// kiln.all_reduce, kiln.reduce_scatter and kiln.all_gather are evaluated
-// this way (Interpreter.cpp); every other op is local, so a program without
-// collectives runs as N independent runs of the interpreter. Nothing hangs:
-// every rendezvous has a deadline (Options::collectiveTimeoutSeconds), and a
-// process that fails aborts the others (docs/reference.md).
+// kiln.all_reduce, kiln.reduce_scatter, kiln.all_gather and
+// kiln.collective_broadcast are evaluated this way (Interpreter.cpp), and
+// kiln.transfer at a two-member rendezvous of the sender and the receiver;
+// every other op is local, so a program without them runs as N independent
+// runs of the interpreter. Nothing hangs: every rendezvous has a deadline
+// (Options::collectiveTimeoutSeconds), and a process that fails aborts the
+// others (docs/reference.md).
+//
+// Pipeline stages: a process's stage is its coordinate on the axis "pp"
+// (0 if the grid has none). It skips every op whose `kiln.stage` is another
+// stage, so those results do not exist on it, and a function result defined
+// by such an op comes back as an absent tensor (Tensor::absent set, no shape
+// or elements). kiln.transfer runs on its two ends only; the k-th transfer
+// between two processes meets the k-th. Reading a value the process does not
+// hold is a compiler bug and fails naming the op, its location and both
+// stages.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_REFERENCE_PROCESSGRID_H
@@ -59,7 +70,10 @@ public:
 
   /// Runs `fn` on every process, process r on `args[r]`, one thread each,
   /// and fills `results[r]`. Collectives over an axis meet the processes
-  /// that differ from this one only along it (groups()). Fails if `args`
+  /// that differ from this one only along it (groups()). With pipeline
+  /// stages, `results[r][i].absent` is set where result i is defined by an
+  /// op of a stage other than process r's (a loss broadcast with
+  /// kiln.collective_broadcast is held by every process). Fails if `args`
   /// does not hold one argument list per process, if the module has a
   /// kiln.mesh whose axes (names and sizes, in order) are not the grid's,
   /// or if any process fails; a failing process aborts the others' pending

@@ -1058,6 +1058,48 @@ func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
   expectFloats(results[0], Elem::F32, {2}, {1.0, 2.0}, 0, "identity");
 }
 
+// A kiln.fusion (fused IR) runs its members in order, each rounded to its
+// element type as the op alone would be: its results equal the unfused
+// program's bit for bit (bf16 makes the rounding of each step visible), and
+// a constant cloned into the body is evaluated there.
+TEST_F(InterpreterTest, FusionRunsItsMembersAsTheUnfusedOps) {
+  std::vector<Tensor> args = {floats(Elem::BF16, {3}, {1.0078125, 3.0, -0.3359375}),
+                              floats(Elem::BF16, {3}, {0.00390625, 0.00390625, 2.5})};
+  std::vector<Tensor> fused = run(R"mlir(
+func.func @f(%a: tensor<3xbf16>, %b: tensor<3xbf16>) -> (tensor<3xbf16>, tensor<3xbf16>) {
+  %r:2 = kiln.fusion "elementwise" rows = 0 ins(%a, %b) : (tensor<3xbf16>, tensor<3xbf16>) -> (tensor<3xbf16>, tensor<3xbf16>) {
+  ^bb0(%x: tensor<3xbf16>, %y: tensor<3xbf16>):
+    %c = kiln.constant dense<1.5> : tensor<3xbf16>
+    %0 = kiln.add %x, %y : tensor<3xbf16>
+    %1 = kiln.mul %0, %c : tensor<3xbf16>
+    %2 = kiln.mul %1, %0 : tensor<3xbf16>
+    kiln.yield %0, %2 : tensor<3xbf16>, tensor<3xbf16>
+  }
+  return %r#0, %r#1 : tensor<3xbf16>, tensor<3xbf16>
+}
+)mlir", args);
+  std::vector<Tensor> plain = run(R"mlir(
+func.func @f(%x: tensor<3xbf16>, %y: tensor<3xbf16>) -> (tensor<3xbf16>, tensor<3xbf16>) {
+  %c = kiln.constant dense<1.5> : tensor<3xbf16>
+  %0 = kiln.add %x, %y : tensor<3xbf16>
+  %1 = kiln.mul %0, %c : tensor<3xbf16>
+  %2 = kiln.mul %1, %0 : tensor<3xbf16>
+  return %0, %2 : tensor<3xbf16>, tensor<3xbf16>
+}
+)mlir", args);
+  ASSERT_EQ(fused.size(), 2u);
+  ASSERT_EQ(plain.size(), 2u);
+  // In bf16 (8 significant bits): 1.0078125 + 0.00390625 = 1 + 1.5/128, a
+  // tie, to even 1 + 2/128; 3 + 0.00390625 to 3; -0.3359375 + 2.5 =
+  // 2 (1 + 10.5/128), a tie, to 2 (1 + 10/128).
+  expectFloats(fused[0], Elem::BF16, {3}, {1.015625, 3.0, 2.15625}, 0, "sum");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(fused[i].f, plain[i].f) << "result " << i;
+    EXPECT_FALSE(fused[i].absent);
+  }
+  EXPECT_EQ(fused[1].f[1], 13.5);
+}
+
 // An op the interpreter does not know (here func.call) is an error that
 // names the op.
 TEST_F(InterpreterTest, RejectsUnsupportedOps) {
