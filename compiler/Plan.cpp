@@ -1109,8 +1109,9 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
                           st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes),
                           bp.persistentBytes, bp.arenaBytes - bp.persistentBytes);
         for (const program::Function &f : p.functions) {
-          int kernels = 0, gemms = 0, sends = 0, recvs = 0, other = 0;
-          int64_t sent = 0;
+          int kernels = 0, gemms = 0, copies = 0;
+          std::map<std::string, int> coll;
+          int64_t sent = 0, ncoll = 0;
           for (const program::Step &x : f.steps) {
             if (x.stage >= 0 && x.stage != st)
               continue;
@@ -1118,18 +1119,20 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
               ++kernels;
             else if (x.kind == Step::Gemm)
               ++gemms;
-            else if (x.kind == Step::Collective &&
-                     x.collective.op == program::Collective::Op::Send)
-              ++sends, sent += x.collective.bytes;
-            else if (x.kind == Step::Collective &&
-                     x.collective.op == program::Collective::Op::Recv)
-              ++recvs;
-            else
-              ++other;
+            else if (x.kind == Step::Copy)
+              ++copies;
+            else {
+              ++coll[program::collectiveOpName(x.collective.op)], ++ncoll;
+              if (x.collective.op == program::Collective::Op::Send)
+                sent += x.collective.bytes;
+            }
           }
-          os << fmt::format("    @{}: {} kernels, {} gemms, {} sends ({} bytes), {} recvs, "
-                            "{} other steps\n",
-                            f.name, kernels, gemms, sends, sent, recvs, other);
+          std::string list;
+          for (auto &[name, n] : coll)
+            list += fmt::format("{}{} {}", list.empty() ? "" : ", ", name, n);
+          os << fmt::format("    @{}: {} kernels, {} gemms, {} copies, {} collectives ({}); "
+                            "{} bytes sent\n",
+                            f.name, kernels, gemms, copies, ncoll, list, sent);
         }
       }
     }

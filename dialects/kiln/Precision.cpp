@@ -79,6 +79,8 @@ const PrecisionPolicy kTable[] = {
   {"kiln.all_reduce",          C::Follow,    kNone,       C::Follow,    kNone},
   {"kiln.reduce_scatter",      C::Follow,    kNone,       C::Follow,    kNone},
   {"kiln.all_gather",          C::Follow,    kNone,       C::Follow,    kNone},
+  {"kiln.transfer",            C::Follow,    kNone,       C::Follow,    kNone},
+  {"kiln.collective_broadcast", C::Follow,   kNone,       C::Follow,    kNone},
   {"kiln.random",              C::Follow,    kNone,       C::Follow,    kNone},
   {"kiln.optimization_barrier", C::Follow,   kNone,       C::Follow,    kNone},
   {"kiln.softmax",             C::Fp32Stats, kSoftmax,    C::Fp32,      kAcFp32},

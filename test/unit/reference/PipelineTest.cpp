@@ -51,12 +51,11 @@ class PipelineTest : public ::testing::Test {
 protected:
   PipelineTest() { ctx_.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>(); }
 
-  // Parsed without the verifier: the dialect's check of `kiln.stage` is not
-  // on this branch yet (it rejects the attribute as unknown). The modules
-  // here are well formed apart from the misplaced stage on a transfer in
-  // AReceiverThatNeverComesTimesOut, which the interpreter must survive.
+  // Parsed and verified (kiln.stage is a dialect attribute). The misplaced
+  // stage on a transfer in AReceiverThatNeverComesTimesOut verifies (the
+  // verifier checks the value, not the op) and the interpreter must survive it.
   mlir::func::FuncOp parse(const std::string &src) {
-    mlir::ParserConfig config(&ctx_, /*verifyAfterParse=*/false);
+    mlir::ParserConfig config(&ctx_);
     module_ = mlir::parseSourceString<mlir::ModuleOp>(src, config);
     EXPECT_TRUE(module_) << "cannot parse:\n" << src;
     return module_ ? module_->lookupSymbol<mlir::func::FuncOp>("f") : mlir::func::FuncOp();
