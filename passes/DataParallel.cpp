@@ -135,14 +135,17 @@ struct Grad {
   int64_t numel = 0;
   int64_t block = 0;      ///< ceil(numel / N): the ZeRO block size
   int64_t bucket = -1;
+  int64_t stage = -1;     ///< the owner's pipeline stage (-1: none)
   Value reduced;          ///< the reduced full gradient (DP, ZeRO-1)
   Value shard;            ///< this device's block of the reduced gradient
 };
 
 class Rewriter {
 public:
-  Rewriter(func::FuncOp f, int64_t n, int zero, Type reduceType)
-      : f_(f), n_(n), zero_(zero), reduceType_(reduceType), b_(f.getContext()) {}
+  Rewriter(func::FuncOp f, int64_t n, int zero, Type reduceType,
+           llvm::StringMap<int64_t> owners = {})
+      : f_(f), n_(n), zero_(zero), reduceType_(reduceType), owners_(std::move(owners)),
+        b_(f.getContext()) {}
 
   LogicalResult run(double firstMb, double restMb, int64_t &buckets,
                     int64_t &collectives, int64_t &bytes);
@@ -154,6 +157,7 @@ private:
   /// The element type buckets travel in (grad_reduce): null to keep the
   /// gradients' own, bf16 to halve the bytes of f32 gradients.
   Type reduceType_;
+  llvm::StringMap<int64_t> owners_; ///< pipeline stages: each parameter's owner
   OpBuilder b_;
   Value replica_;
   std::vector<Grad> grads_; ///< in backward order
@@ -273,6 +277,8 @@ LogicalResult Rewriter::collect() {
     g.type = cast<RankedTensorType>(op.getResult(0).getType());
     g.numel = g.type.getNumElements();
     g.block = (g.numel + n_ - 1) / n_;
+    if (auto it = owners_.find(g.name); it != owners_.end())
+      g.stage = it->second;
     grads_.push_back(g);
   }
   return success();
@@ -287,7 +293,10 @@ void Rewriter::makeBuckets(double firstMb, double restMb) {
     Grad &g = grads_[i];
     int64_t bytes = g.numel * int64_t(g.type.getElementTypeBitWidth() / 8);
     double cap = (buckets_.size() <= 1 ? firstMb : restMb) * 1048576.0;
-    if (buckets_.empty() || (used > 0 && double(used + bytes) > cap)) {
+    // Pipeline stages: a bucket holds one stage's gradients (each stage's
+    // devices reduce their own parameters).
+    bool newStage = i > 0 && g.stage != grads_[i - 1].stage;
+    if (buckets_.empty() || newStage || (used > 0 && double(used + bytes) > cap)) {
       buckets_.emplace_back();
       used = 0;
       cap = (buckets_.size() == 1 ? firstMb : restMb) * 1048576.0;
@@ -676,7 +685,7 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
                     << "'";
       return signalPassFailure();
     }
-    Rewriter r(f, n, z, reduceType);
+    Rewriter r(f, n, z, reduceType, pipelineOwners(m));
     int64_t buckets = 0, collectives = 0, bytes = 0;
     if (failed(r.run(first, rest, buckets, collectives, bytes)))
       return signalPassFailure();

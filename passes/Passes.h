@@ -7,6 +7,8 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include "llvm/ADT/StringMap.h"
+
 #include <memory>
 
 namespace kiln {
@@ -68,6 +70,12 @@ void populateKilnDecompositionPatterns(mlir::RewritePatternSet &patterns);
 /// The indexing map through which a kiln.broadcast_in_dim reads its operand
 /// (size-1 dimensions pinned to 0).
 mlir::AffineMap broadcastMap(mlir::Operation *broadcastInDim);
+
+/// Pipeline parallelism: the stage that owns each parameter (by name),
+/// the stage of its first use in @forward (kiln-pipeline-stages' tags);
+/// empty without stages. kiln-pipeline places parameters and their
+/// optimizer state there; kiln-data-parallel keeps buckets within a stage.
+llvm::StringMap<int64_t> pipelineOwners(mlir::ModuleOp module);
 
 } // namespace kiln
 

@@ -542,15 +542,7 @@ struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
     auto fwd = m.lookupSymbol<func::FuncOp>("forward");
     if (P <= 1 || !fwd)
       return;
-    // A parameter's owner: the stage of its first use in @forward.
-    llvm::StringMap<int64_t> owners;
-    for (Operation &op : fwd.getBody().front())
-      for (Value v : op.getOperands())
-        if (auto a = dyn_cast<BlockArgument>(v))
-          if (auto name = fwd.getArgAttrOfType<StringAttr>(a.getArgNumber(),
-                                                           KilnDialect::kParamAttr))
-            if (!owners.count(name.getValue()) && stageOf(&op) >= 0)
-              owners[name.getValue()] = stageOf(&op);
+    llvm::StringMap<int64_t> owners = pipelineOwners(m);
     auto train = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
     int64_t M = 1;
     bool oneF1B = true;
@@ -580,4 +572,19 @@ struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
 };
 
 } // namespace
+
+llvm::StringMap<int64_t> pipelineOwners(ModuleOp m) {
+  llvm::StringMap<int64_t> owners;
+  auto fwd = m.lookupSymbol<func::FuncOp>("forward");
+  if (!fwd || getMesh(m).axisSize(kAxis) <= 1)
+    return owners;
+  for (Operation &op : fwd.getBody().front())
+    for (Value v : op.getOperands())
+      if (auto a = dyn_cast<BlockArgument>(v))
+        if (auto name = fwd.getArgAttrOfType<StringAttr>(a.getArgNumber(), KilnDialect::kParamAttr))
+          if (!owners.count(name.getValue()) && stageOf(&op) >= 0)
+            owners[name.getValue()] = stageOf(&op);
+  return owners;
+}
+
 } // namespace kiln
