@@ -130,6 +130,13 @@ struct KilnPipelineStagesPass
       }
       return;
     }
+    // Ops that read only arguments (a parameter's cast to bf16, a
+    // broadcast of a bias) go with their first user, not where they stand.
+    auto free = [](Operation *op) {
+      return llvm::all_of(op->getOperands(), [](Value v) { return isa<BlockArgument>(v); });
+    };
+    std::vector<Operation *> all = ops;
+    llvm::erase_if(ops, free);
     // The cost model: each op's FLOPs; cuts only where the layer (kiln.block
     // tag) changes, unless there are too few such places.
     const int64_t n = int64_t(ops.size());
@@ -187,6 +194,16 @@ struct KilnPipelineStagesPass
       while (s + 1 < P && i >= starts[size_t(s) + 1])
         ++s;
       ops[size_t(i)]->setAttr(kStageAttr, i64(ctx, s));
+    }
+    for (Operation *op : llvm::reverse(all)) {
+      if (op->hasAttr(kStageAttr))
+        continue;
+      int64_t s = P;
+      for (Value r : op->getResults())
+        for (Operation *u : r.getUsers())
+          if (int64_t us = stageOf(u); us >= 0)
+            s = std::min(s, us);
+      op->setAttr(kStageAttr, i64(ctx, s < P ? s : 0));
     }
   }
 };
@@ -356,7 +373,19 @@ private:
       int64_t out = 0;
       for (Value r : op.getResults())
         out += bytesOf(r.getType());
-      if (op.getNumResults() == 1 && out > in && op.getNumRegions() == 0) {
+      // Also an op computed from such values only (a compare of a
+      // broadcast scalar with a constant): recomputed where it is used.
+      // (elementwise: as many elements as its operands, never a reduction).
+      auto numel = [](Value v) {
+        auto t = dyn_cast<RankedTensorType>(v.getType());
+        return t ? t.getNumElements() : int64_t(0);
+      };
+      bool allDeferred = op.getNumOperands() > 0 && op.getNumResults() == 1 &&
+                         llvm::all_of(op.getOperands(), [&](Value v) {
+                           Operation *d = v.getDefiningOp();
+                           return d && deferred.count(d) && numel(v) <= numel(op.getResult(0));
+                         });
+      if (op.getNumResults() == 1 && (out > in || allDeferred) && op.getNumRegions() == 0) {
         deferred.insert(&op);
         home[&op] = s;
       }
