@@ -180,11 +180,19 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
       }
     }
   for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    if (step.getArgAttr(i, KilnDialect::kParamAttr))
+    if (auto name = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr))
       if (auto st = step.getArgAttrOfType<IntegerAttr>(i, kStageAttr))
-        if (st.getInt() < P)
-          params[size_t(st.getInt())] +=
-              cast<RankedTensorType>(step.getArgument(i).getType()).getNumElements();
+        if (st.getInt() < P) {
+          size_t k = size_t(st.getInt());
+          params[k] += cast<RankedTensorType>(step.getArgument(i).getType()).getNumElements();
+          // Stages without repeat blocks: named by their parameters' layers.
+          std::string layer = name.getValue().rsplit('.').first.str();
+          if (first[k].empty() || first[k].find('.') == std::string::npos) {
+            if (first[k].empty())
+              first[k] = layer;
+            last[k] = layer;
+          }
+        }
   os << "    stage  forward ops  forward FLOPs    parameters  micro-batches in flight "
         "(1f1b | gpipe)  layers\n";
   for (int64_t st = 0; st < P; ++st) {
