@@ -218,7 +218,7 @@ void timeGemms(const std::vector<program::GemmParams> &shapes, Machine &m) {
 void compile(mlir::ModuleOp module, Candidate &c, const Options &o,
              std::string &diagnostics) {
   mlir::OwningOpRef<mlir::ModuleOp> mod = module.clone();
-  setLayout(*mod, c.dp * c.tp, c.tp, c.zero);
+  setLayout(*mod, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp, c.microBatches);
   diagnostics.clear();
   if (mlir::failed(buildTrainProgram(*mod))) {
     c.applicable = false;
@@ -250,45 +250,76 @@ void compile(mlir::ModuleOp module, Candidate &c, const Options &o,
   c.persistentBytes = p.persistentBytes;
   c.arenaBytes = p.arenaBytes;
   c.peakBytes = p.persistentBytes + f->scratchBytes;
+  if (c.pp > 1) {
+    // Each stage's devices have their own arena: the candidate needs the
+    // largest (device d is on stage d / (dp x tp), pp outermost).
+    c.stages.assign(size_t(c.pp), StageCost());
+    int64_t perStage = c.dp * c.tp;
+    for (int d = 0; d < p.numDevices(); ++d) {
+      const program::BufferPlan &bp = p.plan(d);
+      StageCost &st = c.stages[size_t(std::min<int64_t>(d / perStage, c.pp - 1))];
+      if (bp.arenaBytes > st.arenaBytes) {
+        st.arenaBytes = bp.arenaBytes;
+        st.persistentBytes = bp.persistentBytes;
+      }
+    }
+    const StageCost *most = &c.stages.front();
+    for (const StageCost &st : c.stages)
+      if (st.arenaBytes > most->arenaBytes)
+        most = &st;
+    c.arenaBytes = c.peakBytes = most->arenaBytes;
+    c.persistentBytes = most->persistentBytes;
+  }
   c.steps = int64_t(f->steps.size());
   c.rowsPerStep = c.dp * trainInt(*mod, "batch", 1) *
                   std::max<int64_t>(1, trainInt(*mod, "grad_accum", 1));
   c.fits = !o.budgetBytes || c.memoryBytes() <= *o.budgetBytes;
 }
 
-/// Predicts the step time of `c`'s plan on `m`.
-void predict(Candidate &c, const Machine &m) {
-  const program::Program &p = c.program;
-  const program::Function *f = nullptr;
-  for (const program::Function &fn : p.functions)
-    if (fn.name == "train_step")
-      f = &fn;
+/// What one device's replay of a step list found.
+struct Replay {
+  double seconds = 0, gemmSeconds = 0, kernelSeconds = 0, commSeconds = 0;
+  int64_t gemmFlops = 0, gemms = 0, timedGemms = 0, kernelBytes = 0;
+  std::map<std::string, AxisTraffic> traffic;
+  int64_t transfers = 0, transferBytes = 0; ///< sends (pipeline transfers)
+};
+
+/// Replays the steps of `f` that the devices of pipeline stage `stage` run
+/// (those of that stage and of stage -1; every step when `stage` < 0) on
+/// `m`. Sends and receives take no time here: the pipeline's transfers are
+/// costed apart (predict).
+Replay replay(const program::Program &p, const program::Function &f,
+              int stage, const Machine &m) {
+  Replay r;
   // The step on two queues: queue 0 runs kernels, GEMMs, copies and the
   // collectives not marked for overlap in order; queue 1 the gradient
   // buckets. A step starts when its queue is free and the steps it depends
-  // on (the plan's exact dependencies) have finished.
-  std::vector<double> finish(f->steps.size(), 0);
+  // on (the plan's exact dependencies) have finished; the steps of other
+  // stages finish at 0 (they run on other devices).
+  std::vector<double> finish(f.steps.size(), 0);
   double queueFree[2] = {0, 0};
-  for (size_t j = 0; j < f->steps.size(); ++j) {
-    const program::Step &s = f->steps[j];
+  for (size_t j = 0; j < f.steps.size(); ++j) {
+    const program::Step &s = f.steps[j];
+    if (stage >= 0 && s.stage >= 0 && s.stage != stage)
+      continue;
     double d = 0;
     switch (s.kind) {
     case program::Step::Gemm: {
       int64_t flops = int64_t(program::gemmFlops(s.gemm));
-      c.gemmFlops += flops;
-      ++c.gemms;
+      r.gemmFlops += flops;
+      ++r.gemms;
       double g = double(flops) / m.deviceFlops;
       auto it = m.gemmSeconds.find(gemmShapeKey(s.gemm));
       if (s.gemm.dtype == program::DType::F32 && it != m.gemmSeconds.end()) {
         g = it->second / m.coreShare;
-        ++c.timedGemms;
+        ++r.timedGemms;
       }
-      c.gemmSeconds += g;
+      r.gemmSeconds += g;
       d = g;
       if (s.epilogue >= 0) {
         int64_t b = argBytes(p, s.epilogueArgs);
-        c.kernelBytes += b;
-        c.kernelSeconds += double(b) / m.deviceBandwidth;
+        r.kernelBytes += b;
+        r.kernelSeconds += double(b) / m.deviceBandwidth;
         d += double(b) / m.deviceBandwidth;
       }
       break;
@@ -296,20 +327,24 @@ void predict(Candidate &c, const Machine &m) {
     case program::Step::Kernel:
     case program::Step::Copy: {
       int64_t b = argBytes(p, s.args);
-      c.kernelBytes += b;
+      r.kernelBytes += b;
       d = double(b) / m.deviceBandwidth;
-      c.kernelSeconds += d;
+      r.kernelSeconds += d;
       break;
     }
     case program::Step::Collective: {
-      int n = s.collective.groupSize(p.mesh);
-      AxisTraffic &t =
-          c.traffic[s.collective.axis.empty() ? "group" : s.collective.axis];
+      const program::Collective &col = s.collective;
+      int n = col.groupSize(p.mesh);
+      AxisTraffic &t = r.traffic[col.axis.empty() ? "group" : col.axis];
       ++t.count;
-      t.bytes += s.collective.bytes;
-      if (n > 1)
-        d = m.commLatency + busBytes(s.collective, n) / m.commBusBandwidth;
-      c.commSeconds += d;
+      t.bytes += col.bytes;
+      if (col.op == program::Collective::Op::Send) {
+        ++r.transfers;
+        r.transferBytes += col.bytes;
+      } else if (col.op != program::Collective::Op::Recv && n > 1) {
+        d = m.commLatency + busBytes(col, n) / m.commBusBandwidth;
+      }
+      r.commSeconds += d;
       break;
     }
     }
@@ -321,9 +356,61 @@ void predict(Candidate &c, const Machine &m) {
     finish[j] = start + d;
     queueFree[q] = finish[j];
   }
-  c.stepSeconds = std::max(queueFree[0], queueFree[1]);
-  c.exposedCommSeconds =
-      std::max(0.0, c.stepSeconds - c.gemmSeconds - c.kernelSeconds);
+  r.seconds = std::max(queueFree[0], queueFree[1]);
+  return r;
+}
+
+void take(Candidate &c, const Replay &r) {
+  c.gemmFlops = r.gemmFlops;
+  c.gemms = r.gemms;
+  c.timedGemms = r.timedGemms;
+  c.kernelBytes = r.kernelBytes;
+  c.gemmSeconds = r.gemmSeconds;
+  c.kernelSeconds = r.kernelSeconds;
+  c.commSeconds = r.commSeconds;
+  c.traffic = r.traffic;
+}
+
+/// Predicts the step time of `c`'s plan on `m`. Without a pipeline: the
+/// replay of every step. With pp = p stages and M micro-batches: stage s's
+/// devices take T_s (the replay of their steps, all M micro-batches), a
+/// micro-batch t = max_s T_s / M, and the step (M + p - 1) t (the slowest
+/// stage stretched by the bubble of p - 1 micro-batch slots) plus the
+/// transfers: each send latency + bytes / the bus bandwidth.
+void predict(Candidate &c, const Machine &m) {
+  const program::Program &p = c.program;
+  const program::Function *f = nullptr;
+  for (const program::Function &fn : p.functions)
+    if (fn.name == "train_step")
+      f = &fn;
+  if (c.pp <= 1) {
+    Replay r = replay(p, *f, -1, m);
+    take(c, r);
+    c.stepSeconds = r.seconds;
+  } else {
+    double slowest = -1;
+    for (int64_t s = 0; s < c.pp; ++s) {
+      Replay r = replay(p, *f, int(s), m);
+      StageCost &st = c.stages[size_t(s)];
+      st.seconds = r.seconds;
+      st.computeSeconds = r.gemmSeconds + r.kernelSeconds;
+      c.transfers += r.transfers;
+      c.transferBytes += r.transferBytes;
+      if (r.seconds > slowest) { // the table shows the slowest stage's device
+        slowest = r.seconds;
+        take(c, r);
+      }
+    }
+    double microBatch = slowest / double(c.microBatches);
+    c.bubbleSeconds = double(c.pp - 1) * microBatch;
+    c.transferSeconds = double(c.transfers) * m.commLatency +
+                        double(c.transferBytes) / m.commBusBandwidth;
+    c.commSeconds += c.transferSeconds;
+    c.stepSeconds =
+        double(c.microBatches + c.pp - 1) * microBatch + c.transferSeconds;
+  }
+  c.exposedCommSeconds = std::max(0.0, c.stepSeconds - c.gemmSeconds -
+                                           c.kernelSeconds - c.bubbleSeconds);
   c.program = program::Program(); // the numbers are all the report needs
 }
 
@@ -338,11 +425,15 @@ std::string trafficText(const Candidate &c) {
 } // namespace
 
 std::string Candidate::layout() const {
+  if (pp > 1)
+    return fmt::format("pp={} dp={} tp={} M={}", pp, dp, tp, microBatches);
   return fmt::format("dp={} tp={} zero={}", dp, tp, zero);
 }
 
 std::string Candidate::flags() const {
-  std::string f = fmt::format("--devices {}", dp * tp);
+  std::string f = fmt::format("--devices {}", pp * dp * tp);
+  if (pp > 1)
+    f += fmt::format(" --pp {} --micro-batches {}", pp, microBatches);
   if (tp > 1)
     f += fmt::format(" --tp {}", tp);
   if (zero > 0)
@@ -455,7 +546,8 @@ bool measureMachine(int devices, Machine &m, std::string &error) {
   return true;
 }
 
-void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero) {
+void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
+               int64_t pp, int64_t microBatches) {
   mlir::Builder b(module.getContext());
   auto train =
       module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
@@ -464,26 +556,45 @@ void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero) {
   t.set("devices", b.getI64IntegerAttr(devices));
   t.set("tp", b.getI64IntegerAttr(tp));
   t.set("zero", b.getI64IntegerAttr(zero));
+  if (pp > 1) {
+    t.set("pp", b.getI64IntegerAttr(pp));
+    t.set("micro_batches", b.getI64IntegerAttr(microBatches));
+    t.set("grad_accum", b.getI64IntegerAttr(microBatches));
+  } else {
+    t.erase("pp");
+  }
   module->setAttr(KilnDialect::kTrainAttr,
                   t.getDictionary(module.getContext()));
-  setMesh(module, meshFor(devices, tp));
+  setMesh(module, meshFor(devices, tp, pp));
 }
 
 Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
             std::string &diagnostics) {
   Result r;
-  for (int64_t tp = 1; tp <= o.devices; ++tp) {
-    if (o.devices % tp != 0)
+  // pp outermost, then tp; ZeRO only without tp and pp (kilnc refuses the
+  // others); micro-batches only with a pipeline.
+  for (int64_t pp = 1; pp <= o.devices; ++pp) {
+    if (o.devices % pp != 0)
       continue;
-    int64_t dp = o.devices / tp;
-    int maxZero = dp > 1 && tp == 1 ? 2 : 0;
-    for (int zero = 0; zero <= maxZero; ++zero) {
-      Candidate c;
-      c.dp = dp;
-      c.tp = tp;
-      c.zero = zero;
-      compile(module, c, o, diagnostics);
-      r.candidates.push_back(std::move(c));
+    for (int64_t tp = 1; tp <= o.devices / pp; ++tp) {
+      if ((o.devices / pp) % tp != 0)
+        continue;
+      int64_t dp = o.devices / pp / tp;
+      int maxZero = dp > 1 && tp == 1 && pp == 1 ? 2 : 0;
+      for (int64_t micro : {1, 2, 4, 8}) {
+        if (pp == 1 && micro > 1)
+          break;
+        for (int zero = 0; zero <= maxZero; ++zero) {
+          Candidate c;
+          c.pp = pp;
+          c.dp = dp;
+          c.tp = tp;
+          c.zero = zero;
+          c.microBatches = pp > 1 ? micro : 1;
+          compile(module, c, o, diagnostics);
+          r.candidates.push_back(std::move(c));
+        }
+      }
     }
   }
   std::vector<program::GemmParams> shapes;
@@ -510,15 +621,18 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
     if (r.candidates[i].applicable)
       r.ranking.push_back(i);
   // Best first by predicted time per training row (the layouts train
-  // different global batches: dp * batch rows); ties keep the enumeration
-  // order (smaller tp, then lower ZeRO stage).
+  // different global batches: dp * batch * micro-batches rows); ties keep
+  // the enumeration order (smaller pp, smaller tp, fewer micro-batches,
+  // lower ZeRO stage).
   std::stable_sort(r.ranking.begin(), r.ranking.end(), [&](size_t a, size_t b) {
     return r.candidates[a].secondsPerRow() < r.candidates[b].secondsPerRow();
   });
-  // The best predicted layout that fits, unless one with a smaller tp that
-  // fits is predicted within the margin of it: then the best of the
-  // smallest such tp (tensor parallelism puts blocking collectives on the
-  // step's critical path, which the model predicts least well).
+  // The best predicted layout that fits, unless one with less model
+  // parallelism (a smaller pp x tp, then a smaller tp) that fits is
+  // predicted within the margin of it: then the best of the least such
+  // (tensor parallelism puts blocking collectives on the step's critical
+  // path, a pipeline its transfers and bubble, which the model predicts
+  // least well).
   for (size_t i : r.ranking)
     if (r.candidates[i].fits) {
       r.fastest = i;
@@ -530,7 +644,11 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
       const Candidate &c = r.candidates[i];
       if (!c.fits || c.secondsPerRow() > limit)
         continue;
-      if (!r.chosen || c.tp < r.candidates[*r.chosen].tp)
+      if (!r.chosen)
+        r.chosen = i;
+      const Candidate &w = r.candidates[*r.chosen];
+      if (c.pp * c.tp < w.pp * w.tp ||
+          (c.pp * c.tp == w.pp * w.tp && c.tp < w.tp))
         r.chosen = i;
     }
   }
@@ -550,9 +668,8 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
         "bytes): the smallest, "
         "{}, needs {} ({} bytes: persistent {}, scratch peak {}). Give at "
         "least {} bytes per "
-        "device, use more devices (tensor parallelism divides weights and "
-        "activations), or a "
-        "smaller per-device batch (--batch)",
+        "device, use more devices (tensor and pipeline parallelism divide "
+        "weights and activations), or a smaller per-device batch (--batch)",
         o.modelPath, o.devices, mib(*o.budgetBytes), *o.budgetBytes, c.layout(),
         mib(c.memoryBytes()), c.memoryBytes(), mib(c.persistentBytes),
         mib(c.memoryBytes() - c.persistentBytes), c.memoryBytes());
@@ -601,34 +718,37 @@ void printReport(const Result &r, const Options &o, const Machine &m,
         "overlap is exposed; everything else waits. Ranked by predicted time "
         "per training row "
         "(dp replicas each train the model's batch).\n";
-  os << "not available in this build: pipeline parallelism (pp = 1 only) and "
-        "micro-batch "
-        "choices (grad_accum stays the train section's)\n\n";
+  os << "pipeline (pp = p > 1, M micro-batches, ZeRO 0): stage s's devices "
+        "replay the steps they run (stage s and -1) in T_s for all M "
+        "micro-batches; step = (M + p - 1) * max_s T_s / M (the slowest "
+        "stage stretched by the bubble, (p - 1) / (M + p - 1) of the step "
+        "idle) + each send's latency + bytes / bus bandwidth. A pipeline "
+        "trains dp * batch * M rows per step, so layouts are compared per "
+        "row; layouts without one keep the train section's grad_accum\n\n";
 
   os << fmt::format("{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
-                    "{:>8} {:>5} {:>7}  {}\n",
+                    "{:>8} {:>5} {:>7} {:>6}  {}\n",
                     "rank", "layout", "memory", "persistent", "fits", "ms/step",
-                    "compute", "comm", "exposed", "rows", "ms/row",
+                    "compute", "comm", "exposed", "rows", "ms/row", "bubble",
                     "collectives per step (axis: count, bytes)");
   int rank = 0;
   for (size_t i : r.ranking) {
     const Candidate &c = r.candidates[i];
-    os << fmt::format("{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
-                      "{:>8} {:>5} {:>7}  {}\n",
-                      ++rank, c.layout(), mib(c.memoryBytes()),
-                      mib(c.persistentBytes), c.fits ? "yes" : "no",
-                      ms(c.stepSeconds), ms(c.gemmSeconds + c.kernelSeconds),
-                      ms(c.commSeconds), ms(c.exposedCommSeconds),
-                      c.rowsPerStep, msPerRow(c.secondsPerRow()),
-                      trafficText(c));
+    os << fmt::format(
+        "{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
+        "{:>8} {:>5} {:>7} {:>6}  {}\n",
+        ++rank, c.layout(), mib(c.memoryBytes()), mib(c.persistentBytes),
+        c.fits ? "yes" : "no", ms(c.stepSeconds),
+        ms(c.gemmSeconds + c.kernelSeconds), ms(c.commSeconds),
+        ms(c.exposedCommSeconds), c.rowsPerStep, msPerRow(c.secondsPerRow()),
+        c.pp > 1 ? fmt::format("{:.1f}%", c.bubbleFraction() * 100)
+                 : std::string("-"),
+        trafficText(c));
   }
   for (const Candidate &c : r.candidates)
     if (!c.applicable)
       os << fmt::format("{:>4}  {:<18} not applicable: {}\n", "-", c.layout(),
                         c.reason);
-  os << fmt::format(
-      "{:>4}  {:<18} not available in this build (no pipeline parallelism)\n",
-      "-", "pp>1");
   os << "\n";
   if (!r.chosen)
     return;
@@ -645,10 +765,27 @@ void printReport(const Result &r, const Options &o, const Machine &m,
                 mib(w.memoryBytes()), mib(w.persistentBytes));
   text += fmt::format(
       "; predicted {} ms/step for {} rows ({} ms/row: compute {} ms, "
-      "communication {} ms of which {} exposed)",
+      "communication {} ms of which {} exposed",
       ms(w.stepSeconds), w.rowsPerStep, msPerRow(w.secondsPerRow()),
       ms(w.gemmSeconds + w.kernelSeconds), ms(w.commSeconds),
       ms(w.exposedCommSeconds));
+  if (w.pp > 1)
+    text += fmt::format(
+        ", bubble {} ms = {:.1f}% of the step slots ({} - 1) / ({} + {} - 1), "
+        "{} transfers of {} in {} ms",
+        ms(w.bubbleSeconds), w.bubbleFraction() * 100, w.pp, w.microBatches,
+        w.pp, w.transfers, mib(w.transferBytes), ms(w.transferSeconds));
+  text += ")";
+  // Plain data parallelism, when a budget rules it out: its numbers.
+  for (size_t i : r.ranking) {
+    const Candidate &c = r.candidates[i];
+    if (c.pp == 1 && c.tp == 1 && c.zero == 0 && !c.fits && i != *r.chosen &&
+        c.secondsPerRow() >= w.secondsPerRow())
+      text += fmt::format(
+          "; plain data parallelism ({}) needs {} per device, over the "
+          "budget (predicted {} ms/row)",
+          c.layout(), mib(c.memoryBytes()), msPerRow(c.secondsPerRow()));
+  }
   // The next best that fits, and why it loses.
   std::optional<size_t> next;
   std::vector<size_t> faster; // better predicted, over the budget
@@ -668,12 +805,20 @@ void printReport(const Result &r, const Options &o, const Machine &m,
         "ms/row), within the "
         "planner's {:.0f}% margin (the spread of its predictions against "
         "measured step times), "
-        "so the smaller tp wins: {} meets its tp group in {} blocking "
-        "collectives per step",
+        "so the {} wins: {}",
         f.layout(), (w.secondsPerRow() / f.secondsPerRow() - 1) * 100,
         msPerRow(f.secondsPerRow()), msPerRow(w.secondsPerRow()),
-        o.margin * 100, f.layout(),
-        f.traffic.count("tp") ? f.traffic.at("tp").count : 0);
+        o.margin * 100,
+        f.pp * f.tp > w.pp * w.tp ? "less model parallelism" : "smaller tp",
+        f.pp > 1 && f.pp > w.pp
+            ? fmt::format("{} idles {:.1f}% of its step in the pipeline "
+                          "bubble and makes {} transfers per step",
+                          f.layout(), f.bubbleFraction() * 100, f.transfers)
+            : fmt::format("{} meets its tp group in {} blocking collectives "
+                          "per step",
+                          f.layout(),
+                          f.traffic.count("tp") ? f.traffic.at("tp").count
+                                                : 0));
     next = r.fastest;
   }
   if (next) {
@@ -707,6 +852,18 @@ void printReport(const Result &r, const Options &o, const Machine &m,
         c.layout(), msPerRow(c.secondsPerRow()), mib(c.memoryBytes()));
   }
   os << text << ".\n";
+  if (w.pp > 1) {
+    std::string stages;
+    for (size_t s = 0; s < w.stages.size(); ++s) {
+      const StageCost &st = w.stages[s];
+      stages += fmt::format(
+          "{}stage {}: {} per device (persistent {}), {} ms for its {} "
+          "micro-batches (compute {} ms)",
+          s ? "; " : "", s, mib(st.arenaBytes), mib(st.persistentBytes),
+          ms(st.seconds), w.microBatches, ms(st.computeSeconds));
+    }
+    os << "per stage of " << w.layout() << ": " << stages << ".\n";
+  }
 }
 
 bool parseSize(const std::string &text, int64_t &bytes) {

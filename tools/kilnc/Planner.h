@@ -1,8 +1,10 @@
-//===- Planner.h - kilnc --parallel=auto: choose dp x tp x ZeRO -*- C++ -*-===//
+//===- Planner.h - kilnc --parallel=auto: choose pp x dp x tp -*- C++ -*-===//
 //
 // The parallelism planner (docs/parallel.md "The planner"). For a device
-// count N it compiles every layout dp x tp = N (ZeRO 0, 1, 2 where dp > 1
-// and tp = 1) in process, as kilnc would with --devices N --tp T --zero K,
+// count N it compiles every layout pp x dp x tp = N (ZeRO 0, 1, 2 where
+// dp > 1, tp = 1 and pp = 1; 1, 2, 4 or 8 micro-batches where pp > 1) in
+// process, as kilnc would with --devices N --pp P --tp T --zero K
+// --micro-batches M,
 // reads each per-device plan (memory, GEMM FLOPs, kernel bytes, collectives)
 // and predicts its step time from constants measured on this machine at
 // planning time: sgemm FLOP/s and copy bandwidth (runtime/train/Calibrate.h)
@@ -67,8 +69,17 @@ struct AxisTraffic {
       0; ///< Collective::bytes summed (what each device contributes)
 };
 
+/// One pipeline stage of a candidate (pp > 1): its devices' plan and the
+/// replay of the steps they run (the stage's and those of stage -1).
+struct StageCost {
+  int64_t arenaBytes = 0, persistentBytes = 0; ///< its largest device plan
+  double seconds = 0; ///< the replay of its steps, all micro-batches
+  double computeSeconds = 0; ///< GEMMs, kernels and copies of those steps
+};
+
 struct Candidate {
-  int64_t dp = 1, tp = 1;
+  int64_t pp = 1, dp = 1, tp = 1;
+  int64_t microBatches = 1; ///< pp > 1: grad_accum = micro-batches per step
   int zero = 0;
   bool applicable = true;
   std::string reason;       ///< why not applicable (the compiler's first line)
@@ -82,14 +93,24 @@ struct Candidate {
   int64_t steps = 0;
   std::map<std::string, AxisTraffic> traffic; ///< by mesh axis
   int64_t rowsPerStep = 0; ///< global batch: dp * batch * grad_accum
+  std::vector<StageCost> stages; ///< pp > 1: per stage, in stage order
+  /// pp > 1: send/recv transfers per step (a send and its recv count once)
+  /// and their bytes; their predicted seconds, and the bubble's.
+  int64_t transfers = 0, transferBytes = 0;
+  double transferSeconds = 0, bubbleSeconds = 0;
   // The prediction (seconds per step).
   double gemmSeconds = 0, kernelSeconds = 0, commSeconds = 0,
          exposedCommSeconds = 0;
   double stepSeconds = 0;
   bool fits = true;
 
-  std::string layout() const; ///< "dp=2 tp=1 zero=0"
-  std::string flags() const;  ///< "--devices 2 --tp 1 --zero 0"
+  /// "dp=2 tp=1 zero=0"; with pp > 1 "pp=2 dp=1 tp=1 M=4" (ZeRO is 0).
+  std::string layout() const;
+  std::string flags() const; ///< "--devices 2 --pp 2 --micro-batches 4"
+  /// The pipeline's idle fraction (p - 1) / (M + p - 1); 0 without one.
+  double bubbleFraction() const {
+    return pp > 1 ? double(pp - 1) / double(microBatches + pp - 1) : 0;
+  }
   double secondsPerRow() const { return stepSeconds / double(rowsPerStep); }
   int64_t memoryBytes() const { return std::max(peakBytes, arenaBytes); }
 };
@@ -98,8 +119,9 @@ struct Options {
   int64_t devices = 1;
   std::optional<int64_t> budgetBytes; ///< memory per device
   bool fusion = true;
-  /// A layout with a larger tp is chosen over one with a smaller tp only
-  /// when it is predicted faster per row by more than this fraction: the
+  /// A layout with a larger model-parallel degree pp x tp (then a larger
+  /// tp) is chosen over one with a smaller only when it is predicted faster
+  /// per row by more than this fraction: the
   /// spread of the predictions against measured step times
   /// (docs/parallel.md "The planner").
   double margin = 0.10;
@@ -110,14 +132,17 @@ struct Result {
   std::vector<Candidate> candidates; ///< in enumeration order
   std::vector<size_t> ranking;       ///< applicable candidates, best first
   std::optional<size_t> fastest;     ///< the best predicted that fits
-  /// The best of the smallest tp that fits within the margin of `fastest`.
+  /// The best of the smallest pp x tp (then tp) that fits within the margin
+  /// of `fastest`.
   std::optional<size_t> chosen;
   std::string error; ///< set when nothing fits (exit 1)
 };
 
-/// Sets the layout on `module` as kilnc's --devices/--tp/--zero flags do
-/// (the kiln.train attribute and the mesh).
-void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero);
+/// Sets the layout on `module` as kilnc's --devices/--tp/--zero/--pp/
+/// --micro-batches flags do (the kiln.train attribute and the mesh). With
+/// pp = 1 the train section's grad_accum is kept.
+void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
+               int64_t pp = 1, int64_t microBatches = 1);
 
 /// Compiles every layout of `module` (as the frontend built it; it is not
 /// changed), times the float32 GEMM shapes their plans run (into

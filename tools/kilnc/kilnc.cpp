@@ -495,9 +495,11 @@ int main(int argc, char **argv) {
     if (parallelOpt != "auto")
       return userError("--parallel=" + parallelOpt +
                        ": the only value is auto");
-    if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences())
-      return userError("--parallel=auto chooses tp and zero itself; leave out "
-                       "--tp and --zero "
+    if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
+        ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences())
+      return userError("--parallel=auto chooses tp, zero, pp and micro-batches "
+                       "itself; leave out --tp, --zero, --pp and "
+                       "--micro-batches "
                        "(or leave out --parallel=auto to give them)");
     if (!module->lookupSymbol("forward"))
       return userError("--parallel=auto lays out a model (a .kiln file, or a "
@@ -554,7 +556,8 @@ int main(int argc, char **argv) {
     if (!result.chosen)
       return userError(result.error);
     const kiln::planner::Candidate &c = result.candidates[*result.chosen];
-    kiln::planner::setLayout(*module, c.dp * c.tp, c.tp, c.zero);
+    kiln::planner::setLayout(*module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp,
+                             c.microBatches);
     if (outputFile == "-" && !emit.getNumOccurrences())
       return 0; // the report was the output
   }
