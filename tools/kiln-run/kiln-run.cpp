@@ -20,11 +20,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <unistd.h>
 #include <cstring>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -34,8 +35,10 @@ const char *kUsage =
     "\n"
     "usage:\n"
     "  kiln-run prepare TEXT OUTDIR [--val-fraction F]\n"
-    "      Turn a text file into a character-level data set: OUTDIR/vocab.json\n"
-    "      (the sorted characters), OUTDIR/train.bin and OUTDIR/val.bin (uint16\n"
+    "      Turn a text file into a character-level data set: "
+    "OUTDIR/vocab.json\n"
+    "      (the sorted characters), OUTDIR/train.bin and OUTDIR/val.bin "
+    "(uint16\n"
     "      tokens; the last F of the text, default 0.1, is validation).\n"
     "  kiln-run inspect FILE\n"
     "      Verify a checkpoint (.safetensors) or artifact (.kpack) and list\n"
@@ -45,57 +48,93 @@ const char *kUsage =
     "          [--threads N] [--seed S] [--eval-interval N] [--eval-steps N]\n"
     "          [--log-interval N] [--loss-log FILE] [--profile] [--quiet]\n"
     "          [--stats-csv FILE]\n"
-    "          [--in-order] [--device cpu:N|cuda:0,1,...] [--collective-timeout S]\n"
-    "      Train (on --device, default cpu). Data paths default to the model's train section;\n"
+    "          [--in-order] [--device cpu:N|cuda:0,1,...] "
+    "[--collective-timeout S]\n"
+    "      Train (on --device, default cpu). Data paths default to the model's "
+    "train section;\n"
     "      PATH is a token file (uint16, nanoGPT style: random windows) or a\n"
     "      directory with one .npy array per input (DIR/<input>.npy, shuffled\n"
-    "      per epoch; --in-order keeps file order). Checkpoints (safetensors, atomic) default to\n"
+    "      per epoch; --in-order keeps file order). Checkpoints (safetensors, "
+    "atomic) default to\n"
     "      MODEL.ckpt.safetensors every eval interval and at the end; Ctrl-C\n"
     "      saves one and exits (130). --resume continues bit for bit.\n"
-    "      --tensorboard DIR: scalars (loss, lr, grad norm, val loss, tokens/s,\n"
-    "      step time) in a TensorBoard event file in DIR (tensorboard --logdir DIR).\n"
+    "      --tensorboard DIR: scalars (loss, lr, grad norm, val loss, "
+    "tokens/s,\n"
+    "      step time) in a TensorBoard event file in DIR (tensorboard --logdir "
+    "DIR).\n"
     "      Input pipeline: [--prefetch N] batches made ahead (default 3) by\n"
-    "      [--data-workers N] threads (default 1; results never depend on either);\n"
-    "      --data also takes token shards: a,b.bin, 'train-*.bin' or a directory of\n"
-    "      *.bin (windows drawn across them); [--shuffle-buffer N] shuffles .npy rows\n"
-    "      through a window of N rows (tf.data) instead of a whole-epoch permutation.\n"
-    "      --profile: after training, where a step's time goes (input, host to\n"
-    "      device, GEMMs, generated kernels, exposed and overlapped communication,\n"
-    "      idle) over every step but the first (with --trace: the traced steps),\n"
-    "      one recommendation, and the top kernels against the machine's measured\n"
-    "      peak; --stats-csv FILE writes every kernel's row (implies --profile).\n"
-    "      --trace FILE [--trace-steps A:B]: a timeline of steps A..B-1 (default:\n"
-    "      10 steps after 2 warm-up steps) in the Chrome trace / Perfetto format\n"
+    "      [--data-workers N] threads (default 1; results never depend on "
+    "either);\n"
+    "      --data also takes token shards: a,b.bin, 'train-*.bin' or a "
+    "directory of\n"
+    "      *.bin (windows drawn across them); [--shuffle-buffer N] shuffles "
+    ".npy rows\n"
+    "      through a window of N rows (tf.data) instead of a whole-epoch "
+    "permutation.\n"
+    "      --profile: after training, where a step's time goes (input, host "
+    "to\n"
+    "      device, GEMMs, generated kernels, exposed and overlapped "
+    "communication,\n"
+    "      idle) over every step but the first (with --trace: the traced "
+    "steps),\n"
+    "      one recommendation, and the top kernels against the machine's "
+    "measured\n"
+    "      peak; --stats-csv FILE writes every kernel's row (implies "
+    "--profile).\n"
+    "      --trace FILE [--trace-steps A:B]: a timeline of steps A..B-1 "
+    "(default:\n"
+    "      10 steps after 2 warm-up steps) in the Chrome trace / Perfetto "
+    "format\n"
     "      (ui.perfetto.dev, chrome://tracing; docs/profiling.md \"Trace\").\n"
-    "  kiln-run eval MODEL.kpack [--checkpoint CKPT] [--val-data PATH] [--eval-steps N]\n"
-    "      Mean validation loss (and accuracy for classifiers).\n"
-    "  kiln-run sample MODEL.kpack [--checkpoint CKPT] [--tokens N] [--prompt TEXT]\n"
+    "      --log-placement: first, where each step of @train_step runs (stage "
+    "and\n"
+    "      devices, kernel/GEMM/transfer, model-file line) and a summary per\n"
+    "      pipeline stage (docs/runtime.md \"Where steps run\").\n"
+    "  kiln-run eval MODEL.kpack [--checkpoint CKPT] [--val-data PATH] "
+    "[--eval-steps N]\n"
+    "      Mean validation loss (and accuracy for classifiers); "
+    "--log-placement\n"
+    "      lists @eval_step's steps as train does @train_step's.\n"
+    "  kiln-run sample MODEL.kpack [--checkpoint CKPT] [--tokens N] [--prompt "
+    "TEXT]\n"
     "          [--temperature T] [--top-k K] [--seed S] [--vocab vocab.json]\n"
     "      Generate text from a character-level language model.\n"
     "  Several devices (an artifact from kilnc --devices N): train with\n"
-    "      --device cpu:N (N replicas in this process, each with its share of the\n"
+    "      --device cpu:N (N replicas in this process, each with its share of "
+    "the\n"
     "      cores unless --threads says), or one process per device:\n"
     "      mpirun -np N kiln-run train MODEL.kpack (also srun, torchrun-style\n"
-    "      RANK/WORLD_SIZE); each replica reads its part of every global batch,\n"
-    "      rank 0 prints and writes the checkpoint (logical layout: it resumes on\n"
-    "      any device count). --collective-timeout S (default 300): a collective\n"
-    "      that waits longer for a dead or stalled rank ends the run, naming it.\n"
-    "      GPUs (an artifact from kilnc --target=cpu,cuda; NCCL): --device cuda:0,1,...\n"
+    "      RANK/WORLD_SIZE); each replica reads its part of every global "
+    "batch,\n"
+    "      rank 0 prints and writes the checkpoint (logical layout: it resumes "
+    "on\n"
+    "      any device count). --collective-timeout S (default 300): a "
+    "collective\n"
+    "      that waits longer for a dead or stalled rank ends the run, naming "
+    "it.\n"
+    "      GPUs (an artifact from kilnc --target=cpu,cuda; NCCL): --device "
+    "cuda:0,1,...\n"
     "      (one replica per GPU listed, in this process), or\n"
-    "      mpirun -np N kiln-run train MODEL.kpack --device cuda (GPU = local rank).\n"
-    "  Common: --device cpu|cpu:N|cuda|cuda:N|cuda-emu (default cpu; cuda needs an\n"
+    "      mpirun -np N kiln-run train MODEL.kpack --device cuda (GPU = local "
+    "rank).\n"
+    "  Common: --device cpu|cpu:N|cuda|cuda:N|cuda-emu (default cpu; cuda "
+    "needs an\n"
     "      artifact compiled with kilnc --target=cpu,cuda; cuda-emu runs the\n"
     "      CUDA kernels in the CUDA emulator on the CPU, for testing),\n"
     "      --threads N (CPU; default: all cores), --cache-dir DIR (compiled\n"
     "      kernels; default $KILN_CACHE_DIR or ~/.cache/kiln), --no-cache.\n"
-    "      --inter-op-threads N (CPU, default 1): run up to N independent steps of\n"
+    "      --inter-op-threads N (CPU, default 1): run up to N independent "
+    "steps of\n"
     "      the plan at once (each device its own); results do not change.\n"
     "  kiln-run check MODEL.kpack [--device cuda|cuda-emu] [--against cpu]\n"
     "          [--tolerance T] [--seed S]\n"
     "      Run every step of @train_step, @eval_step and @predict on both\n"
-    "      devices from the same state (inputs copied from the reference, outputs\n"
-    "      poisoned with NaN first) and compare every output: relative error to\n"
-    "      the tensor's largest value at most T (default 1e-4), integers exact.\n"
+    "      devices from the same state (inputs copied from the reference, "
+    "outputs\n"
+    "      poisoned with NaN first) and compare every output: relative error "
+    "to\n"
+    "      the tensor's largest value at most T (default 1e-4), integers "
+    "exact.\n"
     "  kiln-run devices\n"
     "      The backends of this kiln-run and the GPUs of this machine.\n"
     "  kiln-run --help\n"
@@ -181,6 +220,17 @@ int inspect(const std::vector<std::string> &args) {
                pkg->sourceHash.substr(0, 12));
     fmt::print("  {} parameter tensors ({} values); arena {} bytes, {} persistent\n",
                params, values, p.arenaBytes, p.persistentBytes);
+    for (int st = 0; p.numStages() > 1 && st < p.numStages(); ++st) {
+      // Pipeline stages: each device's arena holds its own stage's buffers.
+      int64_t arena = 0, persistent = 0;
+      for (int d = 0; d < p.numDevices(); ++d)
+        if (p.stageOf(d) == st) {
+          arena = std::max(arena, p.plan(d).arenaBytes);
+          persistent = std::max(persistent, p.plan(d).persistentBytes);
+        }
+      fmt::print("  stage {}: arena {} bytes, {} persistent\n", st, arena,
+                 persistent);
+    }
     fmt::print("  {} kernels; entry points:", p.kernels.size());
     for (const auto &f : p.functions)
       fmt::print(" @{} ({} steps)", f.name, f.steps.size());
