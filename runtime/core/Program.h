@@ -243,7 +243,8 @@ struct BufferPlan {
 /// names, roles, dtypes, shapes and stages; offsets and arena sizes may
 /// differ. With pipeline stages a device runs only the steps of its stage
 /// (and the stage -1 ones) and its arena covers only its stage's buffers
-/// (and the stage -1 ones): docs/parallel.md "Pipeline parallelism".
+/// (and the stage -1 ones): docs/parallel.md "Pipeline parallelism",
+/// docs/runtime.md "Pipeline stages".
 struct Program : BufferPlan {
   Mesh mesh;
   std::vector<BufferPlan> otherDevices;

@@ -95,8 +95,7 @@ Status notHeld(const program::Program &p, int device, int id,
   const program::Buffer &b = p.buffers[size_t(id)];
   return Status::error(fmt::format(
       "device {} (pipeline stage {}) cannot {} buffer {}: it lives on the "
-      "devices of stage {} "
-      "only; {} it on one of those",
+      "devices of stage {} only; {} it on one of those",
       device, p.stageOf(device), verb,
       b.name.empty() ? std::to_string(id) : "'" + b.name + "'", b.stage, verb));
 }
@@ -515,10 +514,8 @@ private:
           if (!woken && running_ == 0 && ready_.empty() && !over()) {
             fail(Status::internal(fmt::format(
                 "@{}: the inter-op scheduler has no step to run and {} of {} "
-                "steps left "
-                "(step {} waits for a dependency that never finishes); rerun "
-                "with "
-                "--inter-op-threads 1 and report this",
+                "steps left (step {} waits for a dependency that never "
+                "finishes); rerun with --inter-op-threads 1 and report this",
                 f_.name, count_ - done_, count_, firstUnfinished())));
             update();
           }

@@ -1,5 +1,4 @@
-//===- StepLoop.h - One loop over a function's steps, with backend hooks -*- C++
-//-*-===//
+//===- StepLoop.h - One loop over a function's steps, with backend hooks -*- C++ -*-===//
 //
 // Every backend runs an entry point the same way: walk its steps in order,
 // dispatch each by kind to the backend, and (when profiling) time it. The
@@ -32,7 +31,7 @@
 // the thread that ran them (Span::thread), and the profile's seconds are
 // summed over threads (they may exceed the wall time).
 //
-// Pipeline stages (plan v2, docs/parallel.md "Pipeline parallelism"): the
+// Pipeline stages (plan v2, docs/runtime.md "Pipeline stages"): the
 // loop runs only the steps of the hooks' device's stage and the stage -1
 // ones (StepHooks::meshDevice()); the others are neither run, timed,
 // traced nor waited for, and a dependency on one of them is met at once.

@@ -1,5 +1,4 @@
-//===- Executor.h - Runs a compiled program on the CPU -----------*- C++
-//-*-===//
+//===- Executor.h - Runs a compiled program on the CPU -----------*- C++ -*-===//
 //
 // One arena (64-byte aligned, zeroed) laid out by the compiler's plan;
 // run(name) walks an entry point's steps with the step loop

@@ -8,10 +8,10 @@
 #include "tools/kiln-run/Commands.h"
 
 #include "runtime/core/Handshake.h"
-#include "runtime/train/Calibrate.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
 #include "runtime/train/Evaluate.h"
+#include "runtime/train/Calibrate.h"
 #include "runtime/train/Launch.h"
 #include "runtime/train/Overview.h"
 #include "runtime/train/Placement.h"
@@ -181,8 +181,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     }
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
-    else if (a == "--log-placement")
-      f.logPlacement = true;
+    else if (a == "--log-placement") f.logPlacement = true;
     else if (a == "--no-cache") f.noCache = true;
     else if (a == "--quiet") f.quiet = true;
     else if (a.rfind("--", 0) == 0) s = Status::error("unknown option '" + a + "'");
