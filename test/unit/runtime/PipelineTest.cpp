@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/comm/InProcess.h"
 #include "runtime/core/Checkpoint.h"
+#include "runtime/core/Counters.h"
 #include "runtime/core/Program.h"
 #include "runtime/cpu/Executor.h"
 #include "runtime/train/Model.h"
@@ -394,12 +395,15 @@ TEST(PipelineModel, CheckpointsGatherEveryStageAndResumeUnderAnotherMesh) {
   std::vector<std::string> errors;
   std::vector<ckpt::Checkpoint> got(4);
   std::vector<std::vector<float>> initial(4);
+  std::vector<float> scalars(4, -1.f);
   onModels(pipelinePackage(2), errors, [&](train::Model &m, std::vector<std::string> &err) {
     int d = m.device, stage = m.prog().stageOf(d);
     int own = stage == 0 ? W0 : W1;
     // setPersistent wrote this stage's parameter (w0 and w1 share bytes).
     Status st = Status::ok();
     initial[size_t(d)] = readFloats(*m.exec, own, st);
+    // A stage-1 scalar read on every device (broadcast over "pp").
+    scalars[size_t(d)] = m.stageScalar(W1);
     // Training changes it on this stage's devices.
     st = m.exec->write(own, filled(10.f * float(stage + 1) + 0.5f).data(), kN * 4);
     auto c = st ? m.getPersistent() : Expected<ckpt::Checkpoint>(st);
@@ -417,6 +421,7 @@ TEST(PipelineModel, CheckpointsGatherEveryStageAndResumeUnderAnotherMesh) {
     SCOPED_TRACE(fmt::format("device {}", d));
     ASSERT_EQ(errors[size_t(d)], "");
     EXPECT_EQ(initial[size_t(d)], d < 2 ? filled(1) : filled(2));
+    EXPECT_EQ(scalars[size_t(d)], 2.f); // w1[0] from stage 1
     EXPECT_EQ(floatsOf(got[size_t(d)].find("w0")), filled(10.5f));
     EXPECT_EQ(floatsOf(got[size_t(d)].find("w1")), filled(20.5f));
   }
@@ -439,6 +444,18 @@ TEST(PipelineModel, CheckpointsGatherEveryStageAndResumeUnderAnotherMesh) {
     ASSERT_EQ(errors[size_t(d)], "") << "device " << d;
     EXPECT_EQ(resumed[size_t(d)], d == 0 ? filled(10.5f) : filled(20.5f)) << "device " << d;
   }
+}
+
+// The counters of a pipelined plan: the steps of the device with the
+// largest arena (stage 1's: recv, two copies, the broadcast).
+TEST(PipelinePlan, CountersCountTheLargestDevicesSteps) {
+  Counters c = countPlan(pipelineProgram(2));
+  EXPECT_EQ(c.arenaBytes, 384);
+  ASSERT_EQ(c.functions.size(), size_t(1));
+  EXPECT_EQ(c.functions[0].steps, 4);
+  EXPECT_EQ(c.functions[0].copies, 2);
+  EXPECT_EQ(c.functions[0].collectives, 2);
+  EXPECT_EQ(c.functions[0].collectiveBytes, 64);
 }
 
 // --log-placement's listing: who runs each step, what it is, its line;
