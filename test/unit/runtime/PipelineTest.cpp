@@ -25,6 +25,7 @@
 #include "runtime/comm/InProcess.h"
 #include "runtime/core/Checkpoint.h"
 #include "runtime/core/Counters.h"
+#include "runtime/core/Handshake.h"
 #include "runtime/core/Program.h"
 #include "runtime/cpu/Executor.h"
 #include "runtime/train/Model.h"
@@ -96,6 +97,17 @@ TEST(PipelinePlan, JsonKeepsStagesAndStageOf) {
   ASSERT_TRUE(q.isOk()) << q.status().message();
   EXPECT_EQ(q->toJson(), json);
   EXPECT_EQ(count(json, "\"stage\""), size_t(7 * 4 + 5));
+  // The start-up handshake's collective sequence names each one's stage.
+  std::vector<std::string> seq = collectiveLines(p);
+  ASSERT_EQ(seq.size(), size_t(3));
+  EXPECT_EQ(
+      seq[0],
+      "@train_step 1: send axis=pp f32 none 32 bytes peer=1 send=0 recv=0 "
+      "queue=1 stage=0");
+  EXPECT_EQ(
+      seq[2],
+      "@train_step 5: broadcast axis=pp f32 none 32 bytes peer=1 send=0 recv=0 "
+      "queue=0");
   // Without a "pp" axis: stage 0 everywhere.
   Program flat;
   flat.mesh.axes = {{"dp", 4}};
