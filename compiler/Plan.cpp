@@ -89,7 +89,9 @@ LogicalResult Generator::run() {
     for (int d = 0; d < mesh.devices(); ++d) {
       int s = int(d / perStage);
       program::BufferPlan &p = d == 0 ? prog_ : prog_.otherDevices[size_t(d - 1)];
-      p.persistentBytes = persistentEnd_[-1] + persistentEnd_[s];
+      // The persistent buffers of the device end here (the runtime checks
+      // they lie below it; every device's scratch region sits inside).
+      p.persistentBytes = shared + persistentEnd_[s];
       p.arenaBytes = shared + persistentEnd_[s] + scratchPeak_[s];
     }
   }
@@ -1104,10 +1106,14 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
         std::string devs;
         for (int d = st * per; d < (st + 1) * per; ++d)
           devs += (devs.empty() ? "" : ",") + std::to_string(d);
+        int64_t held = 0; // parameters and optimizer state this stage holds
+        for (const Buffer &b : bp.buffers)
+          if ((b.role == Role::Param || b.role == Role::State) && (b.stage < 0 || b.stage == st))
+            held += (b.bytes + 63) / 64 * 64;
         os << fmt::format("  stage {} (device{} {}): arena {} bytes ({}): persistent {} bytes, "
                           "scratch peak {} bytes\n",
-                          st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes),
-                          bp.persistentBytes, bp.arenaBytes - bp.persistentBytes);
+                          st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes), held,
+                          bp.arenaBytes - held);
         for (const program::Function &f : p.functions) {
           int kernels = 0, gemms = 0, copies = 0;
           std::map<std::string, int> coll;
