@@ -96,8 +96,8 @@ LogicalResult Generator::run() {
     }
   }
   // Plan v2: each step waits for the steps whose memory it touches (offsets
-  // are final now); gradient-bucket collectives (kiln.overlap) run on queue
-  // 1, everything else in order on queue 0.
+  // are final now); gradient-bucket collectives (kiln.overlap) and pipeline
+  // sends and receives run on queue 1, everything else in order on queue 0.
   for (auto [f, queues] : llvm::zip(prog_.functions, queues_)) {
     program::computeDependencies(prog_, f);
     for (auto [st, q] : llvm::zip(f.steps, queues)) {
@@ -945,7 +945,13 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     st.loc = s.loc;
     st.collective = s.coll;
     st.stage = s.stage;
-    queues.push_back(s.kind == Step::Collective && s.overlap ? 1 : 0);
+    // Queue 1, the communication queue: gradient buckets (kiln.overlap) and
+    // the pipeline's sends and receives, so that a stage computes its next
+    // micro-batch while the last one's activations travel. Every device
+    // runs each queue in the function's order, one order for all: no cycle.
+    bool p2p = s.kind == Step::Collective && (s.coll.op == program::Collective::Op::Send ||
+                                              s.coll.op == program::Collective::Op::Recv);
+    queues.push_back(s.kind == Step::Collective && (s.overlap || p2p) ? 1 : 0);
     for (Value v : s.ins)
       st.args.push_back(buffer[root(v)]);
     for (Value v : s.outs)
