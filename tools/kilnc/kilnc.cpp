@@ -462,9 +462,6 @@ int main(int argc, char **argv) {
                        " shards optimizer state over data-parallel devices; it needs "
                        "--devices N (or devices = N in the train section) with N > 1" +
                        std::string(tp > 1 ? " data-parallel replicas (N / tp > 1)" : ""));
-    if (get("zero") > 0 && pp > 1)
-      return userError("--zero together with pipeline stages (--pp or stage blocks) is not "
-                       "supported yet; use --zero 0 with pipeline parallelism");
     if (get("zero") > 0 && tp > 1)
       return userError("--zero together with --tp is not supported yet; use --zero 0 with "
                        "tensor parallelism");
