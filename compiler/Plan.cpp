@@ -89,13 +89,15 @@ LogicalResult Generator::run() {
     for (int d = 0; d < mesh.devices(); ++d) {
       int s = int(d / perStage);
       program::BufferPlan &p = d == 0 ? prog_ : prog_.otherDevices[size_t(d - 1)];
-      p.persistentBytes = persistentEnd_[-1] + persistentEnd_[s];
+      // The persistent buffers of the device end here (the runtime checks
+      // they lie below it; every device's scratch region sits inside).
+      p.persistentBytes = shared + persistentEnd_[s];
       p.arenaBytes = shared + persistentEnd_[s] + scratchPeak_[s];
     }
   }
   // Plan v2: each step waits for the steps whose memory it touches (offsets
-  // are final now); gradient-bucket collectives (kiln.overlap) run on queue
-  // 1, everything else in order on queue 0.
+  // are final now); gradient-bucket collectives (kiln.overlap) and pipeline
+  // sends and receives run on queue 1, everything else in order on queue 0.
   for (auto [f, queues] : llvm::zip(prog_.functions, queues_)) {
     program::computeDependencies(prog_, f);
     for (auto [st, q] : llvm::zip(f.steps, queues)) {
@@ -943,7 +945,13 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     st.loc = s.loc;
     st.collective = s.coll;
     st.stage = s.stage;
-    queues.push_back(s.kind == Step::Collective && s.overlap ? 1 : 0);
+    // Queue 1, the communication queue: gradient buckets (kiln.overlap) and
+    // the pipeline's sends and receives, so that a stage computes its next
+    // micro-batch while the last one's activations travel. Every device
+    // runs each queue in the function's order, one order for all: no cycle.
+    bool p2p = s.kind == Step::Collective && (s.coll.op == program::Collective::Op::Send ||
+                                              s.coll.op == program::Collective::Op::Recv);
+    queues.push_back(s.kind == Step::Collective && (s.overlap || p2p) ? 1 : 0);
     for (Value v : s.ins)
       st.args.push_back(buffer[root(v)]);
     for (Value v : s.outs)
@@ -1104,10 +1112,14 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
         std::string devs;
         for (int d = st * per; d < (st + 1) * per; ++d)
           devs += (devs.empty() ? "" : ",") + std::to_string(d);
+        int64_t held = 0; // parameters and optimizer state this stage holds
+        for (const Buffer &b : bp.buffers)
+          if ((b.role == Role::Param || b.role == Role::State) && (b.stage < 0 || b.stage == st))
+            held += (b.bytes + 63) / 64 * 64;
         os << fmt::format("  stage {} (device{} {}): arena {} bytes ({}): persistent {} bytes, "
                           "scratch peak {} bytes\n",
-                          st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes),
-                          bp.persistentBytes, bp.arenaBytes - bp.persistentBytes);
+                          st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes), held,
+                          bp.arenaBytes - held);
         for (const program::Function &f : p.functions) {
           int kernels = 0, gemms = 0, copies = 0;
           std::map<std::string, int> coll;

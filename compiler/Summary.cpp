@@ -159,7 +159,7 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
   bool placed = bool(module->getAttr("kiln.stages_placed"));
   os << llvm::formatv("  pipeline (pp = {0}, {1} micro-batch{2}, {3} schedule, stages {4}):\n",
                       P, M, M == 1 ? "" : "es", sched,
-                      placed ? "placed by hand (stage blocks)" : "cut by the cost model (FLOPs)");
+                      placed ? "placed by hand (stage blocks)" : "cut by the cost model (FLOPs and bytes)");
   os << llvm::formatv("    bubble (p - 1) / (M + p - 1) = {0} / {1} = {2:F1}% of each device's "
                       "step idle\n",
                       P - 1, M + P - 1, 100.0 * double(P - 1) / double(M + P - 1));

@@ -174,10 +174,6 @@ OwningOpRef<ModuleOp> Elaborator::run() {
     fail(ast_.model->loc, "devices = " + std::to_string(devices) + " is not a multiple of pp x tp = " +
                               std::to_string(pp) + " x " + std::to_string(tp) +
                               " (devices counts every device: dp x pp x tp)");
-  if (pp > 1 && trainAttrs_.get("zero") && intSetting("zero") > 0)
-    fail(ast_.model->loc, "zero = " + std::to_string(intSetting("zero")) +
-                              " together with pipeline stages is not supported yet; "
-                              "use zero = 0 with pipeline parallelism");
   if (pp > 1) {
     trainAttrs_.set("pp", b_.getI64IntegerAttr(pp));
     trainAttrs_.set("devices", b_.getI64IntegerAttr(devices));

@@ -241,7 +241,8 @@ def KilnPipelineStagesPass : Pass<"kiln-pipeline-stages", "mlir::ModuleOp"> {
     blocks keep their `kiln.stage`, and every stage must hold some; without
     such blocks @forward is cut into P contiguous ranges, at layer
     boundaries (where the `kiln.block` tag changes) when there are enough,
-    minimising the largest stage's FLOPs (CostOpInterface).
+    minimising the largest stage's cost (CostOpInterface FLOPs plus 4 x the
+    bytes each op reads and writes).
     docs/parallel.md, "Pipeline parallelism".
   }];
 }

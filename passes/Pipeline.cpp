@@ -6,8 +6,8 @@
 // kiln-pipeline-stages (before kiln-train-step) gives every op of @forward
 // a stage: the ones `stage N { ... }` blocks placed by hand keep theirs;
 // otherwise @forward is cut into P contiguous ranges at layer boundaries
-// (kiln.block changes) so that the stages' floating-point work is as even
-// as it can be (the cost model: the ops' CostOpInterface FLOPs).
+// (kiln.block changes) so that the stages' work is as even as it can be
+// (the cost model: the ops' CostOpInterface FLOPs plus the bytes they move).
 //
 // kiln-pipeline (after kiln-data-parallel) makes every function one
 // stage-predicated program: each op gets the stage that runs it (the
@@ -140,9 +140,20 @@ struct KilnPipelineStagesPass
     // The cost model: each op's FLOPs; cuts only where the layer (kiln.block
     // tag) changes, unless there are too few such places.
     const int64_t n = int64_t(ops.size());
+    // An op's cost: its FLOPs plus the bytes it reads and writes at
+    // kFlopsPerByte (a CPU's ridge point, ~50 GFLOP/s over ~12 GB/s), so
+    // memory-bound ops (layer norms, softmax, GELU) weigh too.
+    constexpr int64_t kFlopsPerByte = 4;
     std::vector<int64_t> prefix(size_t(n) + 1, 0);
-    for (int64_t i = 0; i < n; ++i)
-      prefix[size_t(i) + 1] = prefix[size_t(i)] + flopsOf(ops[size_t(i)]);
+    for (int64_t i = 0; i < n; ++i) {
+      Operation *op = ops[size_t(i)];
+      int64_t bytes = 0;
+      for (Value v : op->getOperands())
+        bytes += bytesOf(v.getType());
+      for (Value v : op->getResults())
+        bytes += bytesOf(v.getType());
+      prefix[size_t(i) + 1] = prefix[size_t(i)] + flopsOf(op) + kFlopsPerByte * bytes;
+    }
     auto tag = [&](int64_t i) {
       auto a = ops[size_t(i)]->getAttrOfType<StringAttr>(KilnDialect::kBlockAttr);
       return a ? a.getValue() : StringRef();

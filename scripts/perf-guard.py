@@ -43,6 +43,8 @@ CONFIGS += [
      ["--tp", "2"]),
     ("examples/shakespeare_char_cpu.kiln --devices 4 --tp 2",
      "examples/shakespeare_char_cpu.kiln", ["--devices", "4", "--tp", "2"]),
+    ("examples/shakespeare_char_cpu.kiln --pp 2 --micro-batches 4",
+     "examples/shakespeare_char_cpu.kiln", ["--pp", "2", "--micro-batches", "4"]),
     ("examples/shakespeare_char.kiln --target=cuda", "examples/shakespeare_char.kiln",
      ["--target=cuda"]),
 ]

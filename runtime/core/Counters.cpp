@@ -44,9 +44,11 @@ Counters countPlan(const Program &p,
   out.devices = p.numDevices();
   out.queues = p.queues;
   int64_t persistent = 0;
+  int largest = 0; // the device counted: with pipeline stages, its steps
   for (int d = 0; d < p.numDevices(); ++d) {
     const BufferPlan &bp = p.plan(d);
     if (bp.arenaBytes > out.arenaBytes) {
+      largest = d;
       out.arenaBytes = bp.arenaBytes;
       out.persistentBytes = bp.persistentBytes;
     }
@@ -55,11 +57,14 @@ Counters countPlan(const Program &p,
   for (const Function &f : p.functions) {
     FunctionCounters c;
     c.function = f.name;
-    c.steps = int64_t(f.steps.size());
+    c.steps = 0;
     c.peakBytes = persistent + f.scratchBytes;
     if (cudaLaunches)
       c.cudaLaunches = 0;
     for (const Step &s : f.steps) {
+      if (!p.runs(largest, s)) // another pipeline stage's
+        continue;
+      ++c.steps;
       switch (s.kind) {
       case Step::Kernel:
         addKernel(p, s.kernel, c);

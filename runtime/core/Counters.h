@@ -22,7 +22,8 @@
 namespace kiln::program {
 
 /// One entry point's counters, for one call on one device (on a mesh, the
-/// device with the largest arena; every device runs the same steps).
+/// device with the largest arena, and with pipeline stages the steps it
+/// runs: its stage's and the stage -1 ones).
 struct FunctionCounters {
   std::string function;
   int64_t steps = 0; ///< plan steps of every kind

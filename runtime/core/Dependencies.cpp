@@ -35,6 +35,8 @@ void kernelAccesses(const Kernel &k, const std::vector<int> &args, std::vector<i
     if (w >= 0 && size_t(w) < args.size())
       writes.push_back(args[size_t(w)]);
 }
+/// Whether two stages can meet on one device (-1: every device's).
+bool together(int a, int b) { return a < 0 || b < 0 || a == b; }
 } // namespace
 
 void stepAccesses(const Program &p, const Step &s, std::vector<int> &reads,
@@ -90,8 +92,7 @@ void computeDependencies(const Program &p, Function &f) {
         const Buffer &b = bs[size_t(order[j])];
         if (b.offset >= a.offset + std::max<int64_t>(a.bytes, 1))
           break;
-        // Pipeline stages: buffers of two stages never share a device.
-        if (a.stage >= 0 && b.stage >= 0 && a.stage != b.stage)
+        if (!together(a.stage, b.stage)) // never on one device
           continue;
         overlaps[size_t(order[i])].push_back(order[j]);
         overlaps[size_t(order[j])].push_back(order[i]);
@@ -121,6 +122,16 @@ void computeDependencies(const Program &p, Function &f) {
           deps.push_back(lastWriter[size_t(b)]);
         deps.insert(deps.end(), readersSince[size_t(b)].begin(), readersSince[size_t(b)].end());
       }
+    // A step of another stage runs on none of this one's devices: wait for
+    // what it waited for instead (those its own devices run).
+    for (size_t k = 0; k < deps.size(); ++k) {
+      const Step &d = f.steps[size_t(deps[k])];
+      if (!together(d.stage, s.stage)) {
+        deps.insert(deps.end(), d.deps.begin(), d.deps.end());
+        deps[k] = -1;
+      }
+    }
+    deps.erase(std::remove(deps.begin(), deps.end(), -1), deps.end());
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     deps.erase(std::remove(deps.begin(), deps.end(), int(si)), deps.end());
@@ -145,10 +156,10 @@ void exactDependencies(const Program &p, Function &f) {
   for (size_t i = 0; i < n; ++i)
     stepAccesses(p, f.steps[i], reads[i], writes[i]);
   auto overlap = [&](int a, int b) {
+    if (!together(p.buffers[size_t(a)].stage, p.buffers[size_t(b)].stage))
+      return false;
     for (int d = 0; d < p.numDevices(); ++d) {
       const Buffer &x = p.plan(d).buffers[size_t(a)], &y = p.plan(d).buffers[size_t(b)];
-      if (x.stage >= 0 && y.stage >= 0 && x.stage != y.stage)
-        return false;
       if (x.offset < y.offset + std::max<int64_t>(y.bytes, 1) &&
           y.offset < x.offset + std::max<int64_t>(x.bytes, 1))
         return true;
@@ -170,6 +181,8 @@ void exactDependencies(const Program &p, Function &f) {
     std::vector<int> deps;
     for (size_t i = j; i-- > 0;) {
       if (covered[i / 64] >> (i % 64) & 1)
+        continue;
+      if (!together(f.steps[i].stage, f.steps[j].stage)) // never on one device
         continue;
       if (!conflict(writes[j], reads[i]) && !conflict(writes[j], writes[i]) &&
           !conflict(reads[j], writes[i]))

@@ -63,6 +63,8 @@ std::vector<std::string> collectiveLines(const program::Program &p) {
           f.name, i, program::collectiveOpName(c.op), where,
           program::dtypeName(c.dtype), program::reductionName(c.reduction),
           c.bytes, c.peer, c.sendOffset, c.recvOffset, s.queue));
+      if (s.stage >= 0) // a pipeline stage's devices alone make it
+        out.back() += fmt::format(" stage={}", s.stage);
     }
   return out;
 }

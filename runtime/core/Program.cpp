@@ -53,6 +53,21 @@ int64_t Buffer::numElements() const {
   return n;
 }
 
+int Program::numStages() const {
+  int a = mesh.axis("pp");
+  return a < 0 ? 1 : int(mesh.axes[size_t(a)].size);
+}
+
+int Program::stageOf(int d) const {
+  int a = mesh.axis("pp");
+  if (a < 0)
+    return 0;
+  int64_t stride = 1;
+  for (size_t i = size_t(a) + 1; i < mesh.axes.size(); ++i)
+    stride *= mesh.axes[i].size;
+  return int((d / stride) % mesh.axes[size_t(a)].size);
+}
+
 const Function *Program::function(const std::string &name) const {
   for (const Function &f : functions)
     if (f.name == name)
@@ -107,6 +122,8 @@ std::string Program::toJson() const {
           bs.back()["shard_outer"] = b.shardOuter;
         }
       }
+      if (b.stage >= 0) // pipeline stage (absent: every device)
+        bs.back()["stage"] = b.stage;
     }
     devices.push_back({{"device", d}, {"persistent_bytes", bp.persistentBytes},
                        {"arena_bytes", bp.arenaBytes}, {"buffers", bs}});
@@ -127,6 +144,8 @@ std::string Program::toJson() const {
     for (const Step &s : f.steps) {
       json e = {{"kind", kKinds[s.kind]}, {"args", s.args}, {"loc", s.loc},
                 {"queue", s.queue}, {"deps", s.deps}};
+      if (s.stage >= 0) // pipeline stage (absent: every device)
+        e["stage"] = s.stage;
       if (s.kind == Step::Kernel)
         e["kernel"] = s.kernel;
       if (s.kind == Step::Gemm)
@@ -220,8 +239,11 @@ struct Reader {
 } // namespace
 
 namespace {
-/// Reads one device's buffer plan: its arena sizes and buffers.
-bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp) {
+/// Reads one device's buffer plan: its arena sizes and buffers. `stage`
+/// is the device's pipeline stage, `stages` the mesh's count: only the
+/// buffers of its stage (and the stage -1 ones) must lie in its arena.
+bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp, int stage,
+                    int stages) {
   if (!r.i64(plan, "persistent_bytes", bp.persistentBytes) ||
       !r.i64(plan, "arena_bytes", bp.arenaBytes))
     return false;
@@ -259,7 +281,19 @@ bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp) {
     if (n * dtypeBytes(b.dtype) != b.bytes)
       return r.fail(fmt::format("buffer '{}' has {} bytes but its shape needs {}",
                              b.name, b.bytes, n * dtypeBytes(b.dtype)));
-    if (b.offset % 64 != 0 || b.offset + b.bytes > bp.arenaBytes)
+    if (e.contains("stage")) {
+      int64_t st;
+      if (!r.i64(e, "stage", st, 0, int64_t(1) << 20))
+        return false;
+      if (st >= stages)
+        return r.fail(fmt::format(
+            "buffer '{}' is on pipeline stage {}, but the mesh has {} "
+            "stage{} (its \"pp\" axis)",
+            b.name, st, stages, stages == 1 ? "" : "s"));
+      b.stage = int(st);
+    }
+    bool mine = b.stage < 0 || b.stage == stage;
+    if (b.offset % 64 != 0 || (mine && b.offset + b.bytes > bp.arenaBytes))
       return r.fail(fmt::format("buffer '{}' [{}, {}) lies outside the {}-byte arena",
                              b.name, b.offset, b.offset + b.bytes, bp.arenaBytes));
     if (e.contains("shard_axis")) {
@@ -297,7 +331,7 @@ bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp) {
       }
     }
     bool persistent = b.role == Role::Param || b.role == Role::State;
-    if (persistent && b.offset + b.bytes > bp.persistentBytes)
+    if (mine && persistent && b.offset + b.bytes > bp.persistentBytes)
       return r.fail("parameter '" + b.name + "' lies outside the persistent region");
     bp.buffers.push_back(std::move(b));
   }
@@ -317,7 +351,8 @@ bool sameBuffers(const BufferPlan &a, const BufferPlan &b) {
         a.buffers[i].shardAxis != b.buffers[i].shardAxis ||
         a.buffers[i].logicalShape != b.buffers[i].logicalShape ||
         a.buffers[i].shardDim != b.buffers[i].shardDim ||
-        a.buffers[i].shardOuter != b.buffers[i].shardOuter)
+        a.buffers[i].shardOuter != b.buffers[i].shardOuter ||
+        a.buffers[i].stage != b.buffers[i].stage)
       return false;
   return true;
 }
@@ -407,6 +442,78 @@ bool readCollective(Reader &r, const json &c, const Program &p, Step &s) {
                               k.bytes, dtype));
   return true;
 }
+
+/// "buffer 'w1'", or "buffer 7 (a temporary)" for an unnamed one.
+std::string bufferName(const Program &p, int id) {
+  const std::string &n = p.buffers[size_t(id)].name;
+  return n.empty() ? fmt::format("buffer {} (a temporary)", id)
+                   : fmt::format("buffer '{}'", n);
+}
+
+/// Pipeline stages (docs/parallel.md "Pipeline parallelism"): step `index`
+/// of `f` touches only buffers its devices hold (a stage-s step: stage s or
+/// -1; a stage -1 step: stage -1, but a broadcast's source may be its
+/// root's), and waits only for steps its devices run or that no device of
+/// its own skips (a stage -1 step may wait for a stage's step: the devices
+/// of other stages skip that dependency).
+bool checkStages(Reader &r, const Program &p, const Function &f, size_t index,
+                 const Step &s) {
+  std::string where =
+      s.stage >= 0
+          ? fmt::format("@{} step {} (stage {})", f.name, index, s.stage)
+          : fmt::format("@{} step {} (every stage)", f.name, index);
+  const Collective &c = s.collective;
+  bool broadcast =
+      s.kind == Step::Collective && c.op == Collective::Op::Broadcast;
+  bool overPp = s.kind == Step::Collective && c.axis == "pp";
+  std::vector<int> reads, writes;
+  stepAccesses(p, s, reads, writes);
+  auto check = [&](int id, const char *verb) {
+    int bs = p.buffers[size_t(id)].stage;
+    if (bs < 0 || bs == s.stage)
+      return true;
+    if (s.stage >= 0)
+      return r.fail(
+          fmt::format("{} {} {} of stage {}, which its devices do not hold",
+                      where, verb, bufferName(p, id), bs));
+    return r.fail(fmt::format(
+        "{} {} {} of stage {}; a step every stage runs touches only "
+        "buffers of stage -1 (every device)",
+        where, verb, bufferName(p, id), bs));
+  };
+  for (int id : reads) {
+    if (broadcast && overPp && s.stage < 0 && id == s.args[0] &&
+        id != s.args.back()) {
+      // The source of a pipeline broadcast: only its root reads it.
+      int bs = p.buffers[size_t(id)].stage;
+      if (bs >= 0 && bs != c.peer)
+        return r.fail(fmt::format(
+            "{} broadcasts {} of stage {} from stage {}; the source "
+            "must be the root's",
+            where, bufferName(p, id), bs, c.peer));
+      continue;
+    }
+    if (!check(id, "reads"))
+      return false;
+  }
+  for (int id : writes)
+    if (!check(id, "writes"))
+      return false;
+  if (overPp && s.stage >= 0 &&
+      (c.op == Collective::Op::Send || c.op == Collective::Op::Recv) &&
+      c.peer == s.stage)
+    return r.fail(fmt::format("{} is a {} over \"pp\" to its own stage", where,
+                              collectiveOpName(c.op)));
+  for (int d : s.deps) {
+    int ds = f.steps[size_t(d)].stage;
+    if (s.stage >= 0 && ds >= 0 && ds != s.stage)
+      return r.fail(fmt::format(
+          "{} depends on step {} of stage {}, which its devices do not "
+          "run",
+          where, d, ds));
+  }
+  return true;
+}
 } // namespace
 
 Expected<Program> Program::parse(const std::string &text, const std::string &origin) {
@@ -462,7 +569,7 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
     if (id != int64_t(d))
       return bad(fmt::format("buffer plan {} is for device {} (plans go in device order)", d, id));
     BufferPlan bp;
-    if (!readBufferPlan(r, e, bp))
+    if (!readBufferPlan(r, e, bp, p.stageOf(int(d)), p.numStages()))
       return bad(r.error);
     if (d == 0) {
       static_cast<BufferPlan &>(p) = std::move(bp);
@@ -562,6 +669,19 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
         return bad(r.error);
       if (se.contains("loc") && se["loc"].is_string())
         s.loc = se["loc"].get<std::string>();
+      if (se.contains("stage")) {
+        int64_t st;
+        if (!r.i64(se, "stage", st, -1, int64_t(1) << 20))
+          return bad(fmt::format("step {} of @{}: {}", f.steps.size(), f.name,
+                                 r.error));
+        if (st >= p.numStages())
+          return bad(fmt::format(
+              "@{} step {} is on pipeline stage {}, but the mesh has {} "
+              "stage{} (its \"pp\" axis)",
+              f.name, f.steps.size(), st, p.numStages(),
+              p.numStages() == 1 ? "" : "s"));
+        s.stage = int(st);
+      }
       if (kind == "kernel") {
         int64_t k;
         if (!r.i64(se, "kernel", k, 0, int64_t(p.kernels.size()) - 1))
@@ -705,6 +825,8 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
                                  index, f.name, d.dump()));
         s.deps.push_back(int(d.get<int64_t>()));
       }
+      if (!checkStages(r, p, f, index, s))
+        return bad(r.error);
       f.steps.push_back(std::move(s));
     }
     p.functions.push_back(std::move(f));

@@ -66,7 +66,10 @@ struct Buffer {
   /// split of D; K = 3 splits a fused [3C, C] q/k/v weight by heads.
   int64_t shardDim = -1;
   int64_t shardOuter = 1;
-  int stage = -1; // TEMP(pp): replaced by the runtime branch
+  /// Pipeline parallelism: the stage (coordinate on mesh axis "pp") whose
+  /// devices hold the buffer, or -1: every device. Buffers of different
+  /// stages may share arena bytes; a device never touches another stage's.
+  int stage = -1;
   int64_t numElements() const;
 };
 
@@ -188,8 +191,12 @@ struct Step {
   /// Indices of earlier steps of the same function that must finish before
   /// this one starts (RAW/WAR/WAW on arena memory, computeDependencies()).
   /// Within one queue they hold by order; across queues they are events.
+  /// A dependency on a step the device does not run (another stage's) is
+  /// met at once.
   std::vector<int> deps;
-  int stage = -1; // TEMP(pp): replaced by the runtime branch
+  /// Pipeline parallelism: only devices of this stage (coordinate on mesh
+  /// axis "pp") run the step; -1: every device.
+  int stage = -1;
 };
 
 struct Function {
@@ -233,7 +240,11 @@ struct BufferPlan {
 /// program.arenaBytes: what single-device code uses); the plans of devices
 /// 1.. are in `otherDevices` (empty while meshes have one device). Every
 /// device runs the same functions, so their plans agree in buffer ids,
-/// names, roles, dtypes and shapes; offsets and arena sizes may differ.
+/// names, roles, dtypes, shapes and stages; offsets and arena sizes may
+/// differ. With pipeline stages a device runs only the steps of its stage
+/// (and the stage -1 ones) and its arena covers only its stage's buffers
+/// (and the stage -1 ones): docs/parallel.md "Pipeline parallelism",
+/// docs/runtime.md "Pipeline stages".
 struct Program : BufferPlan {
   Mesh mesh;
   std::vector<BufferPlan> otherDevices;
@@ -243,6 +254,20 @@ struct Program : BufferPlan {
   int queues = 1;
 
   int numDevices() const { return 1 + int(otherDevices.size()); }
+  /// Device `d`'s pipeline stage: its coordinate on mesh axis "pp" (0
+  /// when the mesh has no "pp" axis).
+  int stageOf(int d) const;
+  /// Stages in the mesh: the size of axis "pp" (1 without one).
+  int numStages() const;
+  /// Whether device `d` holds buffer `id` (its stage is -1 or d's).
+  bool holds(int d, int id) const {
+    int s = buffers[size_t(id)].stage;
+    return s < 0 || s == stageOf(d);
+  }
+  /// Whether device `d` runs step `s` (its stage is -1 or d's).
+  bool runs(int d, const Step &s) const {
+    return s.stage < 0 || s.stage == stageOf(d);
+  }
   /// The buffer plan of device `d` (0 <= d < numDevices()).
   const BufferPlan &plan(int d) const { return d == 0 ? *this : otherDevices[size_t(d - 1)]; }
   const Function *function(const std::string &name) const;
@@ -251,9 +276,11 @@ struct Program : BufferPlan {
 
   std::string toJson() const;
   /// Parses and validates (the plan version, the mesh against the device
-  /// plans, ids, ranges inside each arena, sizes matching shapes, kernel
-  /// arities, collectives, queues in range, dependencies pointing to earlier
-  /// steps); `origin` names the source in messages.
+  /// plans, ids, ranges inside each arena (a device's own stage's buffers
+  /// and the stage -1 ones), stages in range and steps touching only
+  /// buffers and depending only on steps their devices have, sizes matching
+  /// shapes, kernel arities, collectives, queues in range, dependencies
+  /// pointing to earlier steps); `origin` names the source in messages.
   static Expected<Program> parse(const std::string &json,
                                  const std::string &origin);
 };

@@ -90,6 +90,16 @@ Status checkSingleDevice(const program::Program &p) {
   return Status::ok();
 }
 
+Status notHeld(const program::Program &p, int device, int id,
+               const char *verb) {
+  const program::Buffer &b = p.buffers[size_t(id)];
+  return Status::error(fmt::format(
+      "device {} (pipeline stage {}) cannot {} buffer {}: it lives on the "
+      "devices of stage {} only; {} it on one of those",
+      device, p.stageOf(device), verb,
+      b.name.empty() ? std::to_string(id) : "'" + b.name + "'", b.stage, verb));
+}
+
 namespace {
 
 /// "@train_step step 7 (all_reduce on queue 1 at m.kiln:9:3)": where a
@@ -339,10 +349,11 @@ private:
 /// that is about to run it, as the in-order loop does.
 class DagRun {
 public:
-  DagRun(const program::Program &p, const program::Function &f, size_t begin, size_t end,
-         StepHooks &hooks, StepProfile *profile)
-      : p_(p), f_(f), begin_(begin), end_(end), hooks_(hooks), profile_(profile),
-        library_(hooks.libraryEpilogues()), concurrent_(hooks.concurrentQueues()) {
+  DagRun(const program::Program &p, const program::Function &f, size_t begin,
+         size_t end, StepHooks &hooks, StepProfile *profile)
+      : p_(p), f_(f), begin_(begin), end_(end), hooks_(hooks),
+        profile_(profile), library_(hooks.libraryEpilogues()),
+        concurrent_(hooks.concurrentQueues()), device_(hooks.meshDevice()) {
     size_t n = end - begin;
     remaining_.assign(n, 0);
     dependents_.assign(n, {});
@@ -350,8 +361,11 @@ public:
     startedAt_.assign(n, 0.0);
     gateReady_.assign(n, false);
     for (size_t si = begin; si < end; ++si) {
+      if (!runs(si)) // another stage's: met at once
+        continue;
+      ++count_;
       for (int d : f.steps[si].deps)
-        if (size_t(d) >= begin && size_t(d) < si) {
+        if (size_t(d) >= begin && size_t(d) < si && runs(size_t(d))) {
           remaining_[si - begin]++;
           dependents_[size_t(d) - begin].push_back(si);
         }
@@ -364,7 +378,7 @@ public:
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (size_t si = begin_; si < end_; ++si)
-        if (remaining_[si - begin_] == 0)
+        if (runs(si) && remaining_[si - begin_] == 0)
           makeReady(si);
       issueGated();
       update();
@@ -391,6 +405,8 @@ private:
     return s.kind == program::Step::Collective || (concurrent_ && s.queue != 0);
   }
   bool async(size_t si) const { return concurrent_ && f_.steps[si].queue != 0; }
+  /// Whether this device runs step `si` (its stage's, or every stage's).
+  bool runs(size_t si) const { return p_.runs(device_, f_.steps[si]); }
 
   // The helpers below run with mu_ held.
   void makeReady(size_t si) {
@@ -435,7 +451,7 @@ private:
       error_ = std::move(r);
     }
   }
-  bool over() const { return failed_ || done_ == end_ - begin_; }
+  bool over() const { return failed_ || done_ == count_; }
   /// Publishes the state to spinning threads and wakes sleeping ones.
   void update() {
     readyCount_.store(ready_.size(), std::memory_order_release);
@@ -497,10 +513,10 @@ private:
           // never be met (the plan's, or this scheduler's, fault).
           if (!woken && running_ == 0 && ready_.empty() && !over()) {
             fail(Status::internal(fmt::format(
-                "@{}: the inter-op scheduler has no step to run and {} of {} steps left "
-                "(step {} waits for a dependency that never finishes); rerun with "
-                "--inter-op-threads 1 and report this",
-                f_.name, end_ - begin_ - done_, end_ - begin_, firstUnfinished())));
+                "@{}: the inter-op scheduler has no step to run and {} of {} "
+                "steps left (step {} waits for a dependency that never "
+                "finishes); rerun with --inter-op-threads 1 and report this",
+                f_.name, count_ - done_, count_, firstUnfinished())));
             update();
           }
         }
@@ -535,7 +551,7 @@ private:
   }
   size_t firstUnfinished() const {
     for (size_t si = begin_; si < end_; ++si)
-      if (remaining_[si - begin_] > 0)
+      if (runs(si) && remaining_[si - begin_] > 0)
         return si;
     return end_;
   }
@@ -546,6 +562,8 @@ private:
   StepHooks &hooks_;
   StepProfile *profile_;
   bool library_, concurrent_;
+  int device_;       ///< the hooks' mesh device: its stage's steps run
+  size_t count_ = 0; ///< steps in [begin_, end_) this device runs
 
   std::mutex mu_; ///< guards everything below but the atomics
   std::condition_variable cv_;
@@ -578,8 +596,11 @@ Status runSteps(const program::Program &p, const program::Function &f, size_t be
   bool library = hooks.libraryEpilogues();
   bool concurrent = hooks.concurrentQueues();
   Pending pending(p, f, hooks, profile);
+  int device = hooks.meshDevice();
   for (size_t si = begin; si < end; ++si) {
     const program::Step &s = f.steps[si];
+    if (!p.runs(device, s)) // another pipeline stage's step
+      continue;
     Status r = Status::ok();
     if (concurrent) {
       // What this step waits for on other queues; its own queue keeps order.

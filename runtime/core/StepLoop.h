@@ -31,6 +31,11 @@
 // the thread that ran them (Span::thread), and the profile's seconds are
 // summed over threads (they may exceed the wall time).
 //
+// Pipeline stages (plan v2, docs/runtime.md "Pipeline stages"): the
+// loop runs only the steps of the hooks' device's stage and the stage -1
+// ones (StepHooks::meshDevice()); the others are neither run, timed,
+// traced nor waited for, and a dependency on one of them is met at once.
+//
 // Profile: a collective's seconds are its own run time; the seconds queue 0
 // spent waiting for it (all of a synchronous one's) are also counted as
 // exposed communication, so overlapped time = run time - exposed time.
@@ -101,6 +106,10 @@ public:
   /// steps); beginTimed/endTimed pair up per thread; startAsync and
   /// waitAsync may come from any of them, never two startAsync at once.
   virtual InterOpPool *interOp() { return nullptr; }
+  /// The device of the mesh these hooks run (0: one device). The loop runs
+  /// only the steps of its pipeline stage (Program::stageOf) and the stage
+  /// -1 ones; a dependency on a step it skips is met.
+  virtual int meshDevice() const { return 0; }
 };
 
 /// Per-step timing accumulated over runs: seconds and calls per kernel,
@@ -155,6 +164,10 @@ private:
 /// Executors call it when they are created, so such a plan is refused at
 /// load, not half-way through a step.
 Status checkSingleDevice(const program::Program &p);
+
+/// The error of a backend asked to `verb` ("read", "write") buffer `id`,
+/// which device `device` does not hold (another pipeline stage's).
+Status notHeld(const program::Program &p, int device, int id, const char *verb);
 
 /// Runs steps [begin, end) of `f` (end clipped to its length) in order
 /// through `hooks` (or, where hooks.interOp() has N > 1 threads, as the DAG

@@ -314,6 +314,8 @@ Status Executor::write(int id, const void *src, size_t bytes) {
   if (id < 0 || size_t(id) >= layout_->buffers.size() ||
       bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("write to buffer " + std::to_string(id) + " out of range");
+  if (!program_.holds(device_, id))
+    return notHeld(program_, device_, id, "write");
   std::memcpy(data(id), src, bytes);
   return Status::ok();
 }
@@ -322,6 +324,8 @@ Status Executor::read(int id, void *dst, size_t bytes) {
   if (id < 0 || size_t(id) >= layout_->buffers.size() ||
       bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("read of buffer " + std::to_string(id) + " out of range");
+  if (!program_.holds(device_, id))
+    return notHeld(program_, device_, id, "read");
   std::memcpy(dst, data(id), bytes);
   return Status::ok();
 }

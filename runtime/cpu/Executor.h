@@ -16,14 +16,16 @@
 // Several devices (docs/parallel.md "Executors"): given a Communicator
 // (ExecutorOptions), the executor runs one device of a mesh program: its
 // arena is laid out by program.plan(device), and collective steps call the
-// communicator with pointers into it. Every collective goes through one
-// communication thread per executor, in schedule order (so every member
-// makes the same calls in the same order, whatever overlaps); a step on
+// communicator with pointers into it. With pipeline stages it runs only its
+// stage's steps (and the stage -1 ones), and write()/read() refuse the
+// buffers of other stages (they are not in its arena). Every collective goes
+// through one communication thread per executor, in schedule order (so every
+// member makes the same calls in the same order, whatever overlaps); a step on
 // queue 1 is started there and the step loop goes on, a queue-0 collective
 // is waited for at once. Or, with ExecutorOptions::commThread Off, no
 // communication thread: the collectives are made, in the same order, on
-// the executor's own thread when a step first waits for them. Steps that depend on a queue-1 step wait for it
-// (runtime/core/StepLoop.h).
+// the executor's own thread when a step first waits for them. Steps that depend
+// on a queue-1 step wait for it (runtime/core/StepLoop.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_CPU_EXECUTOR_H
@@ -146,6 +148,7 @@ private:
   Status beginTimed() override;
   Expected<double> endTimed() override;
   InterOpPool *interOp() override { return interOp_.get(); }
+  int meshDevice() const override { return device_; }
 
   // Collectives (with a communicator): through the communication thread.
   Status runCollective(const program::Step &s) override;

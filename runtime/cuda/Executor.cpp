@@ -79,7 +79,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
   for (const program::Function &f : e->program_.functions)
     for (int id : f.args) {
       const program::Buffer &b = e->layout_->buffers[size_t(id)];
-      if (b.role != program::Role::Input || e->staging_.count(id))
+      if (b.role != program::Role::Input || e->staging_.count(id) ||
+          !e->program_.holds(meshDevice, id))
         continue;
       Staging st;
       for (int i = 0; i < 2; ++i) {
@@ -123,6 +124,8 @@ Status Executor::write(int id, const void *src, size_t bytes) {
   if (id < 0 || size_t(id) >= layout_->buffers.size() ||
       bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("write to buffer " + std::to_string(id) + " out of range");
+  if (!program_.holds(meshDevice_, id))
+    return notHeld(program_, meshDevice_, id, "write");
   auto it = staging_.find(id);
   if (it == staging_.end()) // parameters and state: straight into the arena
     return device_->upload(address(id), src, bytes, Stream::Compute);
@@ -151,6 +154,8 @@ Status Executor::read(int id, void *dst, size_t bytes) {
   if (id < 0 || size_t(id) >= layout_->buffers.size() ||
       bytes > size_t(layout_->buffers[size_t(id)].bytes))
     return Status::internal("read of buffer " + std::to_string(id) + " out of range");
+  if (!program_.holds(meshDevice_, id))
+    return notHeld(program_, meshDevice_, id, "read");
   if (streams_) // the collectives' deadline, before a wait that has none
     if (Status s = streams_->synchronize(); !s)
       return s;

@@ -136,6 +136,7 @@ private:
   Status runCopy(const program::Step &s) override;
   Status runCollective(const program::Step &s) override;
   bool concurrentQueues() const override { return streams_ != nullptr; }
+  int meshDevice() const override { return meshDevice_; }
   Status startAsync(const program::Function &f, const program::Step &s, size_t index) override;
   Status waitAsync(size_t index, double &seconds) override;
   /// Calls the communicator for `s` (enqueues it, with streams).

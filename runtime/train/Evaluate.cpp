@@ -33,14 +33,14 @@ EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
     // coordinate (each function's own input, written right before it runs:
     // buffers of different functions may share arena bytes).
     auto writeTpRank = [&](const char *fn) {
-      if (int id = m.tpRankInput(fn); id >= 0) {
+      if (int id = m.tpRankInput(fn); id >= 0 && m.holds(id)) {
         int64_t c = m.tpRank();
         (void)m.exec->write(id, &c, sizeof c);
       }
     };
     writeTpRank("eval_step");
     (void)m.exec->run("eval_step");
-    r.loss += m.scalar(lossId);
+    r.loss += m.stageScalar(lossId); // every device (pipeline: broadcast)
     if (classify && labelsIn >= 0) {
       // @predict's inputs are @eval_step's minus the unused ones, by name.
       for (int id : predInputs)

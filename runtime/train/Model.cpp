@@ -77,14 +77,30 @@ bool Model::hasShardedState() const {
     bool sharded = id < shards.size() ? shards[id].sharded() : shardOf(b).sharded();
     if ((b.role == Role::Param || b.role == Role::State) && sharded)
       return true;
+    if ((b.role == Role::Param || b.role == Role::State) && b.stage >= 0 &&
+        prog().numStages() > 1)
+      return true;
   }
   return false;
+}
+
+float Model::stageScalar(int id) {
+  const Buffer &b = prog().buffers[size_t(id)];
+  std::vector<int> group = axisGroup(prog().mesh, device, "pp");
+  if (b.stage < 0 || group.size() < 2 || !comm)
+    return holds(id) ? scalar(id) : NAN;
+  float v = holds(id) ? scalar(id) : 0.f;
+  if (Status s = comm->broadcast(&v, 1, DType::F32, b.stage, group); !s)
+    return NAN;
+  return v;
 }
 
 Status Model::setPersistent(const ckpt::Checkpoint &c) {
   for (size_t id = 0; id < prog().buffers.size(); ++id) {
     const Buffer &b = prog().buffers[id];
     if (b.role != Role::Param && b.role != Role::State)
+      continue;
+    if (!holds(int(id))) // another pipeline stage's
       continue;
     const ckpt::Tensor *t = c.find(b.name);
     ckpt::Tensor low;
@@ -148,6 +164,30 @@ Status Model::setPersistent(const ckpt::Checkpoint &c) {
   return Status::ok();
 }
 
+Status Model::receiveStageTensor(const Buffer &b, const ShardSpec &spec,
+                                 ckpt::Tensor &t) {
+  std::vector<int> group = axisGroup(prog().mesh, device, "pp");
+  if (group.size() < 2)
+    return Status::ok();
+  if (!comm)
+    return Status::internal(
+        fmt::format("{}: '{}' lives on pipeline stage {} of {} but this device "
+                    "has no communicator",
+                    pkg.path, b.name, b.stage, group.size()));
+  int64_t elem = program::dtypeBytes(b.dtype);
+  int64_t count = spec.sharded() ? spec.logicalElements() : b.numElements();
+  t.bytes.resize(size_t(count * elem)); // the root's is that size already
+  if (Status s =
+          comm->broadcast(t.bytes.data(), count, b.dtype, b.stage, group);
+      !s)
+    return Status::error(
+        fmt::format(
+            "sending '{}' from pipeline stage {} for the checkpoint: {}",
+            b.name, b.stage, s.message()),
+        s.kind());
+  return Status::ok();
+}
+
 Expected<ckpt::Checkpoint> Model::getPersistent() {
   ckpt::Checkpoint c;
   for (size_t id = 0; id < prog().buffers.size(); ++id) {
@@ -159,6 +199,13 @@ Expected<ckpt::Checkpoint> Model::getPersistent() {
     t.name = b.name;
     t.dtype = safetensorsDType(b.dtype);
     t.shape = spec.logicalShape;
+    if (!holds(int(id))) {
+      // Another pipeline stage's: its devices broadcast the whole tensor.
+      if (Status s = receiveStageTensor(b, spec, t); !s)
+        return s;
+      c.tensors.push_back(std::move(t));
+      continue;
+    }
     t.bytes.resize(size_t(b.bytes));
     if (Status s = exec->read(int(id), t.bytes.data(), size_t(b.bytes)); !s)
       return s;
@@ -190,6 +237,9 @@ Expected<ckpt::Checkpoint> Model::getPersistent() {
         t.bytes = joinBlocks(all, spec.logicalElements(), elem);
       }
     }
+    if (b.stage >= 0) // the devices of the other stages receive it
+      if (Status s = receiveStageTensor(b, spec, t); !s)
+        return s;
     c.tensors.push_back(std::move(t));
   }
   return c;

@@ -53,14 +53,29 @@ struct Model {
   const program::Program &prog() const { return pkg.program; }
 
   /// Writes every parameter and state tensor of `c` (the logical layout)
-  /// into the arena; a sharded buffer gets this device's block.
+  /// into the arena; a sharded buffer gets this device's block. With
+  /// pipeline stages, only the tensors of this device's stage (and the
+  /// stage -1 ones): the others are not in its arena.
   Status setPersistent(const ckpt::Checkpoint &c);
   /// Reads every parameter and state tensor back in the logical layout.
   /// Sharded buffers are all-gathered over their axis through `comm`: every
-  /// device of the group must call it (a collective).
+  /// device of the group must call it (a collective). With pipeline
+  /// stages, a tensor of stage s is read (and gathered) by the devices of
+  /// stage s and broadcast from them to every device of the "pp" group, in
+  /// buffer id order: every device of the mesh must call it, and each gets
+  /// every tensor.
   Expected<ckpt::Checkpoint> getPersistent();
-  /// Whether getPersistent() communicates (some buffer is sharded).
+  /// Whether getPersistent() communicates (some buffer is sharded, or
+  /// lives on one pipeline stage of several).
   bool hasShardedState() const;
+  /// Whether this device holds buffer `id` (its pipeline stage's, or every
+  /// device's).
+  bool holds(int id) const { return prog().holds(device, id); }
+  /// A float32 scalar result that may live on one pipeline stage only (a
+  /// loss scaler's state): read there and broadcast over "pp", so every
+  /// device of the group must call it; a stage -1 buffer is just read.
+  /// NaN when it cannot be read.
+  float stageScalar(int id);
 
   /// Data inputs of `fn` (its Input buffers other than "step" and
   /// "replica"; none when the program has no `fn`).
@@ -85,6 +100,13 @@ struct Model {
   int64_t vocabSize() const;
   /// A float32 scalar result (NaN when it cannot be read).
   float scalar(int id);
+
+private:
+  /// Broadcasts tensor `t` of stage-owned buffer `b` (whole, logical) from
+  /// its stage's device of this device's "pp" group to the others; `t`
+  /// holds it on the root and receives it elsewhere.
+  Status receiveStageTensor(const program::Buffer &b, const ShardSpec &spec,
+                            ckpt::Tensor &t);
 };
 
 /// Writes `values` (int64) into an integer buffer of its dtype.

@@ -272,8 +272,9 @@ Expected<TrainResult> Trainer::run() {
   float scale = NAN;
   int64_t skipped = -1, skippedBefore = 0, lossCount = 0;
   if (skippedId_ >= 0) {
-    skipped = skippedBefore = int64_t(m.scalar(skippedId_));
-    scale = m.scalar(scaleId_);
+    // (State of the last pipeline stage, maybe: read there, broadcast.)
+    skipped = skippedBefore = int64_t(m.stageScalar(skippedId_));
+    scale = m.stageScalar(scaleId_);
   }
   // The next batch is written while the step runs (a GPU queues the step
   // and copies the batch meanwhile); when an evaluation follows the step it
@@ -325,14 +326,15 @@ Expected<TrainResult> Trainer::run() {
       return Status::error(fmt::format("rank {}: stopped at step {}: another rank failed",
                                        o_.rank, step));
     int64_t s64 = step;
-    if (Status s = storeInts(*m.exec, stepIn_, &s64, 1); !s)
-      return s;
-    if (replicaIn_ >= 0) {
+    if (stepIn_ >= 0 && m.holds(stepIn_))
+      if (Status s = storeInts(*m.exec, stepIn_, &s64, 1); !s)
+        return s;
+    if (replicaIn_ >= 0 && m.holds(replicaIn_)) {
       int64_t r64 = m.replica();
       if (Status s = storeInts(*m.exec, replicaIn_, &r64, 1); !s)
         return s;
     }
-    if (tpRankIn_ >= 0) {
+    if (tpRankIn_ >= 0 && m.holds(tpRankIn_)) {
       int64_t c64 = m.tpRank();
       if (Status s = storeInts(*m.exec, tpRankIn_, &c64, 1); !s)
         return s;
@@ -358,15 +360,17 @@ Expected<TrainResult> Trainer::run() {
       if (!s)
         return s;
     }
-    loss = m.scalar(lossId_);
-    norm = normId_ >= 0 ? m.scalar(normId_) : 0.f;
-    lr = lrId_ >= 0 ? m.scalar(lrId_) : 0.f;
+    // Every device reads every result (pipeline stages: a result one
+    // stage holds is broadcast to the others, Model::stageScalar).
+    loss = m.stageScalar(lossId_);
+    norm = normId_ >= 0 ? m.stageScalar(normId_) : 0.f;
+    lr = lrId_ >= 0 ? m.stageScalar(lrId_) : 0.f;
     bool skippedNow = false;
     if (skippedId_ >= 0) {
-      int64_t now = int64_t(m.scalar(skippedId_));
+      int64_t now = int64_t(m.stageScalar(skippedId_));
       skippedNow = now > skipped;
       skipped = now;
-      scale = m.scalar(scaleId_);
+      scale = m.stageScalar(scaleId_);
     }
     stepSpan.span().step = step;
     stepSpan.finish(); // the step ends when its results are back

@@ -14,6 +14,7 @@
 #include "runtime/train/Calibrate.h"
 #include "runtime/train/Launch.h"
 #include "runtime/train/Overview.h"
+#include "runtime/train/Placement.h"
 #include "runtime/train/Replicas.h"
 #include "runtime/train/Sampler.h"
 #include "runtime/train/TensorBoard.h"
@@ -88,6 +89,7 @@ struct Flags {
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
   bool inOrder = false; ///< .npy training data in file order, no shuffling
+  bool logPlacement = false; ///< --log-placement: where each step runs, first
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
   int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
   std::string trace;    ///< --trace FILE (train)
@@ -179,6 +181,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     }
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
+    else if (a == "--log-placement") f.logPlacement = true;
     else if (a == "--no-cache") f.noCache = true;
     else if (a == "--quiet") f.quiet = true;
     else if (a.rfind("--", 0) == 0) s = Status::error("unknown option '" + a + "'");
@@ -225,6 +228,13 @@ int begin(const std::vector<std::string> &args, Flags &f, std::unique_ptr<train:
     return fail(opened.status());
   m = std::move(*opened);
   return 0;
+}
+
+/// --log-placement: where each step of `fn` runs, on stdout.
+void logPlacement(const train::Model &m, const std::string &fn) {
+  for (const std::string &line : train::placementLines(m.prog(), fn))
+    fmt::print("{}\n", line);
+  std::fflush(stdout);
 }
 
 std::optional<uint64_t> seedOf(const Flags &f) {
@@ -511,6 +521,9 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!detected)
     return fail(detected.status());
   train::Launch launch = *detected;
+  // --log-placement: once, by the leader (rank 0 under mpirun).
+  if (f.logPlacement && launch.rank == 0)
+    logPlacement(*model, "train_step");
   // --trace: a file rank 0 can write, before anything is compiled.
   if (!f.trace.empty() && launch.rank == 0)
     if (Status s = train::checkTraceFile(f.trace); !s)
@@ -617,6 +630,8 @@ int evalCommand(const std::vector<std::string> &args) {
   std::unique_ptr<train::Model> model;
   if (int rc = begin(args, f, model))
     return rc;
+  if (f.logPlacement)
+    logPlacement(*model, "eval_step");
   train::EvalOptions o;
   o.checkpoint = f.checkpoint;
   o.data = f.data;

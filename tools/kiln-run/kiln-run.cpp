@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <unistd.h>
@@ -67,8 +68,12 @@ const char *kUsage =
     "      --trace FILE [--trace-steps A:B]: a timeline of steps A..B-1 (default:\n"
     "      10 steps after 2 warm-up steps) in the Chrome trace / Perfetto format\n"
     "      (ui.perfetto.dev, chrome://tracing; docs/profiling.md \"Trace\").\n"
+    "      --log-placement: first, where each step of @train_step runs (stage and\n"
+    "      devices, kernel/GEMM/transfer, model-file line) and a summary per\n"
+    "      pipeline stage (docs/runtime.md \"Where steps run\").\n"
     "  kiln-run eval MODEL.kpack [--checkpoint CKPT] [--val-data PATH] [--eval-steps N]\n"
-    "      Mean validation loss (and accuracy for classifiers).\n"
+    "      Mean validation loss (and accuracy for classifiers); --log-placement\n"
+    "      lists @eval_step's steps as train does @train_step's.\n"
     "  kiln-run sample MODEL.kpack [--checkpoint CKPT] [--tokens N] [--prompt TEXT]\n"
     "          [--temperature T] [--top-k K] [--seed S] [--vocab vocab.json]\n"
     "      Generate text from a character-level language model.\n"
@@ -181,6 +186,16 @@ int inspect(const std::vector<std::string> &args) {
                pkg->sourceHash.substr(0, 12));
     fmt::print("  {} parameter tensors ({} values); arena {} bytes, {} persistent\n",
                params, values, p.arenaBytes, p.persistentBytes);
+    for (int st = 0; p.numStages() > 1 && st < p.numStages(); ++st) {
+      // Pipeline stages: each device's arena holds its own stage's buffers.
+      int64_t arena = 0, persistent = 0;
+      for (int d = 0; d < p.numDevices(); ++d)
+        if (p.stageOf(d) == st) {
+          arena = std::max(arena, p.plan(d).arenaBytes);
+          persistent = std::max(persistent, p.plan(d).persistentBytes);
+        }
+      fmt::print("  stage {}: arena {} bytes, {} persistent\n", st, arena, persistent);
+    }
     fmt::print("  {} kernels; entry points:", p.kernels.size());
     for (const auto &f : p.functions)
       fmt::print(" @{} ({} steps)", f.name, f.steps.size());

@@ -397,10 +397,17 @@ int main(int argc, char **argv) {
       if (ppOpt < 1 || ppOpt > 64)
         return userError("--pp must be an integer from 1 to 64");
       auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
-      if (placed && ppOpt < placed.getInt())
+      if (placed && ppOpt > 1 && ppOpt < placed.getInt())
         return userError("--pp " + std::to_string(ppOpt) + " is fewer than the " +
                          std::to_string(placed.getInt()) +
-                         " stages the model's `stage N { ... }` blocks name");
+                         " stages the model's `stage N { ... }` blocks name (--pp 1 "
+                         "compiles the model for one stage, ignoring them)");
+      if (placed && ppOpt == 1) {
+        // One stage: the model's placement is set aside (to compare a
+        // placed model with one device, or to run it on fewer devices).
+        (*module)->removeAttr("kiln.stages_placed");
+        module->walk([](mlir::Operation *op) { op->removeAttr(kiln::kStageAttr); });
+      }
       t.set("pp", b.getI64IntegerAttr(ppOpt));
       if (!devicesOpt.getNumOccurrences())
         t.set("devices", b.getI64IntegerAttr(ppOpt * std::max<int64_t>(1, tpOpt)));
@@ -455,9 +462,6 @@ int main(int argc, char **argv) {
                        " shards optimizer state over data-parallel devices; it needs "
                        "--devices N (or devices = N in the train section) with N > 1" +
                        std::string(tp > 1 ? " data-parallel replicas (N / tp > 1)" : ""));
-    if (get("zero") > 0 && pp > 1)
-      return userError("--zero together with pipeline stages (--pp or stage blocks) is not "
-                       "supported yet; use --zero 0 with pipeline parallelism");
     if (get("zero") > 0 && tp > 1)
       return userError("--zero together with --tp is not supported yet; use --zero 0 with "
                        "tensor parallelism");

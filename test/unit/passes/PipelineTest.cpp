@@ -34,6 +34,13 @@ Model gpt() {
           {{"layers", "2"}, {"d", "16"}, {"ctx", "8"}, {"heads", "2"}},
           2, 0.1, 65};
 }
+/// nanoGPT's GPT example, small, with its dropout (0.2) on: the masks are
+/// a function of the step, the site and the element, the same on any stage.
+Model gptDropout() {
+  return {example("shakespeare_char.kiln"),
+          {{"layers", "2"}, {"d", "16"}, {"ctx", "8"}, {"heads", "2"}},
+          2, 0.1, 65};
+}
 /// Two blocks per stage placed by hand (repeat ... as h, i), with biases
 /// and tensor-parallel hints for dp x tp x pp.
 Model gptPlaced() { return {inputs("pp_gpt.kiln"), {{"ctx", "8"}, {"d", "16"}}, 2, 0.1, 65}; }
@@ -75,6 +82,7 @@ TEST_F(Pipeline, HandPlacedMlp1F1BFourMicroBatches) { check(mlp3(), 3, 4, "1f1b"
 TEST_F(Pipeline, TextbookMlpFullWidth) { check(mlp3Full(), 3, 1, ""); }
 TEST_F(Pipeline, GptCutByCostModelGPipe) { check(gpt(), 2, 4, "gpipe"); }
 TEST_F(Pipeline, GptCutByCostModel1F1B) { check(gpt(), 2, 4, "1f1b"); }
+TEST_F(Pipeline, GptWithDropoutCutByCostModel1F1B) { check(gptDropout(), 2, 4, "1f1b"); }
 TEST_F(Pipeline, GptPlacedByHand1F1B) { check(gptPlaced(), 2, 4, "1f1b"); }
 TEST_F(Pipeline, MlpPp3Dp2EqualsOneDeviceOnTheTwiceBatch) { check(mlp3(), 3, 2, "1f1b", 2); }
 TEST_F(Pipeline, GptDp2Tp2Pp2OnEightDevices) { check(gptPlaced(), 2, 2, "1f1b", 2, 2); }

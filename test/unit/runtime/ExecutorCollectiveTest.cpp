@@ -17,7 +17,8 @@
 //   - the start-up handshake refuses another artifact hash and another
 //     collective sequence;
 //   - the CUDA executor's collective path, on a host-memory test device
-//     (no GPU, no emulator: kernel-free programs need neither).
+//     (no GPU, no emulator: kernel-free programs need neither), and its
+//     pipeline stages (only its stage's steps and buffers).
 // Programs without kernels (copies and collectives only), so no JIT.
 //
 //===----------------------------------------------------------------------===//
@@ -29,6 +30,7 @@
 #include "runtime/cpu/Executor.h"
 #include "runtime/cuda/Executor.h"
 #include "test/unit/runtime/MeshProgram.h"
+#include "test/unit/runtime/PipelineProgram.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -607,6 +609,63 @@ TEST(CudaExecutor, RunsCollectivesThroughACommunicator) {
   ASSERT_FALSE(none);
   EXPECT_NE(none.status().message().find("mesh of 2 devices"),
             std::string::npos);
+}
+
+// Pipeline stages on the CUDA executor (PipelineProgram.h over ["pp", 2,
+// "dp", 2]): each device runs its stage's steps only, the transfer reaches
+// the stage-1 device of its dp coordinate, the broadcast every device, and
+// another stage's buffers (sharing bytes with this stage's) are untouched
+// and refused.
+TEST(CudaExecutor, RunsOnlyItsPipelineStage) {
+  namespace pl = kiln::test::pipeline;
+  Package pkg;
+  pkg.path = "pp.kpack";
+  pkg.program = pl::pipelineProgram(2);
+  pkg.hasCuda = true;
+  int n = 4;
+  auto comms = comm::makeInProcessCommunicators(n);
+  std::vector<std::string> errors(4), foreign(4);
+  std::vector<std::vector<float>> out(4), mine(4);
+  auto filled = [](float base) {
+    std::vector<float> v(pl::kN);
+    for (int64_t i = 0; i < pl::kN; ++i)
+      v[size_t(i)] = base + float(i);
+    return v;
+  };
+  onThreads(n, [&](int d) {
+    comms[size_t(d)]->setTimeout(20);
+    cuda::ExecutorOptions o;
+    o.communicator = comms[size_t(d)].get();
+    auto e = cuda::Executor::create(pkg, std::make_unique<HostDevice>(), o);
+    if (!e) {
+      errors[size_t(d)] = e.status().message();
+      comms[size_t(d)]->abort("no executor");
+      return;
+    }
+    int stage = pkg.program.stageOf(d);
+    Status s = stage == 0 ? (*e)->write(pl::S0, filled(-70).data(), pl::kN * 4)
+                          : (*e)->write(pl::W1, filled(50).data(), pl::kN * 4);
+    if (s)
+      s = (*e)->write(pl::X, filled(float(100 * d)).data(), pl::kN * 4);
+    if (s)
+      s = (*e)->run("train_step");
+    if (!s) {
+      errors[size_t(d)] = s.message();
+      return;
+    }
+    out[size_t(d)] = *(*e)->readAll<float>(pl::Out);
+    mine[size_t(d)] = *(*e)->readAll<float>(stage == 0 ? pl::S0 : pl::D1);
+    auto other = (*e)->readAll<float>(stage == 0 ? pl::C1 : pl::A0);
+    foreign[size_t(d)] = other ? "" : other.status().message();
+  });
+  for (int d = 0; d < n; ++d) {
+    ASSERT_EQ(errors[size_t(d)], "") << "device " << d;
+    EXPECT_EQ(out[size_t(d)], filled(float(100 * (d % 2)))) << "device " << d;
+    EXPECT_EQ(mine[size_t(d)], d < 2 ? filled(-70) : filled(50))
+        << "device " << d;
+    EXPECT_NE(foreign[size_t(d)].find("cannot read buffer"), std::string::npos)
+        << "device " << d << ": " << foreign[size_t(d)];
+  }
 }
 
 /// A host device that claims native streams (so the executor orders

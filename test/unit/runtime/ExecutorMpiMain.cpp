@@ -14,6 +14,12 @@
 //   in-process N        the same lines from N threads
 //   mismatch            rank 1 claims another artifact hash: every rank
 //                       prints the handshake's refusal and exits 1
+//   pipeline            the two-stage plan of PipelineProgram.h (mesh
+//                       ["pp", 2], or ["pp", 2, "dp", 2] on 4 ranks): each
+//                       rank checks that the stage-0 rank of its dp
+//                       coordinate's x arrived (send/recv over "pp" to the
+//                       right world rank, then a broadcast from stage 1)
+//                       and prints "rank R pipeline ok", or the difference
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/comm/InProcess.h"
@@ -21,6 +27,7 @@
 #include "runtime/core/Handshake.h"
 #include "runtime/cpu/Executor.h"
 #include "test/unit/runtime/MeshProgram.h"
+#include "test/unit/runtime/PipelineProgram.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +79,50 @@ Expected<std::string> runRank(comm::Communicator &c, const std::string &hash,
   return contentHash(all.data(), all.size());
 }
 
+/// The pipeline mode: rank r sends x = 100 r + i from stage 0; every rank
+/// must end with the x of the stage-0 rank of its dp coordinate in "out",
+/// and a stage-1 rank with w1 in d1. "" or what differs.
+Expected<std::string> runPipelineRank(comm::Communicator &c) {
+  namespace pl = test::pipeline;
+  int dp = c.size() / 2;
+  program::Program p = pl::pipelineProgram(dp);
+  cpu::ExecutorOptions o;
+  o.communicator = &c;
+  o.commThread = cpu::ExecutorOptions::CommThread::On;
+  auto e = cpu::Executor::create(p, nullptr, o);
+  if (!e)
+    return e.status();
+  int r = c.rank(), stage = p.stageOf(r);
+  std::vector<float> x(pl::kN), w1(pl::kN);
+  for (int64_t i = 0; i < pl::kN; ++i) {
+    x[size_t(i)] = float(100 * r + i);
+    w1[size_t(i)] = float(50 + i);
+  }
+  if (stage == 1)
+    if (Status s = (*e)->write(pl::W1, w1.data(), w1.size() * 4); !s)
+      return s;
+  if (Status s = (*e)->write(pl::X, x.data(), x.size() * 4); !s)
+    return s;
+  if (Status s = (*e)->run("train_step"); !s)
+    return s;
+  auto out = (*e)->readAll<float>(pl::Out);
+  if (!out)
+    return out.status();
+  std::string why;
+  for (int64_t i = 0; i < pl::kN; ++i)
+    if ((*out)[size_t(i)] != float(100 * (r % dp) + i))
+      why += " out[" + std::to_string(i) +
+             "] = " + std::to_string((*out)[size_t(i)]);
+  if (stage == 1) {
+    auto d1 = (*e)->readAll<float>(pl::D1);
+    if (!d1)
+      return d1.status();
+    if (*d1 != w1)
+      why += " d1 is not w1";
+  }
+  return why;
+}
+
 int fail(const Status &s) {
   std::fprintf(stderr, "%s\n", s.message().c_str());
   return 1;
@@ -98,14 +149,26 @@ int main(int argc, char **argv) {
       std::printf("rank %d %s\n", r, out[size_t(r)].c_str());
     return 0;
   }
-  if (mode != "mpi" && mode != "mpi-thread" && mode != "mismatch") {
-    std::fprintf(stderr, "usage: %s mpi | mpi-thread | mismatch | in-process N\n", argv[0]);
+  if (mode != "mpi" && mode != "mpi-thread" && mode != "mismatch" &&
+      mode != "pipeline") {
+    std::fprintf(
+        stderr,
+        "usage: %s mpi | mpi-thread | mismatch | pipeline | in-process N\n",
+        argv[0]);
     return 2;
   }
   auto c = comm::MpiCommunicator::create();
   if (!c)
     return fail(c.status());
   (*c)->setTimeout(30);
+  if (mode == "pipeline") {
+    auto why = runPipelineRank(**c);
+    if (!why)
+      return fail(why.status());
+    std::printf("rank %d pipeline %s\n", (*c)->rank(),
+                why->empty() ? "ok" : why->c_str());
+    return why->empty() ? 0 : 1;
+  }
   std::string hash =
       mode == "mismatch" && (*c)->rank() == 1 ? "artifact-b" : "artifact-a";
   auto h = runRank(**c, hash, mode == "mpi-thread");

@@ -28,6 +28,16 @@ if [ "$(wc -l <"$tmp/mpi.sorted")" -ne "$n" ] || grep -q error "$tmp/inproc.out"
 fi
 echo "same bits, $n ranks:"; cat "$tmp/mpi.sorted"
 
+# Pipeline stages over "pp" (2 ranks: ["pp", 2]; 4: ["pp", 2, "dp", 2]).
+if [ "$n" -eq 2 ] || [ "$n" -eq 4 ]; then
+  $mpirun "$bin" pipeline >"$tmp/pp.out" 2>"$tmp/pp.err" || {
+    echo "FAIL: mpirun -np $n pipeline exited $?"; cat "$tmp/pp.out" "$tmp/pp.err"; exit 1; }
+  if [ "$(grep -c 'pipeline ok$' "$tmp/pp.out")" -ne "$n" ]; then
+    echo "FAIL: pipeline stages over MPI"; cat "$tmp/pp.out" "$tmp/pp.err"; exit 1
+  fi
+  echo "pipeline stages over MPI, $n ranks: ok"
+fi
+
 $mpirun "$bin" mismatch >"$tmp/mm.out" 2>"$tmp/mm.err"
 rc=$?
 if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
