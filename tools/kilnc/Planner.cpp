@@ -252,16 +252,24 @@ void compile(mlir::ModuleOp module, Candidate &c, const Options &o,
   c.peakBytes = p.persistentBytes + f->scratchBytes;
   if (c.pp > 1) {
     // Each stage's devices have their own arena: the candidate needs the
-    // largest (device d is on stage d / (dp x tp), pp outermost).
+    // largest. Persistent: the parameters and optimizer state the stage
+    // holds (its own and those of stage -1), as --emit=plan counts them.
     c.stages.assign(size_t(c.pp), StageCost());
-    int64_t perStage = c.dp * c.tp;
     for (int d = 0; d < p.numDevices(); ++d) {
       const program::BufferPlan &bp = p.plan(d);
-      StageCost &st = c.stages[size_t(std::min<int64_t>(d / perStage, c.pp - 1))];
-      if (bp.arenaBytes > st.arenaBytes) {
-        st.arenaBytes = bp.arenaBytes;
-        st.persistentBytes = bp.persistentBytes;
-      }
+      int stage = p.stageOf(d);
+      if (stage < 0 || stage >= c.pp)
+        continue;
+      StageCost &st = c.stages[size_t(stage)];
+      if (bp.arenaBytes <= st.arenaBytes)
+        continue;
+      st.arenaBytes = bp.arenaBytes;
+      st.persistentBytes = 0;
+      for (const program::Buffer &b : bp.buffers)
+        if ((b.role == program::Role::Param ||
+             b.role == program::Role::State) &&
+            (b.stage < 0 || b.stage == stage))
+          st.persistentBytes += (b.bytes + 63) / 64 * 64;
     }
     const StageCost *most = &c.stages.front();
     for (const StageCost &st : c.stages)
