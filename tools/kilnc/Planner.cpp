@@ -296,8 +296,8 @@ struct Replay {
 /// (those of that stage and of stage -1; every step when `stage` < 0) on
 /// `m`. Sends and receives take no time here: the pipeline's transfers are
 /// costed apart (predict).
-Replay replay(const program::Program &p, const program::Function &f,
-              int stage, const Machine &m) {
+Replay replay(const program::Program &p, const program::Function &f, int stage,
+              const Machine &m) {
   Replay r;
   // The step on two queues: queue 0 runs kernels, GEMMs, copies and the
   // collectives not marked for overlap in order; queue 1 the gradient

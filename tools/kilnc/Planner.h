@@ -73,7 +73,7 @@ struct AxisTraffic {
 /// replay of the steps they run (the stage's and those of stage -1).
 struct StageCost {
   int64_t arenaBytes = 0, persistentBytes = 0; ///< its largest device plan
-  double seconds = 0; ///< the replay of its steps, all micro-batches
+  double seconds = 0;        ///< the replay of its steps, all micro-batches
   double computeSeconds = 0; ///< GEMMs, kernels and copies of those steps
 };
 
@@ -92,7 +92,7 @@ struct Candidate {
       0; ///< bytes named by non-GEMM kernels, epilogues and copies
   int64_t steps = 0;
   std::map<std::string, AxisTraffic> traffic; ///< by mesh axis
-  int64_t rowsPerStep = 0; ///< global batch: dp * batch * grad_accum
+  int64_t rowsPerStep = 0;       ///< global batch: dp * batch * grad_accum
   std::vector<StageCost> stages; ///< pp > 1: per stage, in stage order
   /// pp > 1: send/recv transfers per step (a send and its recv count once)
   /// and their bytes; their predicted seconds, and the bubble's.
