@@ -866,9 +866,10 @@ void printReport(const Result &r, const Options &o, const Machine &m,
       const StageCost &st = w.stages[s];
       stages += fmt::format(
           "{}stage {}: {} per device (persistent {}), {} ms for its {} "
-          "micro-batches (compute {} ms)",
+          "micro-batch{} (compute {} ms)",
           s ? "; " : "", s, mib(st.arenaBytes), mib(st.persistentBytes),
-          ms(st.seconds), w.microBatches, ms(st.computeSeconds));
+          ms(st.seconds), w.microBatches, w.microBatches == 1 ? "" : "es",
+          ms(st.computeSeconds));
     }
     os << "per stage of " << w.layout() << ": " << stages << ".\n";
   }
