@@ -6,7 +6,8 @@
 
 Runs `kilnc MODEL --parallel=auto --devices N` (no budget: every layout is
 ranked), then compiles each applicable layout with its flags (--devices N
---tp T --zero K) and trains it with `kiln-run train X.kpack --device cpu:N
+--tp T --zero K, or --pp P --micro-batches M for a pipeline; --only RE
+keeps the layouts whose name matches RE) and trains it with `kiln-run train X.kpack --device cpu:N
 --steps S --eval-interval 0 --log-interval 1` in R rounds that interleave
 the layouts (a noisy neighbour slows all of them alike); each round plans
 again first, so each prediction is calibrated under the load its runs see.
@@ -14,7 +15,7 @@ Per layout: the median predicted ms/step over the rounds (and its compute
 and exposed-communication parts), the measured median ms/step over steps
 6..S of every round (the first five are warm-up), their ratio, the rounds
 one by one, and both per training row (the layouts train
-different global batches: dp x batch rows). Prints the table with the
+different global batches: dp x batch x micro-batches rows). Prints the table with the
 planner's machine constants and the load average, and writes it to
 bench/results/planner-<UTC time>.{txt,json}.
 
@@ -32,8 +33,10 @@ import tempfile
 import time
 
 ROW = re.compile(
-    r"^\s*(\d+)\s+dp=(\d+) tp=(\d+) zero=(\d+)\s+([\d.]+) MiB\s+([\d.]+) MiB\s+(yes|no)\s+"
-    r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+(.*)$")
+    r"^\s*(\d+)\s+(dp=\d+ tp=\d+ zero=\d+|pp=\d+ dp=\d+ tp=\d+ M=\d+)\s+([\d.]+) MiB\s+"
+    r"([\d.]+) MiB\s+(yes|no)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+"
+    r"([\d.e-]+)\s+(-|[\d.]+%)\s+(.*)$")
+FIELD = re.compile(r"(pp|dp|tp|zero|M)=(\d+)")
 STEP = re.compile(r"^step\s+(\d+)/\d+ .*\|\s*([\d.]+) ms/step")
 
 
@@ -45,6 +48,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--build", default="build")
+    ap.add_argument("--only", default="", help="regex: measure only the layouts it matches")
     a = ap.parse_args()
     kilnc = os.path.join(a.build, "bin", "kilnc")
     kiln_run = os.path.join(a.build, "bin", "kiln-run")
@@ -59,18 +63,22 @@ def main():
         for line in plan.stdout.splitlines():
             m = ROW.match(line)
             if m:
-                rows[f"dp={m[2]} tp={m[3]} zero={m[4]}"] = {
-                    "rank": int(m[1]), "dp": int(m[2]), "tp": int(m[3]), "zero": int(m[4]),
-                    "memory_mib": float(m[5]), "predicted_ms": float(m[8]),
-                    "predicted_compute_ms": float(m[9]), "predicted_exposed_ms": float(m[11]),
-                    "rows": int(m[12]), "predicted_ms_per_row": float(m[13]),
-                    "layout": f"dp={m[2]} tp={m[3]} zero={m[4]}"}
+                f = {"pp": 1, "dp": 1, "tp": 1, "zero": 0, "M": 1}
+                f.update({k: int(v) for k, v in FIELD.findall(m[2])})
+                rows[m[2]] = {
+                    "rank": int(m[1]), "pp": f["pp"], "dp": f["dp"], "tp": f["tp"],
+                    "zero": f["zero"], "micro_batches": f["M"],
+                    "memory_mib": float(m[3]), "predicted_ms": float(m[6]),
+                    "predicted_compute_ms": float(m[7]), "predicted_exposed_ms": float(m[9]),
+                    "rows": int(m[10]), "predicted_ms_per_row": float(m[11]),
+                    "bubble": m[12], "layout": m[2]}
         if not rows:
             sys.exit("planner.py: no ranked layout in kilnc's report:\n" + plan.stdout)
         return plan.stdout, rows
 
     report, first = predict()
-    layouts = sorted(first.values(), key=lambda l: l["rank"])
+    layouts = sorted((l for l in first.values() if re.search(a.only, l["layout"])),
+                     key=lambda l: l["rank"])
     for l in layouts:
         for k in ("predicted_ms", "predicted_compute_ms", "predicted_exposed_ms",
                   "predicted_ms_per_row"):
@@ -82,8 +90,11 @@ def main():
             flags += ["--tp", str(l["tp"])]
         if l["zero"] > 0:
             flags += ["--zero", str(l["zero"])]
+        if l["pp"] > 1:
+            flags += ["--pp", str(l["pp"]), "--micro-batches", str(l["micro_batches"])]
         l["flags"] = " ".join(flags)
-        l["kpack"] = os.path.join(tmp, f"dp{l['dp']}tp{l['tp']}z{l['zero']}.kpack")
+        l["kpack"] = os.path.join(
+            tmp, f"pp{l['pp']}m{l['micro_batches']}dp{l['dp']}tp{l['tp']}z{l['zero']}.kpack")
         subprocess.run([kilnc, a.model, *flags, "-o", l["kpack"]], check=True,
                        capture_output=True)
         l["steps_ms"], l["errors"] = [], []
@@ -143,7 +154,7 @@ def main():
         out.append(f"{l['layout']:<18} {l['predicted_ms']:>9.1f} {l['predicted_compute_ms']:>8.1f} "
                    f"{l['predicted_exposed_ms']:>8.1f} {med:>9.1f} "
                    f"{med / l['predicted_ms']:>9.2f} {l['rows']:>5} "
-                   f"{l['predicted_ms_per_row']:>9.2f} {med / l['rows']:>9.2f}  {l['rank']}")
+                   f"{l['predicted_ms_per_row']:>9.3f} {med / l['rows']:>9.3f}  {l['rank']}")
     measured = sorted((l for l in layouts if l["measured_ms"]),
                       key=lambda l: l["measured_ms_per_row"])
     out.append("")
