@@ -201,8 +201,8 @@ cl::opt<double> firstBucketMb("first-bucket-mb",
 
 cl::opt<std::string> parallelOpt(
     "parallel",
-    cl::desc("auto: the planner compiles every dp x tp x ZeRO layout of "
-             "--devices N, predicts "
+    cl::desc("auto: the planner compiles every pp x dp x tp layout (ZeRO "
+             "stages, pipeline micro-batches) of --devices N, predicts "
              "each one's memory and step time on this machine, prints the "
              "ranked table and "
              "compiles the best that fits (docs/parallel.md \"The planner\")"),
@@ -217,9 +217,9 @@ cl::opt<std::string> memoryPerDevice(
 cl::opt<double> plannerMargin(
     "planner-margin",
     cl::desc(
-        "With --parallel=auto: a larger tp is chosen over a smaller one only "
-        "when "
-        "predicted faster per row by more than this fraction (default 0.10)"),
+        "With --parallel=auto: a layout with a larger pp x tp (then tp) is "
+        "chosen over a smaller one only when predicted faster per row by more "
+        "than this fraction (default 0.10)"),
     cl::init(0.10), cl::cat(kilncCategory));
 cl::opt<std::string> plannerMachine(
     "planner-machine",
