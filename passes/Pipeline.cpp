@@ -130,10 +130,13 @@ struct KilnPipelineStagesPass
       }
       return;
     }
-    // Ops that read only arguments (a parameter's cast to bf16, a
+    // Ops that read only parameters (a parameter's cast to bf16, a
     // broadcast of a bias) go with their first user, not where they stand.
-    auto free = [](Operation *op) {
-      return llvm::all_of(op->getOperands(), [](Value v) { return isa<BlockArgument>(v); });
+    auto free = [&](Operation *op) {
+      return llvm::all_of(op->getOperands(), [&](Value v) {
+        auto a = dyn_cast<BlockArgument>(v);
+        return a && fwd.getArgAttr(a.getArgNumber(), KilnDialect::kParamAttr);
+      });
     };
     std::vector<Operation *> all = ops;
     llvm::erase_if(ops, free);
