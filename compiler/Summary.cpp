@@ -163,7 +163,8 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
   os << llvm::formatv("    bubble (p - 1) / (M + p - 1) = {0} / {1} = {2:F1}% of each device's "
                       "step idle\n",
                       P - 1, M + P - 1, 100.0 * double(P - 1) / double(M + P - 1));
-  std::vector<int64_t> flops(size_t(P), 0), ops(size_t(P), 0), params(size_t(P), 0);
+  std::vector<int64_t> flops(size_t(P), 0), ops(size_t(P), 0), params(size_t(P), 0),
+      bytes(size_t(P), 0);
   std::vector<std::string> first(static_cast<size_t>(P)), last(static_cast<size_t>(P));
   if (auto fwd = module.lookupSymbol<func::FuncOp>("forward"))
     for (Operation &op : fwd.getBody().front().without_terminator()) {
@@ -173,6 +174,13 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
       ++ops[size_t(st)];
       if (auto c = dyn_cast<CostOpInterface>(&op); c && op.getNumResults())
         flops[size_t(st)] += c.estimateFlops();
+      auto addBytes = [&](Value v) {
+        if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+          bytes[size_t(st)] +=
+              t.getNumElements() * std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
+      };
+      llvm::for_each(op.getOperands(), addBytes);
+      llvm::for_each(op.getResults(), addBytes);
       if (auto tag = op.getAttrOfType<StringAttr>(KilnDialect::kBlockAttr)) {
         if (first[size_t(st)].empty())
           first[size_t(st)] = tag.str();
@@ -193,15 +201,16 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
             last[k] = layer;
           }
         }
-  os << "    stage  forward ops  forward FLOPs    parameters  micro-batches in flight "
-        "(1f1b | gpipe)  layers\n";
+  os << "    stage  forward ops  forward FLOPs  bytes moved    parameters  micro-batches in "
+        "flight (1f1b | gpipe)  layers\n";
   for (int64_t st = 0; st < P; ++st) {
     std::string layers = first[size_t(st)].empty() ? "-"
                          : first[size_t(st)] == last[size_t(st)]
                              ? first[size_t(st)]
                              : first[size_t(st)] + " .. " + last[size_t(st)];
-    os << llvm::formatv("    {0,-6} {1,11}  {2,13}  {3,12}  {4,10} | {5,-16}  {6}\n", st,
-                        ops[size_t(st)], grouped(flops[size_t(st)]), grouped(params[size_t(st)]),
+    os << llvm::formatv("    {0,-6} {1,11}  {2,13}  {3,11}  {4,12}  {5,10} | {6,-16}  {7}\n",
+                        st, ops[size_t(st)], grouped(flops[size_t(st)]),
+                        grouped(bytes[size_t(st)]), grouped(params[size_t(st)]),
                         std::min(P - st, M), M, layers);
   }
   // Transfers: grouped by place, type and direction.

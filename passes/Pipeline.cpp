@@ -77,6 +77,22 @@ IntegerAttr i64(MLIRContext *ctx, int64_t v) {
 // kiln-pipeline-stages
 //===----------------------------------------------------------------------===//
 
+/// Gives each op of `ops` (in program order) without a stage the earliest
+/// stage among its users' (walking backwards, so chains of such ops follow
+/// their last user), or stage 0 when no user has one.
+void withFirstUser(ArrayRef<Operation *> ops, int64_t P) {
+  for (Operation *op : llvm::reverse(ops)) {
+    if (op->hasAttr(kStageAttr))
+      continue;
+    int64_t s = P;
+    for (Value r : op->getResults())
+      for (Operation *u : r.getUsers())
+        if (int64_t us = stageOf(u); us >= 0)
+          s = std::min(s, us);
+    op->setAttr(kStageAttr, i64(op->getContext(), s < P ? s : 0));
+  }
+}
+
 struct KilnPipelineStagesPass
     : impl::KilnPipelineStagesPassBase<KilnPipelineStagesPass> {
   using KilnPipelineStagesPassBase::KilnPipelineStagesPassBase;
@@ -118,22 +134,16 @@ struct KilnPipelineStagesPass
         if (s >= 0)
           op->setAttr(kStageAttr, i64(ctx, s));
       }
-      for (Operation *op : llvm::reverse(ops)) {
-        if (op->hasAttr(kStageAttr))
-          continue;
-        int64_t s = P;
-        for (Value r : op->getResults())
-          for (Operation *u : r.getUsers())
-            if (int64_t us = stageOf(u); us >= 0)
-              s = std::min(s, us);
-        op->setAttr(kStageAttr, i64(ctx, s < P ? s : 0));
-      }
+      withFirstUser(ops, P);
       return;
     }
-    // Ops that read only arguments (a parameter's cast to bf16, a
+    // Ops that read only parameters (a parameter's cast to bf16, a
     // broadcast of a bias) go with their first user, not where they stand.
-    auto free = [](Operation *op) {
-      return llvm::all_of(op->getOperands(), [](Value v) { return isa<BlockArgument>(v); });
+    auto free = [&](Operation *op) {
+      return llvm::all_of(op->getOperands(), [&](Value v) {
+        auto a = dyn_cast<BlockArgument>(v);
+        return a && fwd.getArgAttr(a.getArgNumber(), KilnDialect::kParamAttr);
+      });
     };
     std::vector<Operation *> all = ops;
     llvm::erase_if(ops, free);
@@ -206,16 +216,7 @@ struct KilnPipelineStagesPass
         ++s;
       ops[size_t(i)]->setAttr(kStageAttr, i64(ctx, s));
     }
-    for (Operation *op : llvm::reverse(all)) {
-      if (op->hasAttr(kStageAttr))
-        continue;
-      int64_t s = P;
-      for (Value r : op->getResults())
-        for (Operation *u : r.getUsers())
-          if (int64_t us = stageOf(u); us >= 0)
-            s = std::min(s, us);
-      op->setAttr(kStageAttr, i64(ctx, s < P ? s : 0));
-    }
+    withFirstUser(all, P);
   }
 };
 

@@ -75,10 +75,11 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
     return Status::error(fmt::format(
         "{} was compiled for {} devices ({}); kiln-run train runs it with --device cpu:{} or "
         "under mpirun -np {}; eval, check and sample run on one device: compile the model "
-        "for one device (kilnc MODEL.kiln -o one.kpack) and give them the checkpoint, which "
+        "for one device (kilnc MODEL.kiln{} -o one.kpack) and give them the checkpoint, which "
         "holds whole tensors",
         o.artifact, pkg.program.numDevices(), mesh, pkg.program.numDevices(),
-        pkg.program.numDevices()));
+        pkg.program.numDevices(),
+        pkg.program.mesh.axis("pp") >= 0 ? " --pp 1, which also sets `stage` blocks aside," : ""));
   }
   cpu::ExecutorOptions eo;
   eo.threads = o.threads;
