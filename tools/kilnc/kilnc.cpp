@@ -742,9 +742,14 @@ int main(int argc, char **argv) {
       for (const auto &sec : *sections)
         bytes += sec.bytes.size();
       const auto &p = compiled->program;
-      std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB\n",
+      // Pipeline stages differ in arena: the largest is what a device needs.
+      int64_t arena = 0;
+      for (int d = 0; d < p.numDevices(); ++d)
+        arena = std::max(arena, p.plan(d).arenaBytes);
+      std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB%s\n",
                    outputFile.c_str(), double(bytes) / (1 << 20), p.kernels.size(),
-                   double(p.arenaBytes) / (1 << 20));
+                   double(arena) / (1 << 20),
+                   arena != p.arenaBytes ? " (the largest pipeline stage's)" : "");
       return 0;
     }
     std::string error;
