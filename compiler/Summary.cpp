@@ -224,10 +224,17 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
       dir = llvm::formatv("stage {0} -> all (broadcast)", b.getRoot()).str();
     else
       return;
+    // The model line, also through the call sites and names of ops that
+    // a def or a pass built.
     std::string where;
-    if (auto f = dyn_cast<FileLineColLoc>(op->getLoc()))
+    op->getLoc()->walk([&](Location l) {
+      auto f = dyn_cast<FileLineColLoc>(l);
+      if (!f)
+        return WalkResult::advance();
       where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
               std::to_string(f.getLine());
+      return WalkResult::interrupt();
+    });
     ++transfers[llvm::formatv("    {0,-28} {1,-16} {2}", where.empty() ? "-" : where,
                               typeStr(op->getResult(0).getType()), dir)
                     .str()];
