@@ -27,9 +27,14 @@ struct DeviceBuffer {
     EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
   }
   ~DeviceBuffer() { cudaFree(ptr); }
+  // cudaMemcpy from pageable memory returns once the bytes are staged, not
+  // written: the DMA may still run. The communicator's stream is
+  // non-blocking (no implicit sync with the legacy stream), so without this
+  // it could read a half-uploaded buffer (seen on the H200: f64 max).
   void upload(const Bytes &b) {
     ASSERT_EQ(cudaMemcpy(ptr, b.data(), b.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   Bytes download() const {
     Bytes b(bytes);
