@@ -39,7 +39,9 @@ Expected<CudaArtifact> assembleCuda(const CudaProgram &program, size_t numKernel
     std::vector<gpu::Resources> &res = plan.resources[arch];
     int maxRegs = 0;
     std::vector<std::string> spilling;
+    int unreported = 0; // registers from the CUBIN: ptxas said nothing
     for (const cuda::KernelResources &r : mod->resources) {
+      unreported += r.fromCubin;
       gpu::Resources x;
       x.function = r.name;
       x.registers = r.registers;
@@ -56,7 +58,13 @@ Expected<CudaArtifact> assembleCuda(const CudaProgram &program, size_t numKernel
     note(fmt::format("CUDA {}: {} functions for {} kernels compiled by NVRTC {} in {:.1f} s; "
                      "at most {} registers per thread; {}",
                      arch, mod->resources.size(), numKernels, plan.nvrtcVersion, mod->seconds,
-                     maxRegs, spilling.empty() ? "no spills" : "SPILLS (see below)"));
+                     maxRegs,
+                     !spilling.empty() ? "SPILLS (see below)"
+                     : unreported
+                         ? fmt::format("no spills reported ({} without a ptxas report: "
+                                       "registers read from the CUBIN)",
+                                       unreported)
+                         : "no spills"));
     for (const std::string &sp : spilling)
       note(fmt::format("warning: CUDA {}: {} spills registers to local memory", arch, sp));
     binaries.push_back({SectionKind::Kernels, "kernels.cuda." + arch + ".ptx", mod->ptx});

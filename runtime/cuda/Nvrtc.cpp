@@ -211,6 +211,92 @@ CompiledModule::resourcesFor(const std::string &symbol) const {
   return nullptr;
 }
 
+std::vector<KernelResources> resourcesFromCubin(const std::string &cubin) {
+  // ELF64 little-endian: section headers at e_shoff (0x28), e_shentsize,
+  // e_shnum, e_shstrndx at 0x3a; each header: name, type, flags, addr,
+  // offset (+0x18), size (+0x20), link (+0x28), ...
+  const auto *d = reinterpret_cast<const unsigned char *>(cubin.data());
+  size_t n = cubin.size();
+  auto u16 = [&](size_t at) { return at + 2 <= n ? uint32_t(d[at] | d[at + 1] << 8) : 0u; };
+  auto u32 = [&](size_t at) { return at + 4 <= n ? u16(at) | u16(at + 2) << 16 : 0u; };
+  auto u64 = [&](size_t at) { return at + 8 <= n ? uint64_t(u32(at)) | uint64_t(u32(at + 4)) << 32 : 0; };
+  std::vector<KernelResources> out;
+  if (n < 64 || std::memcmp(d, "\x7f" "ELF", 4) != 0 || d[4] != 2 || d[5] != 1)
+    return out;
+  uint64_t shoff = u64(0x28);
+  uint32_t shentsize = u16(0x3a), shnum = u16(0x3c), shstrndx = u16(0x3e);
+  if (shentsize < 64 || shstrndx >= shnum || shoff + uint64_t(shnum) * shentsize > n)
+    return out;
+  struct Section {
+    uint32_t name, type, link;
+    uint64_t offset, size;
+  };
+  std::vector<Section> sections;
+  for (uint32_t i = 0; i < shnum; ++i) {
+    size_t h = size_t(shoff + uint64_t(i) * shentsize);
+    Section s{u32(h), u32(h + 4), u32(h + 0x28), u64(h + 0x18), u64(h + 0x20)};
+    if (s.type != 8 /*NOBITS*/ && (s.offset > n || s.size > n - s.offset))
+      return out;
+    sections.push_back(s);
+  }
+  auto str = [&](const Section &table, uint32_t at) -> std::string {
+    if (at >= table.size)
+      return {};
+    const char *p = reinterpret_cast<const char *>(d + table.offset + at);
+    return std::string(p, strnlen(p, size_t(table.size - at)));
+  };
+  const Section *info = nullptr, *symtab = nullptr;
+  for (const Section &s : sections) {
+    std::string name = str(sections[shstrndx], s.name);
+    if (name == ".nv.info")
+      info = &s;
+    else if (s.type == 2 /*SYMTAB*/)
+      symtab = &s;
+  }
+  if (!info || !symtab || symtab->link >= shnum)
+    return out;
+  const Section &strtab = sections[symtab->link];
+  auto symbolName = [&](uint32_t index) -> std::string {
+    if (uint64_t(index + 1) * 24 > symtab->size)
+      return {};
+    return str(strtab, u32(size_t(symtab->offset) + size_t(index) * 24));
+  };
+  auto entry = [&](const std::string &name) -> KernelResources & {
+    for (KernelResources &r : out)
+      if (r.name == name)
+        return r;
+    out.push_back(KernelResources{});
+    out.back().name = name;
+    out.back().fromCubin = true;
+    return out.back();
+  };
+  // Records: u8 format, u8 attribute, then (format 4) u16 size and the
+  // payload, or (formats 1-3) two bytes inline.
+  size_t at = size_t(info->offset), end = size_t(info->offset + info->size);
+  while (at + 4 <= end) {
+    unsigned format = d[at], attribute = d[at + 1];
+    size_t payload = format == 4 ? u16(at + 2) : 0;
+    if (at + 4 + payload > end)
+      break;
+    if (format == 4 && payload == 8 && (attribute == 0x2f || attribute == 0x11)) {
+      std::string name = symbolName(u32(at + 4));
+      if (!name.empty()) {
+        KernelResources &r = entry(name);
+        if (attribute == 0x2f)
+          r.registers = int(u32(at + 8));
+        else
+          r.stackBytes = u32(at + 8);
+      }
+    }
+    at += 4 + payload;
+  }
+  // Only kernels with a register count (device functions have none listed).
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const KernelResources &r) { return r.registers <= 0; }),
+            out.end());
+  return out;
+}
+
 std::vector<KernelResources> parseResourceUsage(const std::string &log) {
   // ptxas -v, one block per function:
   //   ptxas info    : Compiling entry function 'k' for 'sm_90'
@@ -379,8 +465,12 @@ Expected<CompiledModule> compile(const std::string &source,
           name, nvrtcVersion(), options.arch));
     module.cubin.resize(cubinSize);
     KILN_NVRTC_TRY(nvrtcGetCUBIN(program.handle, module.cubin.data()));
-    if (options.resourceUsage)
+    if (options.resourceUsage) {
       module.resources = parseResourceUsage(module.log);
+      for (KernelResources &r : resourcesFromCubin(module.cubin))
+        if (!module.resourcesFor(r.name))
+          module.resources.push_back(std::move(r));
+    }
   }
   module.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)

@@ -66,6 +66,9 @@ struct KernelResources {
   int64_t stackBytes = 0;    ///< stack frame (local arrays and spills)
   int64_t sharedBytes = 0;   ///< static shared memory ("smem")
   int64_t constantBytes = 0; ///< cmem[0]: kernel parameters and constants
+  /// Read from the CUBIN (resourcesFromCubin), not ptxas's report: registers
+  /// and stackBytes only; spills unknown (a stack frame may hide some).
+  bool fromCubin = false;
   bool spills() const { return spillStores > 0 || spillLoads > 0; }
 };
 
@@ -95,6 +98,13 @@ struct CompiledModule {
 Expected<CompiledModule> compile(const std::string &source,
                                  const std::string &name,
                                  const CompileOptions &options = {});
+
+/// Registers and stack frame of every kernel in a CUBIN, from its ELF
+/// .nv.info section (EIATTR_REGCOUNT 0x2f and EIATTR_FRAME_SIZE 0x11, each
+/// {symbol index, value}): what compile() falls back on when NVRTC's log has
+/// no ptxas report for a kernel (seen on the H200 machine with the same
+/// NVRTC that reports here). Empty for anything that is not such an ELF.
+std::vector<KernelResources> resourcesFromCubin(const std::string &cubin);
 
 /// Parses ptxas's -v report (as it appears in NVRTC's log) into one entry per
 /// "Compiling entry function"; non-entry (noinline device) functions are
