@@ -157,6 +157,15 @@ private:
   LogicalResult emitElementwise(std::vector<gpu::Launch> &launches);
   LogicalResult emitRows(int64_t rows, std::vector<gpu::Launch> &launches);
   LogicalResult emitColumns(std::vector<gpu::Launch> &launches);
+  LogicalResult emitColumnTiles(
+      llvm::ArrayRef<mlir::Operation *> reds, int64_t k, int64_t n,
+      llvm::ArrayRef<int64_t> keptSizes, llvm::ArrayRef<int64_t> redSizes,
+      llvm::ArrayRef<int64_t> kept, llvm::ArrayRef<int64_t> redDims,
+      llvm::ArrayRef<unsigned> reducedOuts,
+      llvm::function_ref<llvm::SmallVector<std::string>(mlir::Value,
+                                                        llvm::ArrayRef<std::string>)>
+          reducedIndex,
+      std::vector<gpu::Launch> &launches);
   LogicalResult emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches);
   LogicalResult emitMatmul(MatmulOp op, std::vector<gpu::Launch> &launches);
   /// Stores output `i` at `idx`.
