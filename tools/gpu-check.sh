@@ -577,6 +577,30 @@ if [ $BUILT = 1 ] && [ -f "$BF16_SHARED" ]; then
   fi
 fi
 
+# --- (3c) where a step's time goes: kiln-run --profile, fp32 and bf16 -----------
+# The profiler's breakdown (GEMMs, generated kernels, copies, idle), its
+# recommendation and the top kernels against the GPU's measured peak, over
+# a short run; every kernel's row in kiln-stats*.csv (in logs.tar.gz). The
+# summary keeps the breakdown and the top 5 kernels.
+PROFILES=()
+profile() {  # profile NAME ARTIFACT
+  local steps=30; [ "$MODE" = dry ] && steps=6
+  stage "$1" 60 20 "$L/$1.log" --int -- "$KRUN" train "$2" --device "$DEVICE" \
+    --steps "$steps" --data "$G/data/train.bin" --eval-interval 0 --quiet --profile \
+    --stats-csv "$L/$1.csv" --checkpoint "$CK/$1.ckpt" && :
+  if grep -q '^step-time breakdown' "$L/$1.log"; then
+    PROFILES+=("$1:" "$(sed -n '/^step-time breakdown/,/^kernel stats/p' "$L/$1.log" |
+      grep -vE '^(step-time|kernel stats)' | grep -E '%|recommendation' | cut -c1-190)"
+      "$(sed -n '/^kernel stats/,$p' "$L/$1.log" | sed -n '2,7p' | cut -c1-190)")
+  else
+    PROFILES+=("$1: no profile (see $1.log)")
+  fi
+}
+if [ $BUILT = 1 ]; then
+  profile kiln-profile "$ART"
+  [ $BF16_OK = 1 ] && profile kiln-profile-bf16 "$BF16_ART"
+fi
+
 # --- (4) the peers: PyTorch eager, JAX jit, torch.compile (fp32) ---------------
 # torch.compile last: it has the longest compile and is the first to go
 # when the budget runs short.
@@ -652,6 +676,7 @@ VERDICT=PASS
   printf '%s\n' "${CHECKS[@]:-check: not run}"
   printf '%s\n' "${COMPARE[@]:-compare: not run}"
   echo "$BF16_LINE"
+  [ ${#PROFILES[@]} -gt 0 ] && printf '%s\n' "${PROFILES[@]}"
   [ -f "$L/table.err" ] && grep -v '^$' "$L/table.err" | sed 's/^/note: /'
   echo
   cat "$L/table.txt"
