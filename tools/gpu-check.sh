@@ -66,7 +66,8 @@
 #       the table. Run it after every --prepare and before a device call.
 #   Other options: --force-debs (use the carried .debs even where the
 #   packages are installed), --jobs N (build; default nproc),
-#   --skip-peers, --skip-tests.
+#   --skip-peers, --skip-tests, --peers torch,jax,torch-compile (the
+#   default; each may carry :fp32, :tf32 or :bf16, e.g. torch-compile:bf16).
 #
 # Exit status: 0 when the build, the tests, the loss comparison and the Kiln
 # run succeeded (peers may have failed: see the summary), 1 otherwise.
@@ -84,6 +85,7 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 FORCE_DEBS=0
 SKIP_PEERS=0
 SKIP_TESTS=0
+PEERS=torch,jax,torch-compile
 while [ $# -gt 0 ]; do
   case "$1" in
     --prepare) MODE=prepare; shift ;;
@@ -96,6 +98,7 @@ while [ $# -gt 0 ]; do
     --force-debs) FORCE_DEBS=1; shift ;;
     --skip-peers) SKIP_PEERS=1; shift ;;
     --skip-tests) SKIP_TESTS=1; shift ;;
+    --peers) PEERS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
@@ -605,19 +608,27 @@ fi
 # torch.compile last: it has the longest compile and is the first to go
 # when the budget runs short.
 PEER_FILES=()
-peer() {  # peer FRAMEWORK WANT MIN
-  local fw=$1 out=$L/$1.json
-  stage "$fw" "$2" "$3" "$L/$fw.log" -- "$PY" bench/gpt_gpu.py --framework "$fw" \
-    --data "$G/data/train.bin" --steps "$PSTEPS" --precision fp32 "${PEER_ARGS[@]}" \
-    --loss-log "$L/$fw.loss"
-  grep -sE '^\{' "$L/$fw.log" | tail -1 > "$out"
+peer() {  # peer FRAMEWORK PRECISION WANT MIN
+  local fw=$1 prec=$2 name=$1; [ "$2" = fp32 ] || name=$1-$2
+  local out=$L/$name.json
+  stage "$name" "$3" "$4" "$L/$name.log" -- "$PY" bench/gpt_gpu.py --framework "$fw" \
+    --data "$G/data/train.bin" --steps "$PSTEPS" --precision "$prec" "${PEER_ARGS[@]}" \
+    --loss-log "$L/$name.loss"
+  grep -sE '^\{' "$L/$name.log" | tail -1 > "$out"
   if [ -s "$out" ]; then PEER_FILES+=("$out")
-  else [ -f "$L/$fw.log" ] && log "$fw: no result row"; rm -f "$out"; fi
+  else [ -f "$L/$name.log" ] && log "$name: no result row"; rm -f "$out"; fi
 }
 if [ $SKIP_PEERS = 0 ]; then
-  peer torch 120 30
-  peer jax 150 45
-  peer torch-compile 240 60
+  # --peers: framework[:precision],... (default torch,jax,torch-compile in fp32)
+  for p in ${PEERS//,/ }; do
+    fw=${p%%:*}; prec=fp32; [ "$p" = "$fw" ] || prec=${p#*:}
+    case $fw in
+      torch) peer torch "$prec" 120 30 ;;
+      jax) peer jax "$prec" 150 45 ;;
+      torch-compile) peer torch-compile "$prec" 240 60 ;;
+      *) log "unknown peer $fw (torch, jax, torch-compile)" ;;
+    esac
+  done
 fi
 
 # --- (5) the table ----------------------------------------------------------
