@@ -274,6 +274,48 @@ bool splitAssign(const std::string &s, std::string &name, std::string &value) {
 }
 } // namespace
 
+/// A pass's diagnostic as the frontend prints its own: "file:line:col:
+/// error: message", the model line and a caret when the location (through
+/// names, call sites and fused locations) is in the model file; "kilnc:
+/// error: message" when it names no file. Notes follow their diagnostic.
+static std::string renderDiagnostic(mlir::Diagnostic &d,
+                                    const kiln::frontend::SourceFile &source) {
+  mlir::FileLineColLoc at;
+  d.getLocation()->walk([&](mlir::Location l) {
+    if (auto f = mlir::dyn_cast<mlir::FileLineColLoc>(l)) {
+      at = f;
+      return mlir::WalkResult::interrupt();
+    }
+    return mlir::WalkResult::advance();
+  });
+  std::string message;
+  llvm::raw_string_ostream os(message);
+  os << d;
+  bool note = d.getSeverity() == mlir::DiagnosticSeverity::Note;
+  bool warning = d.getSeverity() == mlir::DiagnosticSeverity::Warning;
+  std::string out;
+  if (at && at.getFilename().getValue() == source.name() && at.getLine() > 0) {
+    kiln::frontend::DiagEngine one(source);
+    kiln::frontend::SourceLoc loc{at.getLine(), std::max(1u, at.getColumn()), 1};
+    if (note)
+      one.note(loc, message);
+    else if (warning)
+      one.warning(loc, message);
+    else
+      one.error(loc, message);
+    out = one.render();
+  } else {
+    std::string where = at ? (at.getFilename().getValue() + ":" + llvm::Twine(at.getLine()) +
+                              ":" + llvm::Twine(at.getColumn()))
+                                 .str()
+                           : std::string("kilnc");
+    out = where + (note ? ": note: " : warning ? ": warning: " : ": error: ") + message + "\n";
+  }
+  for (mlir::Diagnostic &n : d.getNotes())
+    out += renderDiagnostic(n, source);
+  return out;
+}
+
 int main(int argc, char **argv) {
   sys::PrintStackTraceOnErrorSignal(argv[0]);
   cl::HideUnrelatedOptions(kilncCategory);
@@ -335,9 +377,9 @@ int main(int argc, char **argv) {
   mlir::MLIRContext context;
   context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
   std::string mlirDiags;
+  context.printOpOnDiagnostic(false); // the model line says where, not the IR
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
-    llvm::raw_string_ostream os(mlirDiags);
-    os << d.getLocation() << ": " << d << "\n";
+    mlirDiags += renderDiagnostic(d, source);
     return mlir::success();
   });
 
