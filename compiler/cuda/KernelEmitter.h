@@ -167,6 +167,9 @@ private:
           reducedIndex,
       std::vector<gpu::Launch> &launches);
   LogicalResult emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches);
+  LogicalResult emitScatterByRow(ScatterAddOp op, const std::string &fname, int64_t outer,
+                                 int64_t inner, int64_t rowsN, int64_t m, const TypeInfo &ti,
+                                 std::vector<gpu::Launch> &launches);
   LogicalResult emitMatmul(MatmulOp op, std::vector<gpu::Launch> &launches);
   /// Stores output `i` at `idx`.
   void store(unsigned i, ArrayRef<std::string> idx);
@@ -196,6 +199,10 @@ private:
 /// Rows per block (one per warp) in the warp-per-row form; rows of at most
 /// kMaxWarpRow elements use it (up to 32 elements per lane).
 constexpr int64_t kRowsPerBlock = 8;
+/// scatter_add by row element (every thread reads every index) up to this
+/// many rows and rows x indices.
+constexpr int64_t kMaxScatterRows = 1024;
+constexpr int64_t kMaxScatterWork = int64_t(1) << 24;
 constexpr int64_t kMaxWarpRow = 1024;
 
 } // namespace kiln::cudagen

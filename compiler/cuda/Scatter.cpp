@@ -1,7 +1,9 @@
 //===- Scatter.cpp - The scatter_add kernel form ----------------------------===//
 //
-// scatter_add with a thread per (outer, inner) column adding the index
-// positions in order (deterministic, no atomics).
+// scatter_add, deterministic and without atomics: a thread per output
+// element reading every index when the rows are few (emitScatterByRow),
+// else a thread per (outer, inner) column adding the index positions in
+// order.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/cuda/KernelEmitter.h"
@@ -31,6 +33,8 @@ LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<gpu::Launc
   indent_ = 1;
   memo_.clear();
   memo_.emplace_back();
+  if (rowsN <= kMaxScatterRows && rowsN * m <= kMaxScatterWork)
+    return emitScatterByRow(op, fname, outer, inner, rowsN, m, ti, launches);
   // Each thread owns one (outer, inner) column of the result: zero it, then
   // add the updates in index order (deterministic, no atomics).
   line("const int c = blockIdx.x * blockDim.x + threadIdx.x;");
@@ -59,6 +63,47 @@ LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<gpu::Launc
   if (!error_.empty())
     return failure();
   finish(fname, "scatter", (outer * inner + 255) / 256, 256, launches);
+  return success();
+}
+
+
+// Few rows (an embedding's vocabulary): a thread per output element (outer,
+// row, inner), inner fastest. It reads every index in order (the same one
+// across the warp: a broadcast) and adds the updates that land on its row
+// into a register (fp32 for bf16/f16), stored once: the CPU's order and rounding, with
+// rows x inner x outer threads instead of inner x outer (the H200's GPU
+// config: 24960 threads instead of 384, each reading 16384 indices).
+LogicalResult KernelEmitter::emitScatterByRow(ScatterAddOp op, const std::string &fname,
+                                              int64_t outer, int64_t inner, int64_t rowsN,
+                                              int64_t m, const TypeInfo &ti,
+                                              std::vector<gpu::Launch> &launches) {
+  RankedTensorType idxT = op.getIndices().getType();
+  int64_t total = outer * rowsN * inner;
+  line("const int c = blockIdx.x * blockDim.x + threadIdx.x;");
+  line(fmt::format("if (c >= {}) return;", total));
+  line(fmt::format("const int in = c % {}, row = (c / {}) % {}, o = c / {};", inner, inner, rowsN,
+                   rowsN * inner));
+  std::string acc = fresh("acc");
+  line(fmt::format("{} {} = 0;", ti.compute, acc));
+  line(fmt::format("for (int j = 0; j < {}; ++j) {{", m));
+  push();
+  SmallVector<std::string> ji = delinear("j", idxT.getShape());
+  std::string raw = emit(op.getIndices(), ji);
+  line(fmt::format("const int r = (int)min(max((long long){}, 0ll), {}ll);", raw, rowsN - 1));
+  line("if (r != row) continue;");
+  std::string lin = fresh("u");
+  line(fmt::format("const int {} = (o * {} + j) * {} + in;", lin, m, inner));
+  SmallVector<std::string> ui = delinear(lin, op.getUpdates().getType().getShape());
+  std::string u = emit(op.getUpdates(), ui);
+  line(fmt::format("{} += {};", acc, u));
+  pop();
+  line("}");
+  std::string slot = fmt::format("a{}[(o * {} + row) * {} + in]", outArg_[0], rowsN, inner);
+  line(ti.isLow ? fmt::format("{} = kiln_from_float<{}>({});", slot, ti.storage, acc)
+                : fmt::format("{} = {};", slot, acc));
+  if (!error_.empty())
+    return failure();
+  finish(fname, "scatter(by row)", (total + 255) / 256, 256, launches);
   return success();
 }
 
