@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <map>
 #include <queue>
 #include <string>
@@ -315,6 +316,7 @@ public:
         f_.setArgAttr(a.getArgNumber(), kStageAttr, i64(ctx_, s));
     }
     assign(body);
+    regroupSums(body);
     if (failed(insertTransfers(body, transfers)))
       return failure();
     if (schedule && failed(reorder(body, M, oneF1B)))
@@ -456,6 +458,83 @@ private:
         op.setAttr(kStageAttr, i64(ctx_, s));
       else
         op.removeAttr(kStageAttr);
+    }
+  }
+
+  /// A sum of same-typed terms made on several stages (a tied embedding's
+  /// gradient: the embedding's on the first stage, the head's on the last,
+  /// accumulated over micro-batches) is added up per stage first, in the
+  /// terms' order, and the stages' partial sums meet on the sum's own
+  /// stage: one transfer per stage instead of one per term. Reassociates
+  /// the additions across stages only.
+  void regroupSums(Block &body) {
+    auto inTree = [](Operation *op, Type t) {
+      return isa_and_nonnull<AddOp>(op) && op->getResult(0).getType() == t &&
+             op->getOperand(0).getType() == t && op->getOperand(1).getType() == t;
+    };
+    SmallVector<Operation *> roots;
+    for (Operation &op : body.without_terminator()) {
+      Type t = op.getNumResults() == 1 ? op.getResult(0).getType() : Type();
+      if (!t || !inTree(&op, t))
+        continue;
+      bool internal = op.getResult(0).hasOneUse() &&
+                      inTree(*op.getResult(0).getUsers().begin(), t);
+      if (!internal)
+        roots.push_back(&op);
+    }
+    for (Operation *root : roots) {
+      Type t = root->getResult(0).getType();
+      SmallVector<Value> leaves;
+      SmallVector<Operation *> nodes;
+      std::function<void(Operation *)> collect = [&](Operation *op) {
+        nodes.push_back(op);
+        for (Value v : op->getOperands()) {
+          Operation *d = v.getDefiningOp();
+          if (d && inTree(d, t) && v.hasOneUse())
+            collect(d);
+          else
+            leaves.push_back(v);
+        }
+      };
+      collect(root);
+      int64_t home = stageOfOp(root);
+      std::map<int64_t, SmallVector<Value>> byStage;
+      SmallVector<int64_t> stageOrder;
+      bool worth = false, known = home >= 0;
+      for (Value v : leaves) {
+        int64_t st = stageOfValue(v);
+        known &= st >= 0;
+        if (!byStage.count(st))
+          stageOrder.push_back(st);
+        byStage[st].push_back(v);
+        worth |= st != home && byStage[st].size() > 1;
+      }
+      if (!known || !worth || byStage.size() < 2)
+        continue;
+      OpBuilder b(root);
+      Location loc = root->getLoc();
+      auto add = [&](Value x, Value y, int64_t st) {
+        Value r = b.create<AddOp>(loc, x, y);
+        stage_[r.getDefiningOp()] = st;
+        r.getDefiningOp()->setAttr(kStageAttr, i64(ctx_, st));
+        return r;
+      };
+      // The home stage's partial first, then the others' in order of their
+      // first term.
+      std::stable_partition(stageOrder.begin(), stageOrder.end(),
+                            [&](int64_t st) { return st == home; });
+      Value total;
+      for (int64_t st : stageOrder) {
+        Value part = byStage[st][0];
+        for (size_t i = 1; i < byStage[st].size(); ++i)
+          part = add(part, byStage[st][i], st);
+        total = total ? add(total, part, home) : part;
+      }
+      root->getResult(0).replaceAllUsesWith(total);
+      for (Operation *n : nodes) { // users first: the root, then inward
+        stage_.erase(n);
+        n->erase();
+      }
     }
   }
 
