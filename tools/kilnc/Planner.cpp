@@ -434,7 +434,8 @@ std::string trafficText(const Candidate &c) {
 
 std::string Candidate::layout() const {
   if (pp > 1)
-    return fmt::format("pp={} dp={} tp={} M={}", pp, dp, tp, microBatches);
+    return fmt::format("pp={} dp={} tp={} M={}{}", pp, dp, tp, microBatches,
+                       zero > 0 ? fmt::format(" zero={}", zero) : std::string());
   return fmt::format("dp={} tp={} zero={}", dp, tp, zero);
 }
 
@@ -579,8 +580,9 @@ void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
 Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
             std::string &diagnostics) {
   Result r;
-  // pp outermost, then tp; ZeRO only without tp and pp (kilnc refuses the
-  // others); micro-batches only with a pipeline.
+  // pp outermost, then tp; ZeRO only without tp (kilnc refuses ZeRO with
+  // tp; with pp each stage shards its state over its dp devices);
+  // micro-batches only with a pipeline.
   for (int64_t pp = 1; pp <= o.devices; ++pp) {
     if (o.devices % pp != 0)
       continue;
@@ -588,7 +590,7 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
       if ((o.devices / pp) % tp != 0)
         continue;
       int64_t dp = o.devices / pp / tp;
-      int maxZero = dp > 1 && tp == 1 && pp == 1 ? 2 : 0;
+      int maxZero = dp > 1 && tp == 1 ? 2 : 0;
       for (int64_t micro : {1, 2, 4, 8}) {
         if (pp == 1 && micro > 1)
           break;
@@ -726,7 +728,7 @@ void printReport(const Result &r, const Options &o, const Machine &m,
         "overlap is exposed; everything else waits. Ranked by predicted time "
         "per training row "
         "(dp replicas each train the model's batch).\n";
-  os << "pipeline (pp = p > 1, M micro-batches, ZeRO 0): stage s's devices "
+  os << "pipeline (pp = p > 1, M micro-batches; zero=N: ZeRO over each stage's dp devices): stage s's devices "
         "replay the steps they run (stage s and -1) in T_s for all M "
         "micro-batches; step = (M + p - 1) * max_s T_s / M (the slowest "
         "stage stretched by the bubble, (p - 1) / (M + p - 1) of the step "
