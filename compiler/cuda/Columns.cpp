@@ -87,7 +87,7 @@ LogicalResult KernelEmitter::emitColumns(std::vector<gpu::Launch> &launches) {
   for (auto [i, d] : llvm::enumerate(redDims))
     keptTrailing &= d == int64_t(i);
   if (fullOuts.empty() && keptTrailing && n >= 512 && k <= 65536 && (k == 1 || k >= 32))
-    return emitColumnTiles(reds, k, n, keptSizes, redSizes, kept, redDims, reducedOuts,
+    return emitColumnTiles(reds, k, n, keptSizes, redSizes, reducedOuts, fullIndex,
                            reducedIndex, launches);
   // A thread per kept index when there are many and each column is short;
   // otherwise a block per kept index.
@@ -178,8 +178,9 @@ LogicalResult KernelEmitter::emitColumns(std::vector<gpu::Launch> &launches) {
 // block runs first.
 LogicalResult KernelEmitter::emitColumnTiles(
     ArrayRef<Operation *> reds, int64_t k, int64_t n, ArrayRef<int64_t> keptSizes,
-    ArrayRef<int64_t> redSizes, ArrayRef<int64_t> kept, ArrayRef<int64_t> redDims,
-    ArrayRef<unsigned> reducedOuts,
+    ArrayRef<int64_t> redSizes, ArrayRef<unsigned> reducedOuts,
+    llvm::function_ref<SmallVector<std::string>(ArrayRef<std::string>, ArrayRef<std::string>)>
+        fullIndex,
     llvm::function_ref<SmallVector<std::string>(Value, ArrayRef<std::string>)> reducedIndex,
     std::vector<gpu::Launch> &launches) {
   Block &b = fusion_.getBlock();
@@ -192,14 +193,6 @@ LogicalResult KernelEmitter::emitColumnTiles(
   int64_t chunk = (n + chunks - 1) / chunks;
   chunks = (n + chunk - 1) / chunk; // every chunk non-empty
   std::string fname = fmt::format("{}_{}", name_, kernelCount_++);
-  auto fullIndex = [&](ArrayRef<std::string> kc, ArrayRef<std::string> nc) {
-    SmallVector<std::string> idx(kept.size() + redDims.size());
-    for (auto [i, d] : llvm::enumerate(kept))
-      idx[d] = kc[i];
-    for (auto [i, d] : llvm::enumerate(redDims))
-      idx[d] = nc[i];
-    return idx;
-  };
   indent_ = 1;
   memo_.clear();
   memo_.emplace_back();

@@ -160,13 +160,17 @@ private:
   LogicalResult emitColumnTiles(
       llvm::ArrayRef<mlir::Operation *> reds, int64_t k, int64_t n,
       llvm::ArrayRef<int64_t> keptSizes, llvm::ArrayRef<int64_t> redSizes,
-      llvm::ArrayRef<int64_t> kept, llvm::ArrayRef<int64_t> redDims,
       llvm::ArrayRef<unsigned> reducedOuts,
+      llvm::function_ref<llvm::SmallVector<std::string>(llvm::ArrayRef<std::string>,
+                                                        llvm::ArrayRef<std::string>)>
+          fullIndex,
       llvm::function_ref<llvm::SmallVector<std::string>(mlir::Value,
                                                         llvm::ArrayRef<std::string>)>
           reducedIndex,
       std::vector<gpu::Launch> &launches);
   LogicalResult emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches);
+  void scatterRow(ScatterAddOp op, int64_t rowsN);
+  std::string scatterUpdate(ScatterAddOp op, int64_t m, int64_t inner);
   LogicalResult emitScatterByRow(ScatterAddOp op, const std::string &fname, int64_t outer,
                                  int64_t inner, int64_t rowsN, int64_t m, const TypeInfo &ti,
                                  std::vector<gpu::Launch> &launches);

@@ -16,6 +16,22 @@ using namespace mlir;
 
 namespace kiln::cudagen {
 
+// Inside the loop over index positions j (with o and in declared): `r`,
+// index j clamped to the rows; indices in row-major order of their own shape.
+void KernelEmitter::scatterRow(ScatterAddOp op, int64_t rowsN) {
+  SmallVector<std::string> ji = delinear("j", op.getIndices().getType().getShape());
+  std::string raw = emit(op.getIndices(), ji);
+  line(fmt::format("const int r = (int)min(max((long long){}, 0ll), {}ll);", raw, rowsN - 1));
+}
+
+// The update at (o, j, in): updates are [outer, m, inner].
+std::string KernelEmitter::scatterUpdate(ScatterAddOp op, int64_t m, int64_t inner) {
+  std::string lin = fresh("u");
+  line(fmt::format("const int {} = (o * {} + j) * {} + in;", lin, m, inner));
+  SmallVector<std::string> ui = delinear(lin, op.getUpdates().getType().getShape());
+  return emit(op.getUpdates(), ui);
+}
+
 LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<gpu::Launch> &launches) {
   RankedTensorType res = op.getType(), idxT = op.getIndices().getType();
   int64_t axis = op.getAxis(), outer = 1, inner = 1, rowsN = res.getDimSize(axis);
@@ -45,14 +61,8 @@ LogicalResult KernelEmitter::emitScatter(ScatterAddOp op, std::vector<gpu::Launc
                    ti.isLow ? "kiln_from_float<" + ti.storage + ">(0.0f)" : "0"));
   line(fmt::format("for (int j = 0; j < {}; ++j) {{", m));
   push();
-  // indices in row-major order of their own shape; updates [outer, m, inner]
-  SmallVector<std::string> ji = delinear("j", idxT.getShape());
-  std::string raw = emit(op.getIndices(), ji);
-  line(fmt::format("const int r = (int)min(max((long long){}, 0ll), {}ll);", raw, rowsN - 1));
-  std::string lin = fresh("u");
-  line(fmt::format("const int {} = (o * {} + j) * {} + in;", lin, m, inner));
-  SmallVector<std::string> ui = delinear(lin, op.getUpdates().getType().getShape());
-  std::string u = emit(op.getUpdates(), ui);
+  scatterRow(op, rowsN);
+  std::string u = scatterUpdate(op, m, inner);
   std::string slot = fmt::format("a{}[(o * {} + r) * {} + in]", outArg_[0], rowsN, inner);
   if (ti.isLow)
     line(fmt::format("{0} = kiln_from_float<{1}>(kiln_to_float({0}) + {2});", slot, ti.storage, u));
@@ -77,7 +87,6 @@ LogicalResult KernelEmitter::emitScatterByRow(ScatterAddOp op, const std::string
                                               int64_t outer, int64_t inner, int64_t rowsN,
                                               int64_t m, const TypeInfo &ti,
                                               std::vector<gpu::Launch> &launches) {
-  RankedTensorType idxT = op.getIndices().getType();
   int64_t total = outer * rowsN * inner;
   line("const int c = blockIdx.x * blockDim.x + threadIdx.x;");
   line(fmt::format("if (c >= {}) return;", total));
@@ -87,14 +96,9 @@ LogicalResult KernelEmitter::emitScatterByRow(ScatterAddOp op, const std::string
   line(fmt::format("{} {} = 0;", ti.compute, acc));
   line(fmt::format("for (int j = 0; j < {}; ++j) {{", m));
   push();
-  SmallVector<std::string> ji = delinear("j", idxT.getShape());
-  std::string raw = emit(op.getIndices(), ji);
-  line(fmt::format("const int r = (int)min(max((long long){}, 0ll), {}ll);", raw, rowsN - 1));
+  scatterRow(op, rowsN);
   line("if (r != row) continue;");
-  std::string lin = fresh("u");
-  line(fmt::format("const int {} = (o * {} + j) * {} + in;", lin, m, inner));
-  SmallVector<std::string> ui = delinear(lin, op.getUpdates().getType().getShape());
-  std::string u = emit(op.getUpdates(), ui);
+  std::string u = scatterUpdate(op, m, inner);
   line(fmt::format("{} += {};", acc, u));
   pop();
   line("}");
