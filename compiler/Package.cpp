@@ -140,6 +140,8 @@ json tensorSig(const program::Buffer &b) {
     if (b.shardDim >= 0) { // tensor-parallel: dimension shard_dim split
       j["shard_dim"] = b.shardDim;
       j["shard_outer"] = b.shardOuter;
+      if (!b.zeroAxis.empty()) // ZeRO blocks the tp block over shard_zero
+        j["shard_zero"] = b.zeroAxis;
     }
   }
   return j;

@@ -797,6 +797,18 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
                       size, k * n));
         std::vector<int64_t> local = b.logicalShape;
         local[size_t(dim.getInt())] = size / n;
+        // ZeRO over another axis as well: the buffer is block d of that
+        // tp block, flattened (program::Buffer::zeroAxis).
+        if (auto zero = shard.getAs<StringAttr>("zero")) {
+          int64_t z = getMesh(module_).axisSize(zero.getValue());
+          if (z < 1)
+            return fail(fn, what + " has a kiln.shard whose zero is not an axis of the module's mesh");
+          int64_t numel = 1;
+          for (int64_t d : local)
+            numel *= d;
+          local = {(numel + z - 1) / z};
+          b.zeroAxis = zero.str();
+        }
         if (b.shape != local)
           return fail(
               fn, fmt::format(
@@ -1168,9 +1180,10 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
   for (const Buffer &b : p.buffers)
     if (!b.shardAxis.empty() && b.shardDim >= 0)
       tp += fmt::format(
-          "  {}: {} of logical [{}], sharded over {} on dim {}{}\n", b.name,
+          "  {}: {} of logical [{}], sharded over {} on dim {}{}{}\n", b.name,
           shapeStr(b), fmt::join(b.logicalShape, "x"), b.shardAxis, b.shardDim,
-          b.shardOuter > 1 ? fmt::format(" in {} parts", b.shardOuter) : "");
+          b.shardOuter > 1 ? fmt::format(" in {} parts", b.shardOuter) : "",
+          b.zeroAxis.empty() ? "" : fmt::format(", then ZeRO blocks over {}", b.zeroAxis));
   if (!tp.empty())
     os << "tensor-parallel buffers (each device holds its block):\n" << tp;
   for (const program::Function &f : p.functions) {

@@ -68,7 +68,10 @@ llvm::DenseMap<Value, TensorSharding> argumentShardings(func::FuncOp f, StringRe
                      ? TensorSharding::replicated(rank)
                      : TensorSharding::splitOn(rank, 0, axis);
     } else if (auto sh = f.getArgAttrOfType<DictionaryAttr>(i, kShardAttr);
-               sh && sh.getAs<StringAttr>("axis") && sh.getAs<StringAttr>("axis").getValue() == axis) {
+               sh && ((sh.getAs<StringAttr>("axis") &&
+                       sh.getAs<StringAttr>("axis").getValue() == axis) ||
+                      (sh.getAs<StringAttr>("zero") &&
+                       sh.getAs<StringAttr>("zero").getValue() == axis))) {
       known[a] = TensorSharding::splitOn(rank, 0, axis); // ZeRO
     } else {
       // Replicated over dp (a tensor-parallel block is the same on every
@@ -449,6 +452,18 @@ LogicalResult Rewriter::reduceLossAndNorm() {
   return success();
 }
 
+/// ZeRO's kiln.shard for a state buffer whose own is `prior`: `plain`
+/// ({axis = dp, shape}) for a whole tensor; a tensor-parallel block (kiln-
+/// tensor-parallel split it over tp first) keeps its split and gains zero =
+/// dp: ZeRO blocks the device's tp block, not the logical tensor.
+DictionaryAttr zeroShard(DictionaryAttr prior, DictionaryAttr plain) {
+  if (!prior || !prior.get("dim"))
+    return plain;
+  NamedAttrList attrs(prior);
+  attrs.set("zero", plain.get("axis"));
+  return attrs.getDictionary(prior.getContext());
+}
+
 /// ZeRO: the optimizer update of each parameter (an elementwise computation
 /// from the parameter, its gradient, its state and scalars) cloned onto this
 /// device's block; state arguments and results become blocks; the updated
@@ -488,13 +503,17 @@ LogicalResult Rewriter::shardOptimizer() {
         continue;
       BlockArgument a = body.getArgument(e.getValue());
       a.setType(st);
-      f_.setArgAttr(e.getValue(), kShardAttr, shardAttr);
+      f_.setArgAttr(e.getValue(), kShardAttr,
+                    zeroShard(f_.getArgAttrOfType<DictionaryAttr>(e.getValue(), kShardAttr),
+                              shardAttr));
       ownState.insert(a);
       auto r = resultIdx.find(key);
       if (r == resultIdx.end())
         return f_.emitError() << "kiln-data-parallel: no result for state '" << key << "'";
       outs.push_back({r->second, ret.getOperand(r->second)});
-      f_.setResultAttr(r->second, kShardAttr, shardAttr);
+      f_.setResultAttr(r->second, kShardAttr,
+                       zeroShard(f_.getResultAttrOfType<DictionaryAttr>(r->second, kShardAttr),
+                                 shardAttr));
     }
     auto pr = resultIdx.find(g.name);
     if (pr == resultIdx.end())

@@ -112,15 +112,25 @@ LogicalResult verifyShard(Operation *op, Attribute value) {
   auto bad = [&] {
     return op->emitError() << "'kiln.shard' must be {axis = \"dp\", shape = array<i64: ...>} "
                               "or {axis = \"tp\", dim = D, outer = K, shape = array<i64: ...>} "
-                              "(outer optional)";
+                              "(outer optional), the latter with zero = \"dp\" when ZeRO "
+                              "also blocks the device's part over dp";
   };
   if (!dict || !dict.getAs<StringAttr>("axis") || !dict.getAs<DenseI64ArrayAttr>("shape"))
     return bad();
-  size_t extra = size_t(bool(dict.get("dim"))) + size_t(bool(dict.get("outer")));
+  size_t extra = size_t(bool(dict.get("dim"))) + size_t(bool(dict.get("outer"))) +
+                 size_t(bool(dict.get("zero")));
   if (dict.size() != 2 + extra)
     return bad();
   if (!extra)
     return success();
+  // ZeRO inside a tensor-parallel split: the device's per-dimension block,
+  // flattened and blocked again over another axis.
+  if (auto zero = dict.get("zero")) {
+    auto z = dyn_cast<StringAttr>(zero);
+    if (!z || !dict.get("dim") || z.getValue() == dict.getAs<StringAttr>("axis").getValue())
+      return op->emitError() << "'kiln.shard' zero names the axis ZeRO blocks a tensor-parallel "
+                                "block over: a string other than axis, with dim set";
+  }
   auto dim = dict.getAs<IntegerAttr>("dim");
   auto outer = dict.getAs<IntegerAttr>("outer");
   if (!dim || (dict.get("outer") && !outer))

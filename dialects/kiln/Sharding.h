@@ -39,7 +39,10 @@ inline constexpr llvm::StringLiteral kShardingAttr = "kiln.sharding";
 /// The argument/result attribute of a ZeRO-sharded buffer:
 /// {axis = "dp", shape = array<i64: logical shape>}; the buffer holds block
 /// d (the device's coordinate on axis) of the row-major flattening of the
-/// logical tensor, zero-padded to a multiple of the axis size.
+/// logical tensor, zero-padded to a multiple of the axis size. Tensor
+/// parallelism: {axis = "tp", dim = D, outer = K, shape}, the device's block
+/// of dimension D (Buffer::shardDim); with zero = "dp" as well, ZeRO blocks
+/// that block over dp (Buffer::zeroAxis).
 inline constexpr llvm::StringLiteral kShardAttr = "kiln.shard";
 
 /// The mesh of the train settings `devices` (all devices) and `tp`: none for

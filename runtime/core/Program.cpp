@@ -120,6 +120,8 @@ std::string Program::toJson() const {
         if (b.shardDim >= 0) { // tensor-parallel (absent for ZeRO)
           bs.back()["shard_dim"] = b.shardDim;
           bs.back()["shard_outer"] = b.shardOuter;
+          if (!b.zeroAxis.empty()) // ZeRO within the tp block
+            bs.back()["shard_zero"] = b.zeroAxis;
         }
       }
       if (b.stage >= 0) // pipeline stage (absent: every device)
@@ -325,9 +327,14 @@ bool readBufferPlan(Reader &r, const json &plan, BufferPlan &bp, int stage,
                           "' has a bad shard_outer");
           b.shardOuter = outer.get<int64_t>();
         }
-      } else if (e.contains("shard_outer")) {
+        if (e.contains("shard_zero") &&
+            (!r.str(e, "shard_zero", b.zeroAxis) || b.zeroAxis.empty() ||
+             b.zeroAxis == b.shardAxis))
+          return r.fail("sharded buffer '" + b.name +
+                        "' has a shard_zero that is not another mesh axis");
+      } else if (e.contains("shard_outer") || e.contains("shard_zero")) {
         return r.fail("sharded buffer '" + b.name +
-                      "' has a shard_outer without a shard_dim");
+                      "' has a shard_outer or shard_zero without a shard_dim");
       }
     }
     bool persistent = b.role == Role::Param || b.role == Role::State;
@@ -352,6 +359,7 @@ bool sameBuffers(const BufferPlan &a, const BufferPlan &b) {
         a.buffers[i].logicalShape != b.buffers[i].logicalShape ||
         a.buffers[i].shardDim != b.buffers[i].shardDim ||
         a.buffers[i].shardOuter != b.buffers[i].shardOuter ||
+        a.buffers[i].zeroAxis != b.buffers[i].zeroAxis ||
         a.buffers[i].stage != b.buffers[i].stage)
       return false;
   return true;
@@ -607,6 +615,19 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
             "buffer '{}' splits dimension {} (size {}) of its logical "
             "tensor into {} x {} blocks over '{}', which does not divide it",
             b.name, b.shardDim, size, b.shardOuter, axis, b.shardAxis));
+      if (!b.zeroAxis.empty()) { // then ZeRO blocks over zeroAxis
+        int z = p.mesh.axis(b.zeroAxis);
+        if (z < 0)
+          return bad(fmt::format("buffer '{}' is ZeRO-sharded over mesh axis '{}', which the "
+                                 "mesh does not have", b.name, b.zeroAxis));
+        int64_t zn = p.mesh.axes[size_t(z)].size, numel = n / axis;
+        if (b.shape != std::vector<int64_t>{(numel + zn - 1) / zn})
+          return bad(fmt::format(
+              "buffer '{}' has shape [{}], but a ZeRO block over {} devices of its {}-element "
+              "tensor-parallel block has {} elements",
+              b.name, fmt::join(b.shape, "x"), zn, numel, (numel + zn - 1) / zn));
+        continue;
+      }
       if (b.shape != local)
         return bad(fmt::format(
             "tensor-parallel buffer '{}' has shape [{}], but dimension {} of "

@@ -66,6 +66,11 @@ struct Buffer {
   /// split of D; K = 3 splits a fused [3C, C] q/k/v weight by heads.
   int64_t shardDim = -1;
   int64_t shardOuter = 1;
+  /// ZeRO inside tensor parallelism (set only with shardDim >= 0): the
+  /// device's per-dimension block above, flattened row-major, is itself
+  /// split over this axis as ZeRO splits a whole tensor (block d of Z,
+  /// zero-padded): the buffer is 1-d, ceil(numel(tp block) / Z) elements.
+  std::string zeroAxis;
   /// Pipeline parallelism: the stage (coordinate on mesh axis "pp") whose
   /// devices hold the buffer, or -1: every device. Buffers of different
   /// stages may share arena bytes; a device never touches another stage's.

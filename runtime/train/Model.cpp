@@ -134,12 +134,26 @@ Status Model::setPersistent(const ckpt::Checkpoint &c) {
     int coord = 0;
     std::vector<int> group = axisGroup(prog().mesh, device, spec.axis, &coord);
     if (spec.perDim()) { // tensor-parallel: a block of dimension spec.dim
+      int elem = int(program::dtypeBytes(b.dtype));
       auto block =
           cutDimBlock(t->bytes, spec.logicalShape, spec.dim, spec.outer,
-                      int(program::dtypeBytes(b.dtype)), int(group.size()),
+                      elem, int(group.size()),
                       coord, fmt::format("{}: '{}'", pkg.path, b.name));
       if (!block)
         return block.status();
+      if (!spec.zeroAxis.empty()) { // and ZeRO's block of that
+        int z = 0;
+        std::vector<int> zg = axisGroup(prog().mesh, device, spec.zeroAxis, &z);
+        int64_t numel = int64_t(block->size()) / elem;
+        *block = cutBlock(*block, numel, elem, int(zg.size()), z);
+        if (int64_t(block->size()) != b.bytes)
+          return Status::error(fmt::format(
+              "{}: '{}' is split on dimension {} over '{}' and then over '{}' ({} x {} "
+              "devices) in blocks of {} bytes, but its buffer holds {}; recompile the model "
+              "with kilnc",
+              pkg.path, b.name, spec.dim, spec.axis, spec.zeroAxis, group.size(), zg.size(),
+              block->size(), b.bytes));
+      }
       if (int64_t(block->size()) != b.bytes)
         return Status::error(fmt::format(
             "{}: '{}' is split on dimension {} over '{}' ({} devices) in "
@@ -210,22 +224,40 @@ Expected<ckpt::Checkpoint> Model::getPersistent() {
     if (Status s = exec->read(int(id), t.bytes.data(), size_t(b.bytes)); !s)
       return s;
     if (spec.sharded()) {
-      std::vector<int> group = axisGroup(prog().mesh, device, spec.axis);
-      if (!comm && group.size() > 1)
-        return Status::internal(fmt::format(
-            "{}: '{}' is sharded over {} devices but this replica has no communicator",
-            pkg.path, b.name, group.size()));
       int elem = int(program::dtypeBytes(b.dtype));
-      std::string all(size_t(b.bytes) * group.size(), '\0');
-      if (group.size() > 1) {
-        if (Status s = comm->allGather(t.bytes.data(), all.data(), b.bytes / elem, b.dtype,
-                                       group);
+      // Every block of `mine` over the devices of `axis`, in coordinate order.
+      auto gather = [&](const std::string &axis, const std::string &mine,
+                        std::string &all) -> Status {
+        std::vector<int> group = axisGroup(prog().mesh, device, axis);
+        if (group.size() <= 1) {
+          all = mine;
+          return Status::ok();
+        }
+        if (!comm)
+          return Status::internal(fmt::format(
+              "{}: '{}' is sharded over {} devices but this replica has no communicator",
+              pkg.path, b.name, group.size()));
+        all.assign(mine.size() * group.size(), '\0');
+        if (Status s = comm->allGather(mine.data(), all.data(), int64_t(mine.size()) / elem,
+                                       b.dtype, group);
             !s)
           return Status::error("gathering '" + b.name + "' for the checkpoint: " + s.message(),
                                s.kind());
-      } else {
-        all = t.bytes;
+        return Status::ok();
+      };
+      if (!spec.zeroAxis.empty()) {
+        // ZeRO's blocks of this device's tensor-parallel block first.
+        std::string blocks;
+        if (Status s = gather(spec.zeroAxis, t.bytes, blocks); !s)
+          return s;
+        int64_t local = spec.logicalElements() /
+                        int64_t(axisGroup(prog().mesh, device, spec.axis).size());
+        t.bytes = joinBlocks(blocks, local, elem);
       }
+      std::vector<int> group = axisGroup(prog().mesh, device, spec.axis);
+      std::string all;
+      if (Status s = gather(spec.axis, t.bytes, all); !s)
+        return s;
       if (spec.perDim()) { // tensor-parallel: the blocks of dimension spec.dim
         auto joined = joinDimBlocks(all, spec.logicalShape, spec.dim,
                                     spec.outer, elem, int(group.size()),

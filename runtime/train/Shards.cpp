@@ -43,6 +43,7 @@ ShardSpec shardOf(const program::Buffer &b) {
   if (!s.axis.empty()) {
     s.dim = b.shardDim;
     s.outer = b.shardOuter;
+    s.zeroAxis = b.zeroAxis;
   }
   return s;
 }

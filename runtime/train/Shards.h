@@ -14,7 +14,9 @@
 // (size S) is viewed as [K, S/K], and device c holds block c of N of each of
 // the K parts, concatenated in k order, so its buffer is the logical shape
 // with S replaced by S/N; no padding (S is a multiple of K * N). Checkpoints
-// hold the logical tensor here too.
+// hold the logical tensor here too. Both at once (ZeRO over dp of a
+// tensor-parallel optimizer state, Buffer::zeroAxis): the per-dimension
+// block is cut first, then ZeRO's block of its flattening.
 //
 // These helpers know nothing about communicators or backends: they cut a
 // logical tensor into a block and join gathered blocks back, and say which
@@ -42,6 +44,9 @@ struct ShardSpec {
   /// outer parts (Buffer::shardDim, shardOuter); dim -1: ZeRO's flattening.
   int64_t dim = -1;
   int64_t outer = 1;
+  /// ZeRO inside the per-dimension split (Buffer::zeroAxis): the device's
+  /// block of dimension `dim` is itself cut into blocks over this axis.
+  std::string zeroAxis;
   bool sharded() const { return !axis.empty(); }
   /// Sharded along a dimension (tensor parallelism) rather than ZeRO.
   bool perDim() const { return sharded() && dim >= 0; }

@@ -580,9 +580,9 @@ void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
 Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
             std::string &diagnostics) {
   Result r;
-  // pp outermost, then tp; ZeRO only without tp (kilnc refuses ZeRO with
-  // tp; with pp each stage shards its state over its dp devices);
-  // micro-batches only with a pipeline.
+  // pp outermost, then tp; ZeRO wherever dp > 1 (with pp each stage shards
+  // its state over its dp devices; with tp each device's tp block over its
+  // dp group); micro-batches only with a pipeline.
   for (int64_t pp = 1; pp <= o.devices; ++pp) {
     if (o.devices % pp != 0)
       continue;
@@ -590,7 +590,7 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
       if ((o.devices / pp) % tp != 0)
         continue;
       int64_t dp = o.devices / pp / tp;
-      int maxZero = dp > 1 && tp == 1 ? 2 : 0;
+      int maxZero = dp > 1 ? 2 : 0;
       for (int64_t micro : {1, 2, 4, 8}) {
         if (pp == 1 && micro > 1)
           break;

@@ -499,14 +499,12 @@ int main(int argc, char **argv) {
       return userError("--devices " + std::to_string(n) + " is not a multiple of pp x tp = " +
                        std::to_string(pp) + " x " + std::to_string(tp) +
                        " (--devices counts all devices: dp = devices / (pp x tp))");
-    if (get("zero") > 0 && n / tp <= 1)
+    if (get("zero") > 0 && n / (tp * pp) <= 1)
       return userError("--zero " + std::to_string(get("zero")) +
                        " shards optimizer state over data-parallel devices; it needs "
                        "--devices N (or devices = N in the train section) with N > 1" +
-                       std::string(tp > 1 ? " data-parallel replicas (N / tp > 1)" : ""));
-    if (get("zero") > 0 && tp > 1)
-      return userError("--zero together with --tp is not supported yet; use --zero 0 with "
-                       "tensor parallelism");
+                       std::string(tp * pp > 1 ? " data-parallel replicas (N / (pp x tp) > 1)"
+                                               : ""));
     (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
     kiln::setMesh(*module, kiln::meshFor(n, tp, pp));
   }

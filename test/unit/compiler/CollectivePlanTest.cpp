@@ -16,6 +16,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -292,6 +293,108 @@ TEST(CollectivePlanTest, TensorParallelBuffers) {
                 "logical tensor into 5 x 2 blocks"),
             std::string::npos)
       << outer.status().message();
+}
+
+// ZeRO over dp inside tensor parallelism: state whose kiln.shard keeps the
+// tp split and adds zero = "dp" is the device's tp block ([4, 2], 8
+// elements) cut into dp blocks (4 elements): Buffer::zeroAxis on every
+// device's plan, through the plan's JSON and the listing; the parser
+// refuses a block of the wrong size and a zero axis equal to the split's.
+TEST(CollectivePlanTest, TensorParallelZeroBuffers) {
+  mlir::MLIRContext ctx;
+  ctx.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+module attributes {kiln.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
+func.func @train_step(%w: tensor<4x2xf32> {kiln.param = "w"},
+                      %m: tensor<4xf32> {kiln.state = "m:w"})
+    -> (tensor<4x2xf32> {kiln.output = "w"}, tensor<4xf32> {kiln.output = "m:w"}) {
+  %h = kiln.constant dense<0.5> : tensor<4x2xf32>
+  %w2 = kiln.mul %w, %h : tensor<4x2xf32>
+  %q = kiln.constant dense<0.25> : tensor<4xf32>
+  %m2 = kiln.sub %m, %q : tensor<4xf32>
+  return %w2, %m2 : tensor<4x2xf32>, tensor<4xf32>
+}
+}
+)mlir",
+                                                        &ctx);
+  ASSERT_TRUE(module);
+  auto step = module->lookupSymbol<mlir::func::FuncOp>("train_step");
+  mlir::Builder b(&ctx);
+  auto tp = [&](bool zero) {
+    llvm::SmallVector<mlir::NamedAttribute> a = {
+        b.getNamedAttr("axis", b.getStringAttr("tp")),
+        b.getNamedAttr("shape", b.getDenseI64ArrayAttr({4, 4})),
+        b.getNamedAttr("dim", b.getI64IntegerAttr(1)),
+        b.getNamedAttr("outer", b.getI64IntegerAttr(1))};
+    if (zero)
+      a.push_back(b.getNamedAttr("zero", b.getStringAttr("dp")));
+    return b.getDictionaryAttr(a);
+  };
+  step.setArgAttr(0, "kiln.shard", tp(false));
+  step.setArgAttr(1, "kiln.shard", tp(true));
+  step.setResultAttr(1, "kiln.shard", tp(true));
+  ASSERT_TRUE(mlir::succeeded(mlir::verify(*module)));
+  kiln::CodegenOptions options;
+  options.emitLLVM = false;
+  std::string error;
+  auto compiled = kiln::compileProgram(*module, options, error);
+  ASSERT_TRUE(mlir::succeeded(compiled)) << error;
+  const kiln::program::Program &p = compiled->program;
+  int w = p.persistent("w"), m = p.persistent("m:w");
+  ASSERT_GE(m, 0);
+  for (int d = 0; d < 4; ++d) {
+    const kiln::program::Buffer &bw = p.plan(d).buffers[size_t(w)];
+    EXPECT_EQ(bw.zeroAxis, "");
+    const kiln::program::Buffer &bm = p.plan(d).buffers[size_t(m)];
+    EXPECT_EQ(bm.shardAxis, "tp");
+    EXPECT_EQ(bm.shardDim, 1);
+    EXPECT_EQ(bm.zeroAxis, "dp");
+    EXPECT_EQ(bm.logicalShape, (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(bm.shape, (std::vector<int64_t>{4}));
+  }
+  std::string json = p.toJson();
+  auto parsed = kiln::program::Program::parse(json, "tpzero");
+  ASSERT_TRUE(parsed) << parsed.status().message();
+  EXPECT_EQ(parsed->plan(3).buffers[size_t(m)].zeroAxis, "dp");
+  EXPECT_EQ(parsed->toJson(), json);
+
+  std::string listing;
+  llvm::raw_string_ostream os(listing);
+  kiln::printPlan(p, os);
+  os.flush();
+  EXPECT_NE(listing.find("m:w: f32[4] of logical [4x4], sharded over tp on dim 1, then ZeRO "
+                         "blocks over dp\n"),
+            std::string::npos)
+      << listing;
+
+  auto edit = [&](const std::string &from, const std::string &to) {
+    std::string bad = json;
+    for (size_t at = bad.find(from); at != std::string::npos; at = bad.find(from, at + 1))
+      bad.replace(at, from.size(), to);
+    return kiln::program::Program::parse(bad, "tpzero");
+  };
+  auto same = edit("\"shard_zero\": \"dp\"", "\"shard_zero\": \"tp\"");
+  ASSERT_FALSE(same);
+  EXPECT_NE(same.status().message().find(
+                "sharded buffer 'm:w' has a shard_zero that is not another mesh axis"),
+            std::string::npos)
+      << same.status().message();
+  // A logical [4, 8]: its tp block has 16 elements, a dp block 8, not the
+  // buffer's 4.
+  std::string grown = json;
+  for (size_t at = grown.find("\"name\": \"m:w\""); at != std::string::npos;
+       at = grown.find("\"name\": \"m:w\"", at + 1)) {
+    size_t logical = grown.find("\"logical_shape\": [", at);
+    ASSERT_NE(logical, std::string::npos);
+    size_t four = grown.find('4', grown.find(',', logical));
+    grown[four] = '8';
+  }
+  auto wrong = kiln::program::Program::parse(grown, "tpzero");
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.status().message().find("a ZeRO block over 2 devices of its 16-element "
+                                          "tensor-parallel block has 8 elements"),
+            std::string::npos)
+      << wrong.status().message();
 }
 
 // The compiler refuses a kiln.shard whose dimension does not divide into

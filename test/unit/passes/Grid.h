@@ -64,7 +64,7 @@ inline std::string readFile(const std::string &path) {
 /// dropped: the one-device program to compare with.
 inline OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const Model &s, int64_t dp, int64_t tp,
                                      int64_t batch, int64_t pp = 1, int64_t micro = 0,
-                                     const std::string &schedule = "") {
+                                     const std::string &schedule = "", int64_t zero = 0) {
   kiln::frontend::SourceFile source(s.path, readFile(s.path));
   kiln::frontend::DiagEngine diags(source);
   kiln::frontend::FrontendOptions opts;
@@ -80,6 +80,8 @@ inline OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const Model &s, int64_t d
   t.set("devices", b.getI64IntegerAttr(dp * tp * pp));
   t.set("tp", b.getI64IntegerAttr(tp));
   t.set("pp", b.getI64IntegerAttr(pp));
+  if (zero > 0)
+    t.set("zero", b.getI64IntegerAttr(zero));
   if (micro > 0)
     t.set("grad_accum", b.getI64IntegerAttr(micro));
   if (!schedule.empty())
@@ -100,6 +102,29 @@ inline std::string attr(func::FuncOp f, unsigned i, StringRef name) {
   if (auto a = f.getArgAttrOfType<StringAttr>(i, name))
     return a.getValue().str();
   return "";
+}
+
+/// The axis ZeRO blocks an argument over ("": none): a whole tensor's
+/// (axis = "dp") or a tensor-parallel block's (zero = "dp").
+inline std::string zeroOf(func::FuncOp f, unsigned i) {
+  auto s = f.getArgAttrOfType<DictionaryAttr>(i, kiln::kShardAttr);
+  if (!s)
+    return "";
+  if (auto z = s.getAs<StringAttr>("zero"))
+    return z.str();
+  return s.get("dim") ? "" : s.getAs<StringAttr>("axis").str();
+}
+
+/// ZeRO's block c of n of `t`: its row-major flattening zero-padded to a
+/// multiple of n, elements [c*b, (c+1)*b), b = ceil(numel / n).
+inline Tensor zeroBlock(const Tensor &t, int64_t n, int64_t c) {
+  int64_t numel = t.numel(), b = (numel + n - 1) / n;
+  Tensor out = t;
+  out.shape = {b};
+  out.f.assign(size_t(b), 0.0);
+  for (int64_t k = 0; k < b && c * b + k < numel; ++k)
+    out.f[size_t(k)] = t.f[size_t(c * b + k)];
+  return out;
 }
 
 /// How an argument is split over tp: {dim, outer}, or dim -1.
@@ -204,7 +229,10 @@ inline Trace train(ModuleOp m, int64_t dp, int64_t tp,
       auto [dim, outer] = splitOf(step, i);
       if (!p.empty() || !s.empty()) {
         const Tensor &t = logical.at(p.empty() ? s : p);
-        args[size_t(d)].push_back(dim < 0 ? t : cut(t, dim, outer, tp, d % tp));
+        Tensor mine = dim < 0 ? t : cut(t, dim, outer, tp, d % tp);
+        if (zeroOf(step, i) == "dp") // the dp coordinate's block of that
+          mine = zeroBlock(mine, dp, (d / tp) % dp);
+        args[size_t(d)].push_back(mine);
       } else {
         args[size_t(d)].push_back(Tensor::zeros(Elem::I64, {}));
       }

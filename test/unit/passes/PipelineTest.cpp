@@ -51,12 +51,12 @@ protected:
   /// pp stages (x dp x tp) over `micro` micro-batches against one device
   /// with the same micro-batches on the dp-times batch.
   void check(const Model &s, int64_t pp, int64_t micro, const std::string &schedule,
-             int64_t dp = 1, int64_t tp = 1) {
+             int64_t dp = 1, int64_t tp = 1, int64_t zero = 0) {
     OwningOpRef<ModuleOp> one = compile(ctx_, s, 1, 1, dp * s.batch, 1, micro);
     ASSERT_TRUE(one);
     auto data = makeData(*one, s.classes);
     Trace ref = train(*one, 1, 1, data);
-    OwningOpRef<ModuleOp> m = compile(ctx_, s, dp, tp, s.batch, pp, micro, schedule);
+    OwningOpRef<ModuleOp> m = compile(ctx_, s, dp, tp, s.batch, pp, micro, schedule, zero);
     ASSERT_TRUE(m);
     // Every op of the step runs on one stage or is cheap everywhere; the
     // stages really split the work.
@@ -67,10 +67,18 @@ protected:
     });
     EXPECT_GT(staged, 0);
     EXPECT_GT(transfers, 0);
+    if (zero > 0) { // ZeRO really blocks tensor-parallel state over dp
+      auto step = m->lookupSymbol<func::FuncOp>("train_step");
+      int64_t both = 0;
+      for (unsigned i = 0; i < step.getNumArguments(); ++i)
+        both += zeroOf(step, i) == "dp" && splitOf(step, i).first >= 0;
+      EXPECT_GT(both, 0);
+    }
     Trace t = train(*m, dp, tp, data, /*checkReplicas=*/true, /*sameTpRank=*/false, pp);
     expectClose(t, ref,
                 s.path + " pp=" + std::to_string(pp) + " M=" + std::to_string(micro) + " " +
-                    schedule + " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp));
+                    schedule + " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                    " zero=" + std::to_string(zero));
     EXPECT_GT(ref.norm[0], s.gradClip) << "clipping should be active";
   }
   MLIRContext ctx_;
@@ -86,6 +94,10 @@ TEST_F(Pipeline, GptWithDropoutCutByCostModel1F1B) { check(gptDropout(), 2, 4, "
 TEST_F(Pipeline, GptPlacedByHand1F1B) { check(gptPlaced(), 2, 4, "1f1b"); }
 TEST_F(Pipeline, MlpPp3Dp2EqualsOneDeviceOnTheTwiceBatch) { check(mlp3(), 3, 2, "1f1b", 2); }
 TEST_F(Pipeline, GptDp2Tp2Pp2OnEightDevices) { check(gptPlaced(), 2, 2, "1f1b", 2, 2); }
+/// ... with ZeRO-1 over each stage's dp devices inside tp.
+TEST_F(Pipeline, GptDp2Tp2Pp2Zero1OnEightDevices) {
+  check(gptPlaced(), 2, 2, "1f1b", 2, 2, 1);
+}
 
 /// The order each stage runs: with GPipe every forward of a stage comes
 /// before its first backward; with 1F1B stage 0 of 2 starts its first

@@ -41,15 +41,24 @@ class TensorParallel : public ::testing::Test {
 protected:
   void SetUp() override { ctx_.loadDialect<kiln::KilnDialect, func::FuncDialect>(); }
   /// dp x tp against one device on the dp-times batch.
-  void check(const Model &s, int64_t dp, int64_t tp) {
+  void check(const Model &s, int64_t dp, int64_t tp, int64_t zero = 0) {
     OwningOpRef<ModuleOp> one = compile(ctx_, s, 1, 1, dp * s.batch);
     ASSERT_TRUE(one);
     auto data = makeData(*one, s.classes);
     Trace ref = train(*one, 1, 1, data);
-    OwningOpRef<ModuleOp> m = compile(ctx_, s, dp, tp, s.batch);
+    OwningOpRef<ModuleOp> m = compile(ctx_, s, dp, tp, s.batch, 1, 0, "", zero);
     ASSERT_TRUE(m);
+    if (zero > 0) { // ZeRO really blocks tensor-parallel state over dp
+      auto step = m->lookupSymbol<func::FuncOp>("train_step");
+      int64_t both = 0;
+      for (unsigned i = 0; i < step.getNumArguments(); ++i)
+        both += zeroOf(step, i) == "dp" && splitOf(step, i).first >= 0;
+      EXPECT_GT(both, 0);
+    }
     Trace t = train(*m, dp, tp, data);
-    expectClose(t, ref, s.path + " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp));
+    expectClose(t, ref,
+                s.path + " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                    " zero=" + std::to_string(zero));
     EXPECT_GT(ref.norm[0], s.gradClip) << "clipping should be active";
   }
   MLIRContext ctx_;
@@ -69,6 +78,14 @@ TEST_F(TensorParallel, VocabParallelGptDp2Tp2EqualsOneDeviceOnTheTwiceBatch) {
   check(gptVocab(), 2, 2);
 }
 TEST_F(TensorParallel, GptDp2Tp2EqualsOneDeviceOnTheTwiceBatch) { check(gptBias(), 2, 2); }
+/// ZeRO over dp inside tp: each device's tp block of the optimizer state
+/// (ZeRO-1), and of the gradients (ZeRO-2), cut again over its dp group.
+TEST_F(TensorParallel, GptDp2Tp2Zero1EqualsOneDeviceOnTheTwiceBatch) {
+  check(gptBias(), 2, 2, 1);
+}
+TEST_F(TensorParallel, VocabParallelGptDp2Tp2Zero2EqualsOneDeviceOnTheTwiceBatch) {
+  check(gptVocab(), 2, 2, 2);
+}
 
 /// Dropout of attention's probabilities (split by heads): the masks depend
 /// on the device's tp coordinate ("tp_rank"), so tp devices do not draw the
