@@ -5,6 +5,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -157,19 +158,30 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
       sched = a.getValue().str();
   }
   bool placed = bool(module->getAttr("kiln.stages_placed"));
-  os << llvm::formatv("  pipeline (pp = {0}, {1} micro-batch{2}, {3} schedule, stages {4}):\n",
+  // Interleaved 1F1B: V chunks per device; @forward's kiln.stage numbers
+  // the chunks (chunk c on device c mod P).
+  const int64_t V = sched == "interleaved" ? virtualStages(module) : 1;
+  const int64_t C = P * V;
+  os << llvm::formatv("  pipeline (pp = {0}, {1} micro-batch{2}, {3} schedule{4}, stages {5}):\n",
                       P, M, M == 1 ? "" : "es", sched,
+                      V > 1 ? llvm::formatv(" over {0} chunks, {1} per device", C, V).str()
+                            : std::string(),
                       placed ? "placed by hand (stage blocks)" : "cut by the cost model (FLOPs and bytes)");
-  os << llvm::formatv("    bubble (p - 1) / (M + p - 1) = {0} / {1} = {2:F1}% of each device's "
-                      "step idle\n",
-                      P - 1, M + P - 1, 100.0 * double(P - 1) / double(M + P - 1));
-  std::vector<int64_t> flops(size_t(P), 0), ops(size_t(P), 0), params(size_t(P), 0),
-      bytes(size_t(P), 0);
-  std::vector<std::string> first(static_cast<size_t>(P)), last(static_cast<size_t>(P));
+  if (V > 1)
+    os << llvm::formatv("    bubble (p - 1) / (V M + p - 1) = {0} / {1} = {2:F1}% of each device's "
+                        "step idle\n",
+                        P - 1, V * M + P - 1, 100.0 * double(P - 1) / double(V * M + P - 1));
+  else
+    os << llvm::formatv("    bubble (p - 1) / (M + p - 1) = {0} / {1} = {2:F1}% of each device's "
+                        "step idle\n",
+                        P - 1, M + P - 1, 100.0 * double(P - 1) / double(M + P - 1));
+  std::vector<int64_t> flops(size_t(C), 0), ops(size_t(C), 0), params(size_t(P), 0),
+      bytes(size_t(C), 0);
+  std::vector<std::string> first(static_cast<size_t>(C)), last(static_cast<size_t>(C));
   if (auto fwd = module.lookupSymbol<func::FuncOp>("forward"))
     for (Operation &op : fwd.getBody().front().without_terminator()) {
       int64_t st = stageOf(&op);
-      if (st < 0 || st >= P)
+      if (st < 0 || st >= C)
         continue;
       ++ops[size_t(st)];
       if (auto c = dyn_cast<CostOpInterface>(&op); c && op.getNumResults())
@@ -195,24 +207,64 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
           params[k] += cast<RankedTensorType>(step.getArgument(i).getType()).getNumElements();
           // Stages without repeat blocks: named by their parameters' layers.
           std::string layer = name.getValue().rsplit('.').first.str();
-          if (first[k].empty() || first[k].find('.') == std::string::npos) {
+          if (V == 1 && (first[k].empty() || first[k].find('.') == std::string::npos)) {
             if (first[k].empty())
               first[k] = layer;
             last[k] = layer;
           }
         }
+  // Micro-batches whose activations a device holds at most: forwards run
+  // minus backwards done, over its order (a chunk's forward is 1/V of one).
+  auto inFlight = [&](int64_t d, llvm::StringRef schedule, int64_t v) {
+    int64_t live = 0, peak = 0;
+    for (const PipelineUnit &u : pipelineOrder(d, P, v, M, schedule)) {
+      live += u.phase == 0 ? 1 : -1;
+      peak = std::max(peak, live);
+    }
+    return double(peak) / double(v);
+  };
   os << "    stage  forward ops  forward FLOPs  bytes moved    parameters  micro-batches in "
-        "flight (1f1b | gpipe)  layers\n";
+     << (V > 1 ? "flight (interleaved | 1f1b | gpipe)  chunks: layers"
+               : "flight (1f1b | gpipe)  layers")
+     << "\n";
   for (int64_t st = 0; st < P; ++st) {
-    std::string layers = first[size_t(st)].empty() ? "-"
-                         : first[size_t(st)] == last[size_t(st)]
-                             ? first[size_t(st)]
-                             : first[size_t(st)] + " .. " + last[size_t(st)];
-    os << llvm::formatv("    {0,-6} {1,11}  {2,13}  {3,11}  {4,12}  {5,10} | {6,-16}  {7}\n",
-                        st, ops[size_t(st)], grouped(flops[size_t(st)]),
-                        grouped(bytes[size_t(st)]), grouped(params[size_t(st)]),
-                        std::min(P - st, M), M, layers);
+    auto layersOf = [&](int64_t c) {
+      return first[size_t(c)].empty() ? std::string("-")
+             : first[size_t(c)] == last[size_t(c)]
+                 ? first[size_t(c)]
+                 : first[size_t(c)] + " .. " + last[size_t(c)];
+    };
+    int64_t o = 0, fl = 0, by = 0;
+    std::string layers;
+    for (int64_t c = st; c < C; c += P) {
+      o += ops[size_t(c)];
+      fl += flops[size_t(c)];
+      by += bytes[size_t(c)];
+      layers += (layers.empty() ? "" : "; ") +
+                (V > 1 ? std::to_string(c) + ": " : std::string()) + layersOf(c);
+    }
+    if (V == 1) {
+      os << llvm::formatv("    {0,-6} {1,11}  {2,13}  {3,11}  {4,12}  {5,10} | {6,-16}  {7}\n",
+                          st, o, grouped(fl), grouped(by), grouped(params[size_t(st)]),
+                          std::min(P - st, M), M, layers);
+      continue;
+    }
+    std::string flight = llvm::formatv("{0:F1} | {1} | {2}", inFlight(st, "interleaved", V),
+                                       int64_t(inFlight(st, "1f1b", 1)), M)
+                             .str();
+    os << llvm::formatv("    {0,-6} {1,11}  {2,13}  {3,11}  {4,12}  {5,24}             {6}\n",
+                        st, o, grouped(fl), grouped(by), grouped(params[size_t(st)]), flight,
+                        layers);
   }
+  // The order each device runs (F/B chunk.micro-batch), when it is short
+  // enough to read.
+  if (V > 1 && 2 * M * V <= 64)
+    for (int64_t d = 0; d < P; ++d) {
+      std::string line;
+      for (const PipelineUnit &u : pipelineOrder(d, P, V, M, sched))
+        line += llvm::formatv(" {0}{1}.{2}", u.phase ? "B" : "F", u.chunk, u.mb).str();
+      os << "    device " << d << " runs (F|B chunk.micro-batch):" << line << "\n";
+    }
   // Transfers: grouped by place, type and direction.
   std::map<std::string, int> transfers;
   int total = 0;

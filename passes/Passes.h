@@ -10,6 +10,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <memory>
+#include <vector>
 
 namespace kiln {
 
@@ -76,6 +77,19 @@ mlir::AffineMap broadcastMap(mlir::Operation *broadcastInDim);
 /// empty without stages. kiln-pipeline places parameters and their
 /// optimizer state there; kiln-data-parallel keeps buckets within a stage.
 llvm::StringMap<int64_t> pipelineOwners(mlir::ModuleOp module);
+
+/// One unit of a pipeline schedule: model chunk `chunk`'s forward (phase 0)
+/// or backward (phase 1) of micro-batch `mb`; without interleaving a chunk
+/// is a stage.
+struct PipelineUnit {
+  int64_t chunk, phase, mb;
+};
+/// The units device `device` of `devices` runs, in order, under `schedule`
+/// ("gpipe", "1f1b" or "interleaved" with `virtualStages` chunks per
+/// device) with `microBatches` micro-batches: the order kiln-pipeline
+/// gives @train_step.
+std::vector<PipelineUnit> pipelineOrder(int64_t device, int64_t devices, int64_t virtualStages,
+                                        int64_t microBatches, llvm::StringRef schedule);
 
 } // namespace kiln
 

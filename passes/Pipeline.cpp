@@ -104,6 +104,27 @@ struct KilnPipelineStagesPass
     auto fwd = m.lookupSymbol<func::FuncOp>("forward");
     if (P <= 1 || !fwd)
       return;
+    // Interleaved 1F1B: pp x V chunks, chunk c on device c mod pp; the
+    // chunks are numbered as stages until kiln-pipeline maps them.
+    const int64_t V = virtualStages(m), devices = P;
+    if (V > 1) {
+      auto train = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+      auto accum = train ? train.getAs<IntegerAttr>("grad_accum") : IntegerAttr();
+      int64_t M = accum ? std::max<int64_t>(1, accum.getInt()) : 1;
+      if (M % devices != 0) {
+        m.emitError() << "the interleaved schedule runs micro-batches in groups of pp = "
+                      << devices << ", but there are " << M
+                      << " (micro_batches / --micro-batches); use a multiple of " << devices;
+        return signalPassFailure();
+      }
+      if (m->getAttr("kiln.stages_placed")) {
+        m.emitError() << "the interleaved schedule cuts the model into pp x virtual_stages = "
+                      << devices * V << " chunks itself; remove the model's `stage N { ... }` "
+                         "blocks or use pipeline = \"1f1b\"";
+        return signalPassFailure();
+      }
+      P = devices * V;
+    }
     Block &body = fwd.getBody().front();
     std::vector<Operation *> ops;
     for (Operation &op : body.without_terminator())
@@ -180,8 +201,10 @@ struct KilnPipelineStagesPass
     }
     cand.push_back(n);
     if (int64_t(cand.size()) < P + 1) {
-      m.emitError() << "pp = " << P << " pipeline stages but @forward has only " << n
-                    << " ops to cut; use fewer stages";
+      m.emitError() << "pp = " << devices << " pipeline stages"
+                    << (V > 1 ? " of " + std::to_string(V) + " chunks each" : std::string())
+                    << " but @forward has only " << n << " ops to cut; use fewer stages"
+                    << (V > 1 ? " or fewer virtual_stages (--virtual-stages)" : "");
       return signalPassFailure();
     }
     // best[j][c]: the smallest largest-stage cost covering ops [0, cand[c])
@@ -225,67 +248,102 @@ struct KilnPipelineStagesPass
 // kiln-pipeline
 //===----------------------------------------------------------------------===//
 
-/// A unit of the schedule: stage s's forward (phase 0) or backward (phase
-/// 1) of micro-batch k.
-struct Unit {
-  int64_t stage, phase, mb;
-};
+using Unit = PipelineUnit;
 
-/// Each stage's units in the order the schedule runs them, and the time
-/// each starts in an ideal timeline (forward 1, backward 2 time units).
-std::map<std::tuple<int64_t, int64_t, int64_t>, double>
-scheduleTimes(int64_t P, int64_t M, bool oneF1B) {
-  std::vector<std::vector<Unit>> seq(static_cast<size_t>(P));
-  for (int64_t s = 0; s < P; ++s) {
-    auto &q = seq[size_t(s)];
-    if (!oneF1B) {
-      for (int64_t k = 0; k < M; ++k)
-        q.push_back({s, 0, k});
-      for (int64_t k = 0; k < M; ++k)
-        q.push_back({s, 1, k});
-      continue;
-    }
-    int64_t warm = std::min(P - s - 1, M);
+/// The schedules: GPipe, 1F1B, and interleaved 1F1B (Narayanan et al.,
+/// "Efficient Large-Scale Language Model Training on GPU Clusters Using
+/// Megatron-LM", 2021: device d runs chunks d, d + D, ..., d + (V-1) D of
+/// C = D x V; micro-batches go in groups of D through each chunk).
+enum class Schedule { GPipe, OneF1B, Interleaved };
+
+/// Device d's units in the order it runs them.
+std::vector<Unit> deviceOrder(int64_t d, int64_t D, int64_t V, int64_t M, Schedule sched) {
+  std::vector<Unit> q;
+  if (sched == Schedule::GPipe) {
+    for (int64_t k = 0; k < M; ++k)
+      q.push_back({d, 0, k});
+    for (int64_t k = 0; k < M; ++k)
+      q.push_back({d, 1, k});
+    return q;
+  }
+  if (sched == Schedule::OneF1B) {
+    int64_t warm = std::min(D - d - 1, M);
     for (int64_t k = 0; k < warm; ++k)
-      q.push_back({s, 0, k});
+      q.push_back({d, 0, k});
     for (int64_t i = 0; i < M - warm; ++i) {
-      q.push_back({s, 0, warm + i});
-      q.push_back({s, 1, i});
+      q.push_back({d, 0, warm + i});
+      q.push_back({d, 1, i});
     }
     for (int64_t k = M - warm; k < M; ++k)
-      q.push_back({s, 1, k});
+      q.push_back({d, 1, k});
+    return q;
   }
+  // Interleaved: the i-th forward of the device is micro-batch
+  // (i / (D V)) D + i mod D of its local chunk (i / D) mod V; backwards
+  // walk the local chunks from the last. Warm-up: 2 (D - d - 1) + (V - 1) D
+  // forwards, then one forward and one backward in turn, then the rest.
+  const int64_t total = M * V;
+  auto unit = [&](int64_t i, int64_t phase) {
+    int64_t local = (i / D) % V;
+    if (phase == 1)
+      local = V - 1 - local;
+    return Unit{local * D + d, phase, (i / (D * V)) * D + i % D};
+  };
+  int64_t warm = std::min(2 * (D - d - 1) + (V - 1) * D, total);
+  for (int64_t i = 0; i < warm; ++i)
+    q.push_back(unit(i, 0));
+  for (int64_t i = 0; i < total - warm; ++i) {
+    q.push_back(unit(warm + i, 0));
+    q.push_back(unit(i, 1));
+  }
+  for (int64_t i = total - warm; i < total; ++i)
+    q.push_back(unit(i, 1));
+  return q;
+}
+
+/// Each unit's start time in an ideal timeline of D devices running the
+/// C = D x V chunks (forward 1, backward 2 time units per chunk), keyed by
+/// (chunk, phase, micro-batch); empty if the devices' orders deadlock.
+std::map<std::tuple<int64_t, int64_t, int64_t>, double>
+scheduleTimes(int64_t D, int64_t V, int64_t M, Schedule sched) {
+  const int64_t C = D * V;
+  std::vector<std::vector<Unit>> seq;
+  for (int64_t d = 0; d < D; ++d)
+    seq.push_back(deviceOrder(d, D, V, M, sched));
   std::map<std::tuple<int64_t, int64_t, int64_t>, double> start, end;
-  std::vector<size_t> next(size_t(P), 0);
-  std::vector<double> free(size_t(P), 0);
+  std::vector<size_t> next(size_t(D), 0);
+  std::vector<double> free(size_t(D), 0);
   for (bool progress = true; progress;) {
     progress = false;
-    for (int64_t s = 0; s < P; ++s) {
-      while (next[size_t(s)] < seq[size_t(s)].size()) {
-        Unit u = seq[size_t(s)][next[size_t(s)]];
+    for (int64_t d = 0; d < D; ++d) {
+      while (next[size_t(d)] < seq[size_t(d)].size()) {
+        Unit u = seq[size_t(d)][next[size_t(d)]];
         std::tuple<int64_t, int64_t, int64_t> dep;
         bool hasDep = true;
         if (u.phase == 0) {
-          hasDep = s > 0;
-          dep = {s - 1, 0, u.mb};
+          hasDep = u.chunk > 0;
+          dep = {u.chunk - 1, 0, u.mb};
         } else {
-          dep = s + 1 < P ? std::make_tuple(s + 1, int64_t(1), u.mb)
-                          : std::make_tuple(s, int64_t(0), u.mb);
+          dep = u.chunk + 1 < C ? std::make_tuple(u.chunk + 1, int64_t(1), u.mb)
+                                : std::make_tuple(u.chunk, int64_t(0), u.mb);
         }
-        double t = free[size_t(s)];
+        double t = free[size_t(d)];
         if (hasDep) {
           auto it = end.find(dep);
           if (it == end.end())
             break;
           t = std::max(t, it->second);
         }
-        start[{s, u.phase, u.mb}] = t;
-        end[{s, u.phase, u.mb}] = free[size_t(s)] = t + (u.phase ? 2.0 : 1.0);
-        ++next[size_t(s)];
+        start[{u.chunk, u.phase, u.mb}] = t;
+        end[{u.chunk, u.phase, u.mb}] = free[size_t(d)] = t + (u.phase ? 2.0 : 1.0);
+        ++next[size_t(d)];
         progress = true;
       }
     }
   }
+  for (int64_t d = 0; d < D; ++d)
+    if (next[size_t(d)] != seq[size_t(d)].size())
+      return {};
   return start;
 }
 
@@ -294,7 +352,10 @@ public:
   Stager(func::FuncOp f, int64_t P, const llvm::StringMap<int64_t> &owners)
       : f_(f), P_(P), owners_(owners), ctx_(f.getContext()) {}
 
-  LogicalResult run(bool schedule, int64_t M, bool oneF1B, int64_t &transfers) {
+  /// The schedule's model chunks per device (interleaved: V > 1).
+  void setVirtualStages(int64_t V) { V_ = V; }
+
+  LogicalResult run(bool schedule, int64_t M, Schedule sched, int64_t &transfers) {
     Block &body = f_.getBody().front();
     // Arguments: parameters and their state belong to their owner stage.
     for (BlockArgument a : body.getArguments()) {
@@ -316,10 +377,12 @@ public:
         f_.setArgAttr(a.getArgNumber(), kStageAttr, i64(ctx_, s));
     }
     assign(body);
+    if (V_ > 1)
+      toDevices(body);
     regroupSums(body);
     if (failed(insertTransfers(body, transfers)))
       return failure();
-    if (schedule && failed(reorder(body, M, oneF1B)))
+    if (schedule && failed(reorder(body, M, sched)))
       return failure();
     for (Operation &op : body) {
       op.removeAttr("kiln.pp.mb");
@@ -590,8 +653,11 @@ private:
   /// ops in which each one comes as early as its schedule unit's start
   /// time (kiln.pp.mb / kiln.pp.phase from kiln-train-step) allows; ops
   /// outside the units follow their operands.
-  LogicalResult reorder(Block &body, int64_t M, bool oneF1B) {
-    auto times = scheduleTimes(P_, M, oneF1B);
+  LogicalResult reorder(Block &body, int64_t M, Schedule sched) {
+    auto times = scheduleTimes(P_, V_, M, sched);
+    if (times.empty())
+      return f_.emitError() << "kiln-pipeline: the schedule of " << P_ << " devices, " << V_
+                            << " chunks each and " << M << " micro-batches does not complete";
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
@@ -614,7 +680,9 @@ private:
       pending[i] = int(deps.size());
       auto mb = op->getAttrOfType<IntegerAttr>("kiln.pp.mb");
       auto phase = op->getAttrOfType<IntegerAttr>("kiln.pp.phase");
-      int64_t s = stageOf(op);
+      int64_t s = V_ > 1 ? chunk_.lookup(op) : stageOf(op);
+      if (V_ > 1 && !chunk_.count(op))
+        s = -1;
       if (mb && phase && s >= 0 && phase.getInt() >= 0) {
         auto it = times.find({s, phase.getInt(), mb.getInt()});
         if (it != times.end())
@@ -644,8 +712,33 @@ private:
     return success();
   }
 
+  /// Interleaved: chunk c (kiln.stage until now) runs on device c mod P.
+  /// Once every op has its chunk, stages become devices (each op's chunk is
+  /// kept for the schedule), so that sums regroup per device and values
+  /// cross only between devices.
+  void toDevices(Block &body) {
+    auto dev = [&](int64_t c) { return c < 0 ? c : c % P_; };
+    for (BlockArgument a : body.getArguments()) {
+      if (auto st = f_.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), kStageAttr))
+        f_.setArgAttr(a.getArgNumber(), kStageAttr, i64(ctx_, dev(st.getInt())));
+      argStage_[a] = dev(argStage_.lookup(a));
+    }
+    for (auto &e : argNames_)
+      e.second = dev(e.second);
+    for (Operation &op : body.without_terminator()) {
+      int64_t c = stageOfOp(&op);
+      chunk_[&op] = c;
+      stage_[&op] = dev(c);
+      if (c >= 0)
+        op.setAttr(kStageAttr, i64(ctx_, dev(c)));
+    }
+  }
+
   func::FuncOp f_;
   int64_t P_;
+  int64_t V_ = 1;
+  /// Interleaved: each op's model chunk (toDevices), for the schedule.
+  llvm::DenseMap<Operation *, int64_t> chunk_;
   const llvm::StringMap<int64_t> &owners_;
   MLIRContext *ctx_;
   llvm::DenseMap<BlockArgument, int64_t> argStage_;
@@ -665,13 +758,18 @@ struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
     llvm::StringMap<int64_t> owners = pipelineOwners(m);
     auto train = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
     int64_t M = 1;
-    bool oneF1B = true;
+    Schedule sched = Schedule::OneF1B;
     if (train) {
       if (auto a = train.getAs<IntegerAttr>("grad_accum"))
         M = std::max<int64_t>(1, a.getInt());
       if (auto a = train.getAs<StringAttr>("pipeline"))
-        oneF1B = a.getValue() != "gpipe";
+        sched = a.getValue() == "gpipe"         ? Schedule::GPipe
+                : a.getValue() == "interleaved" ? Schedule::Interleaved
+                                                : Schedule::OneF1B;
     }
+    const int64_t V = virtualStages(m);
+    if (V == 1 && sched == Schedule::Interleaved)
+      sched = Schedule::OneF1B; // one chunk per device: plain 1F1B
     // @grad (the gradient check's function) stays a one-device program.
     if (auto g = m.lookupSymbol<func::FuncOp>("grad"))
       g.walk([](Operation *op) { op->removeAttr(kStageAttr); });
@@ -682,7 +780,8 @@ struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
         continue;
       Stager st(f, P, owners);
       int64_t t = 0;
-      if (failed(st.run(name == "train_step", M, oneF1B, t)))
+      st.setVirtualStages(V);
+      if (failed(st.run(name == "train_step", M, sched, t)))
         return signalPassFailure();
       if (name == "train_step")
         transfers = t;
@@ -692,6 +791,15 @@ struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
 };
 
 } // namespace
+
+std::vector<PipelineUnit> pipelineOrder(int64_t device, int64_t devices, int64_t virtualStages,
+                                        int64_t microBatches, StringRef schedule) {
+  Schedule s = schedule == "gpipe" ? Schedule::GPipe
+               : schedule == "interleaved" && virtualStages > 1 ? Schedule::Interleaved
+                                                                : Schedule::OneF1B;
+  return deviceOrder(device, devices, s == Schedule::Interleaved ? virtualStages : 1,
+                     microBatches, s);
+}
 
 llvm::StringMap<int64_t> pipelineOwners(ModuleOp m) {
   llvm::StringMap<int64_t> owners;

@@ -161,10 +161,14 @@ LogicalResult verifyStage(Operation *op, Attribute a) {
     return op->emitError() << "'kiln.stage' must be a non-negative integer (a pipeline stage)";
   auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
   if (module) {
-    int64_t pp = getMesh(module).axisSize("pp");
-    if (pp >= 1 && i.getInt() >= pp)
+    // Interleaved 1F1B numbers model chunks until kiln-pipeline maps them
+    // to devices: pp x V of them.
+    int64_t pp = getMesh(module).axisSize("pp"), chunks = pp * virtualStages(module);
+    if (pp >= 1 && i.getInt() >= chunks)
       return op->emitError() << "'kiln.stage' = " << i.getInt() << " is not a stage of the mesh's "
-                             << pp << " pipeline stages";
+                             << pp << " pipeline stages"
+                             << (chunks > pp ? " (" + std::to_string(chunks) + " model chunks)"
+                                             : std::string());
   }
   return success();
 }
@@ -304,6 +308,16 @@ int64_t MeshShape::axisSize(llvm::StringRef name) const {
 int64_t kiln::stageOf(Operation *op) {
   auto a = op->getAttrOfType<IntegerAttr>(kStageAttr);
   return a ? a.getInt() : -1;
+}
+
+int64_t kiln::virtualStages(ModuleOp module) {
+  auto t = module ? module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr)
+                  : DictionaryAttr();
+  auto p = t ? t.getAs<StringAttr>("pipeline") : StringAttr();
+  if (!p || p.getValue() != "interleaved")
+    return 1;
+  auto v = t.getAs<IntegerAttr>("virtual_stages");
+  return v ? std::max<int64_t>(1, v.getInt()) : 2;
 }
 
 MeshShape kiln::meshFor(int64_t devices, int64_t tp, int64_t pp) {

@@ -57,6 +57,13 @@ MeshShape meshFor(int64_t devices, int64_t tp, int64_t pp = 1);
 inline constexpr llvm::StringLiteral kStageAttr = "kiln.stage";
 /// The stage of `op`, or -1 (every device).
 int64_t stageOf(mlir::Operation *op);
+/// Interleaved 1F1B (train setting pipeline = "interleaved"): the model
+/// chunks ("virtual stages") each pipeline device runs, the train setting
+/// virtual_stages (default 2); 1 for the other schedules. Between
+/// kiln-pipeline-stages and the end of kiln-pipeline, kiln.stage numbers a
+/// chunk, 0 .. pp x V - 1 (chunk c runs on device c mod pp); after it, a
+/// device, as without interleaving.
+int64_t virtualStages(mlir::ModuleOp module);
 
 /// Whether tensor parallelism over `tp` devices splits the parameter whose
 /// @forward argument has attributes `attrs` and type `type`: it carries a

@@ -133,9 +133,10 @@ void Elaborator::evalTrain() {
       "loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, tp, pp, micro_batches, "
-      "pipeline, zero, bucket_mb, first_bucket_mb, grad_reduce";
+      "pipeline, virtual_stages, zero, bucket_mb, first_bucket_mb, grad_reduce";
   int64_t devices = 1;
-  std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum;
+  std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum, vstages;
+  std::optional<std::pair<std::string, SourceLoc>> pipeline;
   for (const TrainEntry &t : ast_.train) {
     const std::string &k = t.key;
     if (k == "pp" || k == "micro_batches") {
@@ -155,10 +156,19 @@ void Elaborator::evalTrain() {
       const Expr &e = *t.value;
       std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
                           ? e.text : "";
-      if (p != "gpipe" && p != "1f1b")
-        fail(e.loc, "pipeline must be \"1f1b\" or \"gpipe\" (the micro-batch "
-                    "schedule of each stage)");
+      if (p != "gpipe" && p != "1f1b" && p != "interleaved")
+        fail(e.loc, "pipeline must be \"1f1b\", \"gpipe\" or \"interleaved\" (the "
+                    "micro-batch schedule of each stage; interleaved: 1F1B over "
+                    "virtual_stages model chunks per device)");
+      pipeline = {p, e.loc};
       trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "virtual_stages") {
+      Val v = eval(*t.value, paramEnv_);
+      int64_t n = posInt(v, k, 1);
+      if (n > 64)
+        fail(v.loc, "virtual_stages must be at most 64");
+      vstages = {n, v.loc};
+      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
     } else if (k == "tp") {
       // Tensor parallelism (docs/parallel.md): tp of the devices split each
       // layer; devices / tp replicas of that split train data-parallel.
@@ -353,15 +363,17 @@ void Elaborator::evalTrain() {
                          std::to_string(devices) + " (devices / tp replicas train "
                          "data-parallel; set devices = " + std::to_string(t) +
                          " for tensor parallelism alone)");
-  if (zero && zero->first > 0 && devices / t <= 1)
+  int64_t stages = pp ? pp->first : 1;
+  if (zero && zero->first > 0 && devices / (t * stages) <= 1)
     fail(zero->second, "zero = " + std::to_string(zero->first) +
                            " shards optimizer state over data-parallel devices; "
                            "it needs devices = N with N > 1" +
-                           (t > 1 ? std::string(" data-parallel replicas (N / tp > 1)") : ""));
-  if (zero && zero->first > 0 && t > 1)
-    fail(zero->second, "zero = " + std::to_string(zero->first) +
-                           " together with tp = " + std::to_string(t) +
-                           " is not supported yet; use zero = 0 with tensor parallelism");
+                           (t * stages > 1
+                                ? std::string(" data-parallel replicas (N / (pp x tp) > 1)")
+                                : ""));
+  if (vstages && (!pipeline || pipeline->first != "interleaved"))
+    fail(vstages->second, "virtual_stages is the interleaved schedule's model chunks per "
+                          "device; set pipeline = \"interleaved\" too (or drop it)");
 }
 
 } // namespace kiln::frontend::elab

@@ -397,6 +397,20 @@ std::string recommend(const Breakdown &b, const std::vector<KernelStat> &stats,
         "raise --prefetch or --data-workers, or use a faster data format (a token file, "
         "memory-mapped)",
         pct(input, S), ms(input), ms(S));
+  // A pipeline's exposed waits are mostly receives from the neighbouring
+  // stage: its bubble and stage imbalance, which buckets do not change.
+  double recvWait = 0;
+  for (const KernelStat &k : stats)
+    if (k.kind == "collective wait" && (k.name == "recv" || k.name.rfind("recv ", 0) == 0))
+      recvWait += k.seconds / double(std::max<int64_t>(1, b.steps));
+  if (b.commExposed > t.comm * S && recvWait > 0.5 * b.commExposed)
+    return fmt::format(
+        "pipeline-bubble: {} of the step waits for collectives ({}), {} of it receiving "
+        "activations or gradients from the next or previous stage: the schedule's bubble, "
+        "(p - 1) / (M + p - 1), and unbalanced stages; use more micro-batches "
+        "(micro_batches, kilnc --micro-batches), the interleaved schedule (kilnc --pipeline "
+        "interleaved: (p - 1) / (V M + p - 1)), or balance the stages (stage blocks)",
+        pct(b.commExposed, S), ms(b.commExposed), ms(recvWait));
   if (b.commExposed > t.comm * S)
     return fmt::format(
         "communication-exposed: {} of the step waits for collectives ({}; {} more ran "

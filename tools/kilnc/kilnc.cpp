@@ -183,9 +183,15 @@ cl::opt<int64_t> microBatchesOpt(
     cl::desc("Micro-batches per step for the pipeline (each of the model's batch; "
              "overrides the train section's micro_batches / grad_accum)"),
     cl::init(0), cl::cat(kilncCategory));
-cl::opt<std::string> pipelineOpt("pipeline",
-                                 cl::desc("Pipeline schedule: 1f1b (default) or gpipe"),
-                                 cl::init(""), cl::cat(kilncCategory));
+cl::opt<std::string> pipelineOpt(
+    "pipeline",
+    cl::desc("Pipeline schedule: 1f1b (default), gpipe, or interleaved (1F1B over "
+             "--virtual-stages model chunks per device)"),
+    cl::init(""), cl::cat(kilncCategory));
+cl::opt<int64_t> virtualStagesOpt(
+    "virtual-stages",
+    cl::desc("Model chunks per pipeline device with --pipeline interleaved (default 2)"),
+    cl::init(0), cl::cat(kilncCategory));
 cl::opt<int> zeroOpt("zero",
                      cl::desc("ZeRO stage 0, 1 or 2 with --devices > 1 (overrides "
                               "the train section's zero)"),
@@ -417,7 +423,7 @@ int main(int argc, char **argv) {
   // Data-parallel settings from the command line (docs/parallel.md).
   if (devicesOpt.getNumOccurrences() || tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
       ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
-      pipelineOpt.getNumOccurrences() ||
+      pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences() ||
       bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences() ||
       gradReduce.getNumOccurrences()) {
     mlir::Builder b(&context);
@@ -461,9 +467,20 @@ int main(int argc, char **argv) {
       t.set("grad_accum", b.getI64IntegerAttr(microBatchesOpt));
     }
     if (pipelineOpt.getNumOccurrences()) {
-      if (pipelineOpt != "1f1b" && pipelineOpt != "gpipe")
-        return userError("--pipeline=" + pipelineOpt + ": use 1f1b or gpipe");
+      if (pipelineOpt != "1f1b" && pipelineOpt != "gpipe" && pipelineOpt != "interleaved")
+        return userError("--pipeline=" + pipelineOpt + ": use 1f1b, gpipe or interleaved");
       t.set("pipeline", b.getStringAttr(pipelineOpt));
+      if (pipelineOpt != "interleaved")
+        t.erase("virtual_stages");
+    }
+    if (virtualStagesOpt.getNumOccurrences()) {
+      if (virtualStagesOpt < 1 || virtualStagesOpt > 64)
+        return userError("--virtual-stages must be an integer from 1 to 64");
+      auto sched = t.get("pipeline");
+      if (!sched || mlir::cast<mlir::StringAttr>(sched).getValue() != "interleaved")
+        return userError("--virtual-stages is the interleaved schedule's model chunks per "
+                         "device; add --pipeline interleaved");
+      t.set("virtual_stages", b.getI64IntegerAttr(virtualStagesOpt));
     }
     if (zeroOpt.getNumOccurrences()) {
       if (zeroOpt < 0 || zeroOpt > 2)

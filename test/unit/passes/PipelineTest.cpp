@@ -14,10 +14,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/passes/Grid.h"
+#include "passes/Passes.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 using namespace mlir;
 using namespace kiln::testgrid;
@@ -97,6 +101,57 @@ TEST_F(Pipeline, GptDp2Tp2Pp2OnEightDevices) { check(gptPlaced(), 2, 2, "1f1b", 
 /// ... with ZeRO-1 over each stage's dp devices inside tp.
 TEST_F(Pipeline, GptDp2Tp2Pp2Zero1OnEightDevices) {
   check(gptPlaced(), 2, 2, "1f1b", 2, 2, 1);
+}
+
+/// Interleaved 1F1B: 2 chunks per device, the cost model cutting the GPT
+/// into 4; alone and with dp = 2.
+TEST_F(Pipeline, GptInterleavedTwoChunksPerDevice) { check(gpt(), 2, 4, "interleaved"); }
+TEST_F(Pipeline, GptInterleavedDp2) { check(gpt(), 2, 2, "interleaved", 2); }
+
+/// The interleaved order (Megatron-LM's): device d's i-th forward is
+/// micro-batch (i / (D V)) D + i mod D of local chunk (i / D) mod V; 2 (D -
+/// d - 1) + (V - 1) D warm-up forwards, then one forward and one backward
+/// in turn. Pinned for D = V = 2, M = 4 (docs/parallel.md shows the same
+/// lines from kilnc); for D = 4, V = 3, M = 8 every device runs each of
+/// its chunks' forward and backward of every micro-batch exactly once, a
+/// forward before its backward.
+TEST(PipelineOrder, InterleavedIsMegatronsOrder) {
+  auto str = [](int64_t d, int64_t D, int64_t V, int64_t M) {
+    std::string s;
+    for (const kiln::PipelineUnit &u : kiln::pipelineOrder(d, D, V, M, "interleaved"))
+      s += (s.empty() ? "" : " ") + std::string(u.phase ? "B" : "F") + std::to_string(u.chunk) +
+           "." + std::to_string(u.mb);
+    return s;
+  };
+  EXPECT_EQ(str(0, 2, 2, 4),
+            "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3");
+  EXPECT_EQ(str(1, 2, 2, 4),
+            "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 F1.2 B1.0 F1.3 B1.1 F3.2 B3.2 F3.3 B3.3 B1.2 B1.3");
+  // One chunk per device is plain 1F1B.
+  std::string plain;
+  for (const kiln::PipelineUnit &u : kiln::pipelineOrder(0, 2, 1, 4, "interleaved"))
+    plain += std::string(u.phase ? "B" : "F") + std::to_string(u.mb);
+  EXPECT_EQ(plain, "F0F1B0F2B1F3B2B3");
+  const int64_t D = 4, V = 3, M = 8;
+  for (int64_t d = 0; d < D; ++d) {
+    std::map<std::tuple<int64_t, int64_t, int64_t>, int> seen;
+    std::vector<kiln::PipelineUnit> order = kiln::pipelineOrder(d, D, V, M, "interleaved");
+    ASSERT_EQ(order.size(), size_t(2 * V * M));
+    for (const kiln::PipelineUnit &u : order) {
+      EXPECT_EQ(u.chunk % D, d);
+      EXPECT_LT(u.mb, M);
+      auto fwd = std::make_tuple(u.chunk, int64_t(0), u.mb);
+      auto key = std::make_tuple(u.chunk, u.phase, u.mb);
+      if (u.phase == 1)
+        EXPECT_EQ(seen.count(fwd), 1u) << "backward before forward";
+      EXPECT_EQ(++seen[key], 1);
+    }
+    // Warm-up: forwards before the first backward.
+    int64_t warm = 0;
+    while (order[size_t(warm)].phase == 0)
+      ++warm;
+    EXPECT_EQ(warm, std::min(2 * (D - d - 1) + (V - 1) * D, V * M) + 1) << "device " << d;
+  }
 }
 
 /// The order each stage runs: with GPipe every forward of a stage comes

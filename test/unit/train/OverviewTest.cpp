@@ -261,6 +261,18 @@ TEST(Overview, OneRecommendation) {
   // Just under the threshold (20%): not input-bound.
   EXPECT_EQ(recommend(parts(19, 61, 10, 0, 10), {}).rfind("compute-bound in GEMMs", 0), 0u);
   EXPECT_EQ(recommend(parts(5, 40, 30, 20, 5), {}).rfind("communication-exposed", 0), 0u);
+  // A pipeline: most of the exposed wait receives from a neighbour stage
+  // (its bubble), which buckets cannot fix.
+  KernelStat recv;
+  recv.kind = "collective wait";
+  recv.name = "recv";
+  recv.seconds = 5 * 15 * ms; // 15 ms per step of the 20 exposed
+  std::string bubble = recommend(parts(5, 40, 30, 20, 5), {recv});
+  EXPECT_EQ(bubble.rfind("pipeline-bubble: 20.0% of the step", 0), 0u) << bubble;
+  EXPECT_NE(bubble.find("15.000 ms of it receiving"), std::string::npos) << bubble;
+  EXPECT_NE(bubble.find("--pipeline interleaved"), std::string::npos) << bubble;
+  recv.seconds = 5 * 5 * ms; // a quarter: the buckets' advice
+  EXPECT_EQ(recommend(parts(5, 40, 30, 20, 5), {recv}).rfind("communication-exposed", 0), 0u);
   EXPECT_EQ(recommend(parts(5, 30, 30, 5, 30), {}).rfind("idle: 30.0%", 0), 0u);
   Breakdown launch = parts(5, 10, 80, 0, 5);
   launch.kernelsPerStep = 400;
