@@ -5,7 +5,10 @@
 //   f32     the float32 GEMM (sgemm) on float32 operands: the baseline;
 //   widen   bf16 operands widened to float32, sgemm, result rounded to bf16;
 //   library the BLAS library's bf16 GEMM (oneMKL cblas_gemm_bf16bf16f32)
-//           into float32, rounded to bf16.
+//           into float32, rounded to bf16;
+//   dpbf16  Kiln's own bf16 GEMM on AVX512-BF16 dot products
+//           (runtime/cpu/GemmBf16.h) into float32, rounded to bf16 (0 where
+//           the CPU lacks the instruction).
 // The executor times widen and library at a shape's first use and keeps
 // the faster (runtime/cpu/HalfGemmCache.h); this program shows the numbers
 // behind that choice. Median of `reps` calls after 3 warm-ups; GFLOP/s =
@@ -89,8 +92,8 @@ int main(int argc, char **argv) {
     else
       pool.forEach(n, int(std::min<int64_t>(n, threads)), job);
   };
-  fmt::print("{:<20} {:>16} {:>14} {:>14} {:>14}  {}\n", "GEMM", "m x n x k", "f32 us",
-             "widen us", "library us", "GFLOP/s f32/widen/library");
+  fmt::print("{:<20} {:>16} {:>10} {:>10} {:>10} {:>10}  {}\n", "GEMM", "m x n x k", "f32 us",
+             "widen us", "library us", "dpbf16 us", "GFLOP/s f32/widen/library/dpbf16");
   std::mt19937 rng(7);
   std::normal_distribution<float> dist;
   for (const Shape &sh : shapes) {
@@ -124,12 +127,18 @@ int main(int argc, char **argv) {
     double lib = median(reps, [&] {
       matmulHalf(s, ah.data(), bh.data(), ch.data(), HalfGemm::Library, scratch, run);
     });
+    double dot = 0;
+    if (hasDotProductHalfGemm(program::DType::BF16))
+      dot = median(reps, [&] {
+        matmulHalf(s, ah.data(), bh.data(), ch.data(), HalfGemm::DotProducts, scratch, run);
+      });
     double flops = program::gemmFlops(s);
-    fmt::print("{:<20} {:>16} {:>14.1f} {:>14.1f} {:>14.1f}  {:.0f}/{:.0f}/{:.0f}\n", sh.what,
+    fmt::print("{:<20} {:>16} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f}  {:.0f}/{:.0f}/{:.0f}/{:.0f}\n",
+               sh.what,
                fmt::format("{}{}x{}x{}{}{}", sh.batch > 1 ? fmt::format("{}x", sh.batch) : "",
                            sh.m, sh.n, sh.k, sh.ta ? " T" : " N", sh.tb ? "T" : "N"),
-               f32 * 1e6, widen * 1e6, lib * 1e6, flops / f32 * 1e-9, flops / widen * 1e-9,
-               flops / lib * 1e-9);
+               f32 * 1e6, widen * 1e6, lib * 1e6, dot * 1e6, flops / f32 * 1e-9,
+               flops / widen * 1e-9, flops / lib * 1e-9, dot > 0 ? flops / dot * 1e-9 : 0.0);
   }
   return 0;
 }

@@ -106,18 +106,21 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
     e->halfMode_ = HalfMode::Widen;
   else if (half == "library")
     e->halfMode_ = HalfMode::Library;
+  else if (half == "dpbf16")
+    e->halfMode_ = HalfMode::DotProducts;
   else if (!half.empty() && half != "measure")
     return Status::error("KILN_HALF_GEMM=" + half +
-                         ": use measure (the default: time both ways per GEMM shape, keep the "
-                         "faster), widen (float32 copies and sgemm) or library (the BLAS "
-                         "library's bf16/f16 GEMM)");
+                         ": use measure (the default: time each way per GEMM shape, keep the "
+                         "fastest), widen (float32 copies and sgemm), library (the BLAS "
+                         "library's bf16/f16 GEMM) or dpbf16 (Kiln's bf16 GEMM on the CPU's "
+                         "AVX512-BF16 dot products)");
   bool anyHalf = false;
   for (const program::Function &f : program.functions)
     for (const program::Step &st : f.steps)
       anyHalf = anyHalf || (st.kind == program::Step::Gemm && st.gemm.dtype != program::DType::F32);
   if (anyHalf)
     e->halfCache_ = std::make_unique<HalfGemmCache>(
-        options.cacheDir.empty() ? "" : options.cacheDir + "/half-gemm-v1.txt", halfGemmMachine());
+        options.cacheDir.empty() ? "" : options.cacheDir + "/half-gemm-v2.txt", halfGemmMachine());
   return e;
 }
 
@@ -204,36 +207,49 @@ Status Executor::runGemm(const program::Step &s, bool libraryEpilogue) {
 
 HalfGemm Executor::halfGemmMethod(const program::Step &s, const RunParts &run) {
   bool haveLibrary = hasLibraryHalfGemm(s.gemm.dtype);
-  if (halfMode_ == HalfMode::Widen || !haveLibrary)
+  bool haveDot = hasDotProductHalfGemm(s.gemm.dtype);
+  if (halfMode_ == HalfMode::Widen || (!haveLibrary && !haveDot))
     return HalfGemm::Widen;
   if (halfMode_ == HalfMode::Library)
-    return HalfGemm::Library;
+    return haveLibrary ? HalfGemm::Library : HalfGemm::Widen;
+  if (halfMode_ == HalfMode::DotProducts)
+    return haveDot ? HalfGemm::DotProducts : HalfGemm::Widen;
   // Too small to time reliably (and to matter): widened, without measuring.
   if (program::gemmFlops(s.gemm) < double(1 << 19))
     return HalfGemm::Widen;
   std::string key = halfGemmKey(s.gemm);
   if (auto c = halfCache_->lookup(key))
     return c->method;
-  // Both ways, alternately, on this step's buffers; the fastest of three
-  // runs each (after one warm-up each). The step then runs for real.
+  // Every way this machine has, alternately, on this step's buffers; the
+  // fastest of three runs each (after one warm-up each). The step then runs
+  // for real.
   thread_local HalfGemmScratch scratch;
-  double best[2] = {1e30, 1e30};
+  std::vector<HalfGemm> ways = {HalfGemm::Widen};
+  if (haveLibrary)
+    ways.push_back(HalfGemm::Library);
+  if (haveDot)
+    ways.push_back(HalfGemm::DotProducts);
+  double best[3] = {0, 0, 0};
   for (int rep = 0; rep < 4; ++rep)
-    for (HalfGemm m : {HalfGemm::Widen, HalfGemm::Library}) {
+    for (HalfGemm m : ways) {
       auto t0 = std::chrono::steady_clock::now();
       matmulHalf(s.gemm, data(s.args[0]), data(s.args[1]), data(s.args[2]), m, scratch, run);
       double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (rep > 0)
-        best[int(m)] = std::min(best[int(m)], sec);
+        best[int(m)] = best[int(m)] > 0 ? std::min(best[int(m)], sec) : sec;
     }
   HalfGemmChoice c;
-  c.method = best[1] < best[0] ? HalfGemm::Library : HalfGemm::Widen;
+  c.method = HalfGemm::Widen;
+  for (HalfGemm m : ways)
+    if (best[int(m)] < best[int(c.method)])
+      c.method = m;
   c.widenSeconds = best[0];
   c.librarySeconds = best[1];
+  c.dotSeconds = best[2];
   halfCache_->remember(key, c);
-  log::debug("{} ({}): widened + sgemm {:.1f} us, library {:.1f} us: {}",
-             program::gemmLabel(s.gemm),
-             s.loc.empty() ? "?" : s.loc, best[0] * 1e6, best[1] * 1e6, halfGemmName(c.method));
+  log::debug("{} ({}): widened + sgemm {:.1f} us, library {:.1f} us, dpbf16 {:.1f} us: {}",
+             program::gemmLabel(s.gemm), s.loc.empty() ? "?" : s.loc, best[0] * 1e6,
+             best[1] * 1e6, best[2] * 1e6, halfGemmName(c.method));
   return c.method;
 }
 

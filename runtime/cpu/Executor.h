@@ -177,7 +177,7 @@ private:
   std::unique_ptr<InterOpPool> interOp_; ///< with more than one inter-op thread
   bool profiling_ = false;
   StepProfile profile_;
-  enum class HalfMode { Measure, Widen, Library } halfMode_ = HalfMode::Measure;
+  enum class HalfMode { Measure, Widen, Library, DotProducts } halfMode_ = HalfMode::Measure;
   std::unique_ptr<HalfGemmCache> halfCache_;
 };
 

@@ -3,6 +3,7 @@
 
 #include "runtime/core/Half.h"
 #include "runtime/cpu/Blas.h"
+#include "runtime/cpu/GemmBf16.h"
 
 #include <algorithm>
 #include <cstring>
@@ -116,7 +117,13 @@ void serialParts(int64_t parts, const std::function<void(int64_t)> &job) {
     job(p);
 }
 
-const char *halfGemmName(HalfGemm m) { return m == HalfGemm::Library ? "library" : "widen"; }
+const char *halfGemmName(HalfGemm m) {
+  return m == HalfGemm::Library ? "library" : m == HalfGemm::DotProducts ? "dpbf16" : "widen";
+}
+
+bool hasDotProductHalfGemm(program::DType t) {
+  return t == program::DType::BF16 && hasDpBf16();
+}
 
 bool hasLibraryHalfGemm(program::DType t) {
   auto b = blas();
@@ -187,6 +194,8 @@ void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *ou
     auto b = blas();
     if (b)
       lib = t == program::DType::BF16 ? (*b)->gemmBf16 : (*b)->gemmF16;
+  } else if (method == HalfGemm::DotProducts && hasDotProductHalfGemm(t)) {
+    lib = gemmBf16DotProducts;
   }
   if (lib) {
     run(parts, [&](int64_t p) { part(s, lib, hl, hr, c.data(), p, parts); });

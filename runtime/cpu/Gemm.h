@@ -39,13 +39,18 @@ void matmulTyped(const MatmulShape &s, const void *lhs, const void *rhs, void *o
 /// 2 * k * 2^-24 * sum_k |a||b| before the output rounding (one bf16 ulp,
 /// 2^-8 relative, after it at worst).
 enum class HalfGemm {
-  Widen,   ///< operands widened to float32 (exact), then the f32 GEMM's sgemm
-  Library, ///< the BLAS library's own bf16/f16 GEMM (oneMKL's
-           ///< cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32) into float32
+  Widen,       ///< operands widened to float32 (exact), then the f32 GEMM's sgemm
+  Library,     ///< the BLAS library's own bf16/f16 GEMM (oneMKL's
+               ///< cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32) into float32
+  DotProducts, ///< bf16 only: Kiln's own GEMM on the CPU's AVX512-BF16 dot
+               ///< products (runtime/cpu/GemmBf16.h), into float32
 };
 const char *halfGemmName(HalfGemm m);
 /// Whether the loaded BLAS library has a GEMM for `t` (BF16 or F16).
 bool hasLibraryHalfGemm(program::DType t);
+/// Whether HalfGemm::DotProducts runs for `t` here (BF16 on a CPU with
+/// AVX512-BF16).
+bool hasDotProductHalfGemm(program::DType t);
 
 /// Runs `parts` jobs (job(0) .. job(parts - 1)), in any order, on any
 /// threads: the executor's pool, or serialParts.
@@ -57,8 +62,8 @@ struct HalfGemmScratch {
   std::vector<float> lhs, rhs, out;
 };
 
-/// matmulTyped() for bf16/f16 (s.dtype) with `method` (Library falls back
-/// to Widen where the library has no such GEMM), its conversions and GEMM
+/// matmulTyped() for bf16/f16 (s.dtype) with `method` (Library and
+/// DotProducts fall back to Widen where they do not exist), its conversions and GEMM
 /// parts run through `run`: the same parts as the float32 GEMM
 /// (gemmParts), conversions in fixed pieces, so the bits do not depend on
 /// the number of threads behind `run`.

@@ -32,9 +32,9 @@ std::string noSpaces(std::string s) {
 
 std::string body(const std::string &machine, const std::string &key,
                  const HalfGemmChoice &c) {
-  return fmt::format("{} {} {} {:.1f} {:.1f}", machine, key,
+  return fmt::format("{} {} {} {:.1f} {:.1f} {:.1f}", machine, key,
                      halfGemmName(c.method), c.widenSeconds * 1e6,
-                     c.librarySeconds * 1e6);
+                     c.librarySeconds * 1e6, c.dotSeconds * 1e6);
 }
 
 std::string layout(const program::MatrixLayout &l) {
@@ -78,11 +78,12 @@ HalfGemmCache::HalfGemmCache(std::string path, std::string machine)
       continue;
     std::istringstream is(line);
     std::string machine, key, method, check;
-    double widenUs = -1, libUs = -1;
-    is >> machine >> key >> method >> widenUs >> libUs >> check;
+    double widenUs = -1, libUs = -1, dotUs = -1;
+    is >> machine >> key >> method >> widenUs >> libUs >> dotUs >> check;
     size_t cut = line.rfind(' ');
-    bool ok = !is.fail() && (method == "widen" || method == "library") &&
-              widenUs >= 0 && libUs >= 0 && cut != std::string::npos &&
+    bool ok = !is.fail() &&
+              (method == "widen" || method == "library" || method == "dpbf16") &&
+              widenUs >= 0 && libUs >= 0 && dotUs >= 0 && cut != std::string::npos &&
               check == fmt::format("{:016x}", fnv1a(line.substr(0, cut)));
     if (!ok) {
       ++skipped_;
@@ -95,8 +96,10 @@ HalfGemmCache::HalfGemmCache(std::string path, std::string machine)
       others_[machine + " " + key] = line;
       continue;
     }
-    mine_[key] = {method == "library" ? HalfGemm::Library : HalfGemm::Widen,
-                  widenUs * 1e-6, libUs * 1e-6};
+    mine_[key] = {method == "library"  ? HalfGemm::Library
+                  : method == "dpbf16" ? HalfGemm::DotProducts
+                                       : HalfGemm::Widen,
+                  widenUs * 1e-6, libUs * 1e-6, dotUs * 1e-6};
   }
 }
 

@@ -1,16 +1,18 @@
 //===- HalfGemmCache.h - Which bf16/f16 GEMM, per shape ----------*- C++
 //-*-===//
 //
-// A bf16/f16 GEMM on the CPU runs one of two ways (runtime/cpu/Gemm.h,
-// HalfGemm): widened to float32 for sgemm, or the BLAS library's own
-// half-precision GEMM. Neither wins everywhere (docs/runtime.md, "Half-
-// precision GEMMs"), so the executor times both at a shape's first use and
-// keeps the faster; this cache remembers the choice on disk, next to the
-// compiled kernels (KILN_CACHE_DIR), so later runs neither re-measure nor
-// change their bits from run to run.
+// A bf16/f16 GEMM on the CPU runs one of three ways (runtime/cpu/Gemm.h,
+// HalfGemm): widened to float32 for sgemm, the BLAS library's own
+// half-precision GEMM, or (bf16 on CPUs with AVX512-BF16) Kiln's own on the
+// CPU's dot-product instruction. None wins everywhere (docs/runtime.md,
+// "Half-precision GEMMs"), so the executor times those that exist at a
+// shape's first use and keeps the fastest; this cache remembers the choice
+// on disk, next to the compiled kernels (KILN_CACHE_DIR), so later runs
+// neither re-measure nor change their bits from run to run.
 //
-// The file (half-gemm-v1.txt) holds one line per choice:
-//   <machine> <shape> <widen|library> <widen us> <library us> <check>
+// The file (half-gemm-v2.txt) holds one line per choice:
+//   <machine> <shape> <widen|library|dpbf16> <widen us> <library us>
+//   <dpbf16 us> <check>
 // where <machine> names the CPU and the BLAS library, <shape> is
 // halfGemmKey(), and <check> an FNV-1a hash of the rest of the line. A line
 // that does not parse or check is skipped with a warning (and rewritten by
@@ -40,8 +42,8 @@ std::string halfGemmMachine();
 
 struct HalfGemmChoice {
   HalfGemm method = HalfGemm::Widen;
-  double widenSeconds = 0,
-         librarySeconds = 0; ///< as measured (0: not measured)
+  double widenSeconds = 0, librarySeconds = 0,
+         dotSeconds = 0; ///< as measured (0: not measured)
 };
 
 class HalfGemmCache {

@@ -1,6 +1,7 @@
 """Checks for test/runtime/half-gemm-choice.test: DIR [--damaged].
 
-Without --damaged: when the first run measured (MKL present), it wrote one
+Without --damaged: when the first run measured (MKL present, or a CPU with
+AVX512-BF16 for Kiln's own bf16 GEMM), it wrote one
 cache line per measured shape and printed one debug line per shape, and
 the later runs measured nothing; then damages the first cache line.
 With --damaged: the run after the damage warned about that line and
@@ -10,7 +11,7 @@ import os
 import sys
 
 d = sys.argv[1]
-cache = os.path.join(d, "c", "half-gemm-v1.txt")
+cache = os.path.join(d, "c", "half-gemm-v2.txt")
 
 
 def measured(name):
@@ -30,7 +31,7 @@ if "--damaged" in sys.argv:
 first = measured("first.err")
 if not os.path.exists(cache):
     assert not first, "measured without writing the cache"
-    print("no library bf16 GEMM: nothing measured")
+    print("no library or dot-product bf16 GEMM: nothing measured")
     sys.exit(0)
 lines = open(cache).read().splitlines()
 assert len(first) == len(lines) >= 4, (first, lines)  # forward and backward shapes

@@ -534,6 +534,26 @@ TEST(HalfGemm, WidenedAgainstDouble) {
     }
 }
 
+// Kiln's own bf16 GEMM on AVX512-BF16 dot products: the same cases, the
+// same tolerance (float32 accumulation, in pairs), bits independent of the
+// threads; plus edges of its 8 x 32 blocks and an odd k.
+TEST(HalfGemm, DotProductsAgainstDouble) {
+  if (!hasDotProductHalfGemm(DType::BF16))
+    GTEST_SKIP() << "this CPU has no AVX512-BF16 (VDPBF16PS); bf16 GEMMs widen or use the "
+                    "library here";
+  EXPECT_FALSE(hasDotProductHalfGemm(DType::F16));
+  ThreadPool pool(3);
+  std::vector<HalfCase> cases = halfCases(DType::BF16);
+  cases.push_back(HalfCase(DType::BF16, 1, 9, 33, 1, false, false, false, 5));   // k = 1
+  cases.push_back(HalfCase(DType::BF16, 1, 17, 65, 129, false, true, false, 6)); // odd k
+  cases.push_back(HalfCase(DType::BF16, 2, 7, 31, 33, true, true, true, 7));     // under a block
+  for (const HalfCase &c : cases) {
+    std::vector<uint16_t> one = c.run(HalfGemm::DotProducts, serialParts);
+    c.check(one, "dpbf16");
+    EXPECT_EQ(c.run(HalfGemm::DotProducts, poolParts(pool)), one) << "threads changed the bits";
+  }
+}
+
 TEST(HalfGemm, LibraryAgainstDouble) {
   for (DType t : {DType::BF16, DType::F16}) {
     if (!hasLibraryHalfGemm(t))
@@ -555,7 +575,7 @@ TEST(HalfGemm, LibraryAgainstDouble) {
 TEST(HalfGemm, ChoiceCache) {
   std::string dir = ::testing::TempDir() + "/kiln-half-gemm-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  std::string path = dir + "/half-gemm-v1.txt";
+  std::string path = dir + "/half-gemm-v2.txt";
   std::filesystem::remove(path);
   MatmulShape s;
   s.dtype = DType::BF16;
@@ -569,8 +589,8 @@ TEST(HalfGemm, ChoiceCache) {
   {
     HalfGemmCache c(path, "cpu|blas");
     EXPECT_FALSE(c.lookup(k1));
-    c.remember(k1, {HalfGemm::Library, 2e-4, 1e-4});
-    c.remember(k2, {HalfGemm::Widen, 1e-4, 2e-4});
+    c.remember(k1, {HalfGemm::Library, 2e-4, 1e-4, 3e-4});
+    c.remember(k2, {HalfGemm::Widen, 1e-4, 2e-4, 0});
   }
   {
     HalfGemmCache other(path, "another cpu|blas"); // reads none of them
@@ -582,7 +602,18 @@ TEST(HalfGemm, ChoiceCache) {
   ASSERT_TRUE(c.lookup(k1));
   EXPECT_EQ(c.lookup(k1)->method, HalfGemm::Library);
   EXPECT_NEAR(c.lookup(k1)->librarySeconds, 1e-4, 1e-9);
+  EXPECT_NEAR(c.lookup(k1)->dotSeconds, 3e-4, 1e-9);
   EXPECT_EQ(c.lookup(k2)->method, HalfGemm::Widen);
+  {
+    HalfGemmCache dot(path, "cpu|blas");
+    dot.remember(k2, {HalfGemm::DotProducts, 2e-4, 2e-4, 1e-4});
+  }
+  HalfGemmCache reread(path, "cpu|blas");
+  EXPECT_EQ(reread.lookup(k2)->method, HalfGemm::DotProducts);
+  {
+    HalfGemmCache back(path, "cpu|blas");
+    back.remember(k2, {HalfGemm::Widen, 1e-4, 2e-4, 0});
+  }
   // Damage k1's line: flip its choice without fixing the check.
   std::string text;
   {
@@ -604,7 +635,7 @@ TEST(HalfGemm, ChoiceCache) {
   EXPECT_FALSE(damaged.lookup(k1)); // measured again
   ASSERT_TRUE(damaged.lookup(k2));
   EXPECT_EQ(damaged.lookup(k2)->method, HalfGemm::Widen);
-  HalfGemmCache missing(dir + "/none/half-gemm-v1.txt", "cpu|blas"); // no file: empty
+  HalfGemmCache missing(dir + "/none/half-gemm-v2.txt", "cpu|blas"); // no file: empty
   EXPECT_FALSE(missing.lookup(k1));
   missing.remember(k1, {HalfGemm::Widen, 1, 2}); // an unwritable path is no error
   EXPECT_TRUE(missing.lookup(k1));
