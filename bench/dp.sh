@@ -16,7 +16,9 @@
 # the per-rank batch (12) on 1 thread,
 # the step the 2-rank run would take with free communication; and
 # kiln-comm-bench: Kiln's MPI all_reduce against a plain MPI_Allreduce of
-# the same bytes.
+# the same bytes. Then the same 2-rank comparison in mixed precision on both
+# sides (Kiln --precision bf16 against DDP with torch.autocast bf16), a
+# separate line: the target above is fp32 against fp32.
 #
 #   bench/dp.sh [--steps N] [--rounds N]
 set -euo pipefail
@@ -46,10 +48,12 @@ rm -rf $OUT && mkdir -p $OUT
 build/bin/kilnc examples/shakespeare_char_cpu.kiln --devices 2 -o $OUT/gpt2.kpack
 build/bin/kilnc examples/shakespeare_char_cpu.kiln --batch 24 -o $OUT/gpt1.kpack
 build/bin/kilnc examples/shakespeare_char_cpu.kiln -o $OUT/gpt1b12.kpack
+build/bin/kilnc examples/shakespeare_char_cpu.kiln --devices 2 --precision bf16 -o $OUT/gpt2bf16.kpack
 # Kernels compile once into the cache before the timed runs.
 build/bin/kiln-run train $OUT/gpt1.kpack --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm1.ckpt
 build/bin/kiln-run train $OUT/gpt2.kpack --device cpu:2 --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm2.ckpt
 build/bin/kiln-run train $OUT/gpt1b12.kpack --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm3.ckpt
+build/bin/kiln-run train $OUT/gpt2bf16.kpack --device cpu:2 --steps 1 --eval-interval 0 --quiet --checkpoint $OUT/warm4.ckpt
 for r in $(seq 1 "$ROUNDS"); do
   "${MPIRUN[@]}" build/bin/kiln-run train $OUT/gpt2.kpack --steps "$STEPS" --eval-interval 0 \
     --log-interval 1 --threads 1 --checkpoint $OUT/dp.ckpt > $OUT/kiln-2x1.$r.log
@@ -62,6 +66,11 @@ for r in $(seq 1 "$ROUNDS"); do
     --threads 1 --checkpoint $OUT/one12.ckpt > $OUT/kiln-1x1-b12.$r.log
   $VENV/bin/torchrun --standalone --nproc_per_node 2 bench/gpt_ddp.py \
     --data data/shakespeare_char/train.bin --steps "$STEPS" --threads 1 > $OUT/ddp.$r.json
+  "${MPIRUN[@]}" build/bin/kiln-run train $OUT/gpt2bf16.kpack --steps "$STEPS" --eval-interval 0 \
+    --log-interval 1 --threads 1 --checkpoint $OUT/dpbf16.ckpt > $OUT/kiln-2x1-bf16.$r.log
+  $VENV/bin/torchrun --standalone --nproc_per_node 2 bench/gpt_ddp.py \
+    --data data/shakespeare_char/train.bin --steps "$STEPS" --threads 1 --precision bf16 \
+    > $OUT/ddp-bf16.$r.json
 done
 "${MPIRUN[@]}" build/bin/kiln-run train $OUT/gpt2.kpack --steps 50 --eval-interval 0 --quiet \
   --profile --threads 1 --checkpoint $OUT/profile.ckpt --stats-csv $OUT/stats.csv > $OUT/profile.txt
@@ -76,8 +85,11 @@ def kiln(name):
     return statistics.median(ms)
 dp, one = kiln("kiln-2x1"), kiln("kiln-1x2")
 dpt, half = kiln("kiln-2x1-inline"), kiln("kiln-1x1-b12")
-ddp = statistics.median(json.loads(open(f"{out}/ddp.{r}.json").read().splitlines()[-1])["ms_median"]
-                        for r in range(1, rounds + 1))
+def ddp_ms(name):
+    return statistics.median(json.loads(open(f"{out}/{name}.{r}.json").read().splitlines()[-1])["ms_median"]
+                             for r in range(1, rounds + 1))
+ddp = ddp_ms("ddp")
+dpb, ddpb = kiln("kiln-2x1-bf16"), ddp_ms("ddp-bf16")
 print("nanoGPT CPU config, global batch 24 (12 per rank), median ms/step:")
 print(f"  Kiln, 2 ranks x 1 thread (mpirun):        {dp:8.2f}")
 print(f"  PyTorch DDP (gloo), 2 ranks x 1 thread:   {ddp:8.2f}")
@@ -93,6 +105,10 @@ run = sum(float(r["total_s"]) for r in rows if r["kind"] == "collective")
 wait = sum(float(r["total_s"]) for r in rows if r["kind"] == "collective wait")
 print(f"  Kiln's communication per step (rank 0, {steps} profiled steps): {run / steps * 1e3:.2f} ms in "
       f"collectives, {wait / steps * 1e3:.2f} ms exposed (not overlapped)")
+print("mixed precision on both sides (bf16 compute, fp32 master weights), 2 ranks x 1 thread:")
+print(f"  Kiln --precision bf16:                    {dpb:8.2f}")
+print(f"  PyTorch DDP + autocast bf16:              {ddpb:8.2f}")
+print(f"  Kiln speedup over DDP in bf16: {ddpb / dpb:.2f}x (not the target: that is fp32 against fp32)")
 print("all_reduce of f32, 2 ranks (kiln-comm-bench):")
 for line in open(f"{out}/allreduce.json"):
     line = line.strip()

@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -102,7 +104,8 @@ def main():
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces the gradient buckets here, overlapped
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
@@ -113,6 +116,7 @@ def main():
     if rank == 0:
         q = statistics.quantiles(timed, n=10)
         print(json.dumps({"framework": "torch-ddp-gloo", "world": world, "threads": args.threads,
+                          "precision": args.precision,
                           "ms_median": statistics.median(timed), "ms_p10": q[0], "ms_p90": q[-1],
                           "losses": losses}))
     dist.destroy_process_group()
