@@ -197,6 +197,37 @@ void matmulHalf(const MatmulShape &s, const void *lhs, const void *rhs, void *ou
   } else if (method == HalfGemm::DotProducts && hasDotProductHalfGemm(t)) {
     lib = gemmBf16DotProducts;
   }
+  if (lib == gemmBf16DotProducts && s.heads == 0) {
+    // Dense output: each part rounds its block to bf16 as it stores it (the
+    // same bits as rounding the float32 block afterwards), so the float32
+    // scratch only names positions: the block at c + x is ho + x.
+    // One op(B) for every part (a single product, or a weight shared by a
+    // folded batch) is packed once, in pieces on the pool, for the parts
+    // whose call covers all of it (row splits); column splits and batched
+    // operands pack their own.
+    int kk = int(s.k), nn = int(s.n), ldb = int(s.transposeRhs ? s.k : s.n);
+    const uint32_t *shared = nullptr;
+    if (!s.rhsBatched) {
+      int panels = bf16Panels(nn);
+      std::vector<uint32_t> &packed = scratch.packed;
+      packed.resize(size_t(panels) * bf16PanelWords(kk));
+      int pieces = std::min(panels, 8);
+      run(pieces, [&](int64_t i) {
+        packBf16Panels(s.transposeRhs, hr, ldb, kk, nn, int(panels * i / pieces),
+                       int(panels * (i + 1) / pieces), packed.data());
+      });
+      shared = packed.data();
+    }
+    const float *base = c.data();
+    auto call = [&](int, int ta, int tb, int m, int n, int k, float, const uint16_t *a, int lda,
+                    const uint16_t *b, int ldbCall, float, float *cc, int ldc) {
+      bool whole = shared && b == hr && n == nn && k == kk && ldbCall == ldb;
+      gemmBf16ToBf16(ta == kCblasTrans, tb == kCblasTrans, m, n, k, a, lda, b, ldbCall,
+                     whole ? shared : nullptr, ho + (cc - base), ldc);
+    };
+    run(parts, [&](int64_t p) { part(s, call, hl, hr, c.data(), p, parts); });
+    return;
+  }
   if (lib) {
     run(parts, [&](int64_t p) { part(s, lib, hl, hr, c.data(), p, parts); });
   } else {

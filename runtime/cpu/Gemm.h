@@ -60,6 +60,7 @@ void serialParts(int64_t parts, const std::function<void(int64_t)> &job);
 /// Float32 copies a half-precision GEMM works in (kept between calls).
 struct HalfGemmScratch {
   std::vector<float> lhs, rhs, out;
+  std::vector<uint32_t> packed; ///< DotProducts: op(B) packed once for every part
 };
 
 /// matmulTyped() for bf16/f16 (s.dtype) with `method` (Library and

@@ -10,6 +10,10 @@
 #include <cstring>
 #include <vector>
 
+// GCC 12's AVX-512 headers warn that the masked forms' undefined pass-
+// through operand "may be used uninitialized" (GCC bug 105593): harmless.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace kiln::cpu {
 
 namespace {
@@ -85,11 +89,32 @@ void packA(bool trans, const uint16_t *a, int lda, int k, int m, int i0, uint32_
   }
 }
 
+#define KILN_DPBF16_TARGET __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl")))
+
+/// The 16 bf16 values nearest (ties to even) to 16 floats: the bits of
+/// runtime/core/Half.h's floatToHalf and Gemm.cpp's narrow(), NaN quieted.
+KILN_DPBF16_TARGET inline __m256i roundToBf16(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, quiet));
+}
+
+KILN_DPBF16_TARGET inline void store(float *c, __mmask16 m, __m512 x) {
+  _mm512_mask_storeu_ps(c, m, x);
+}
+KILN_DPBF16_TARGET inline void store(uint16_t *c, __mmask16 m, __m512 x) {
+  _mm256_mask_storeu_epi16(c, m, roundToBf16(x));
+}
+
 /// C[0..rows) x [0..cols) = the packed 8-row panel of A times the packed
-/// 32-column panel of B over kp pairs.
-__attribute__((target("avx512f,avx512bf16"))) void kernel(int kp, const uint32_t *ap,
-                                                          const uint32_t *bp, float *c, int ldc,
-                                                          int rows, int cols) {
+/// 32-column panel of B over kp pairs: float32, or rounded to bf16.
+template <typename Out>
+KILN_DPBF16_TARGET void kernel(int kp, const uint32_t *ap, const uint32_t *bp, Out *c, int ldc,
+                               int rows, int cols) {
   __m512 acc[kMR][2];
   for (int r = 0; r < kMR; ++r)
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -109,8 +134,41 @@ __attribute__((target("avx512f,avx512bf16"))) void kernel(int kp, const uint32_t
                  : cols > 16 ? __mmask16((1u << (cols - 16)) - 1)
                              : __mmask16(0);
   for (int r = 0; r < rows; ++r) {
-    _mm512_mask_storeu_ps(c + size_t(r) * size_t(ldc), m0, acc[r][0]);
-    _mm512_mask_storeu_ps(c + size_t(r) * size_t(ldc) + 16, m1, acc[r][1]);
+    store(c + size_t(r) * size_t(ldc), m0, acc[r][0]);
+    store(c + size_t(r) * size_t(ldc) + 16, m1, acc[r][1]);
+  }
+}
+
+/// C = op(A) op(B), op(B) packed here one panel at a time, or read from
+/// `panels` (all of it, packed by packBf16Panels).
+template <typename Out>
+void drive(bool ta, bool tb, int m, int n, int k, const uint16_t *a, int lda, const uint16_t *b,
+           int ldb, const uint32_t *panels, Out *c, int ldc) {
+  if (m <= 0 || n <= 0)
+    return;
+  if (k <= 0) {
+    for (int i = 0; i < m; ++i)
+      std::fill_n(c + size_t(i) * size_t(ldc), n, Out(0));
+    return;
+  }
+  int kp = (k + 1) / 2;
+  int panelsA = (m + kMR - 1) / kMR, panelsB = (n + kNR - 1) / kNR;
+  thread_local std::vector<uint32_t> pa, pb;
+  pa.resize(size_t(panelsA) * size_t(kp) * kMR);
+  if (!panels)
+    pb.resize(size_t(kp) * kNR);
+  for (int i = 0; i < panelsA; ++i)
+    packA(ta, a, lda, k, m, i * kMR, pa.data() + size_t(i) * size_t(kp) * kMR);
+  // One panel of B at a time, kept in cache while every panel of A passes.
+  for (int j = 0; j < panelsB; ++j) {
+    const uint32_t *bp = panels ? panels + size_t(j) * size_t(kp) * kNR : pb.data();
+    if (!panels)
+      packB(tb, b, ldb, k, n, j * kNR, pb.data());
+    int cols = std::min(kNR, n - j * kNR);
+    for (int i = 0; i < panelsA; ++i)
+      kernel(kp, pa.data() + size_t(i) * size_t(kp) * kMR, bp,
+             c + size_t(i) * kMR * size_t(ldc) + size_t(j) * kNR, ldc, std::min(kMR, m - i * kMR),
+             cols);
   }
 }
 
@@ -121,36 +179,27 @@ bool hasDpBf16() {
   return yes;
 }
 
+int bf16Panels(int n) { return (n + kNR - 1) / kNR; }
+size_t bf16PanelWords(int k) { return size_t((k + 1) / 2) * kNR; }
+
+void packBf16Panels(bool trans, const uint16_t *b, int ldb, int k, int n, int p0, int p1,
+                    uint32_t *out) {
+  for (int p = p0; p < p1; ++p)
+    packB(trans, b, ldb, k, n, p * kNR, out + size_t(p) * bf16PanelWords(k));
+}
+
+void gemmBf16ToBf16(bool transA, bool transB, int m, int n, int k, const uint16_t *a, int lda,
+                    const uint16_t *b, int ldb, const uint32_t *panels, uint16_t *c, int ldc) {
+  drive(transA, transB, m, n, k, a, lda, b, ldb, panels, c, ldc);
+}
+
 void gemmBf16DotProducts(int layout, int transA, int transB, int m, int n, int k, float alpha,
                          const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
                          float *c, int ldc) {
   (void)layout; // row-major (the only layout Kiln's parts use)
   (void)alpha;  // 1
   (void)beta;   // 0
-  if (m <= 0 || n <= 0)
-    return;
-  if (k <= 0) {
-    for (int i = 0; i < m; ++i)
-      std::fill_n(c + size_t(i) * size_t(ldc), n, 0.0f);
-    return;
-  }
-  bool ta = transA == kCblasTrans, tb = transB == kCblasTrans;
-  int kp = (k + 1) / 2;
-  int panelsA = (m + kMR - 1) / kMR, panelsB = (n + kNR - 1) / kNR;
-  thread_local std::vector<uint32_t> pa, pb;
-  pa.resize(size_t(panelsA) * size_t(kp) * kMR);
-  pb.resize(size_t(kp) * kNR);
-  for (int i = 0; i < panelsA; ++i)
-    packA(ta, a, lda, k, m, i * kMR, pa.data() + size_t(i) * size_t(kp) * kMR);
-  // One panel of B at a time, kept in cache while every panel of A passes.
-  for (int j = 0; j < panelsB; ++j) {
-    packB(tb, b, ldb, k, n, j * kNR, pb.data());
-    int cols = std::min(kNR, n - j * kNR);
-    for (int i = 0; i < panelsA; ++i)
-      kernel(kp, pa.data() + size_t(i) * size_t(kp) * kMR, pb.data(),
-             c + size_t(i) * kMR * size_t(ldc) + size_t(j) * kNR, ldc, std::min(kMR, m - i * kMR),
-             cols);
-  }
+  drive(transA == kCblasTrans, transB == kCblasTrans, m, n, k, a, lda, b, ldb, nullptr, c, ldc);
 }
 
 } // namespace kiln::cpu

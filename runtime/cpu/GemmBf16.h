@@ -20,6 +20,7 @@
 #ifndef KILN_RUNTIME_CPU_GEMMBF16_H
 #define KILN_RUNTIME_CPU_GEMMBF16_H
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kiln::cpu {
@@ -35,6 +36,20 @@ bool hasDpBf16();
 void gemmBf16DotProducts(int layout, int transA, int transB, int m, int n, int k, float alpha,
                          const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
                          float *c, int ldc);
+
+/// op(B) packed once for several calls (the parts of one GEMM share a
+/// weight): panels of 32 columns, bf16PanelWords(k) words each.
+int bf16Panels(int n);
+size_t bf16PanelWords(int k);
+/// Packs panels [p0, p1) of op(B) (k x n; B[r*ldb+j], or B[j*ldb+r] when
+/// trans) into `out`, panel p at out + p * bf16PanelWords(k).
+void packBf16Panels(bool trans, const uint16_t *b, int ldb, int k, int n, int p0, int p1,
+                    uint32_t *out);
+/// gemmBf16DotProducts()' product rounded to bf16 as it is stored (nearest
+/// even, NaN quieted: the bits of rounding its float32 result), op(B) read
+/// from `panels` when not null (all n columns, packed by packBf16Panels).
+void gemmBf16ToBf16(bool transA, bool transB, int m, int n, int k, const uint16_t *a, int lda,
+                    const uint16_t *b, int ldb, const uint32_t *panels, uint16_t *c, int ldc);
 
 } // namespace kiln::cpu
 

@@ -1,6 +1,7 @@
 //===- CpuTest.cpp - Thread pool and BLAS matmul --------------------------===//
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
+#include "runtime/cpu/GemmBf16.h"
 #include "runtime/cpu/HalfGemmCache.h"
 #include "runtime/core/Half.h"
 #include "runtime/cpu/Split.h"
@@ -552,6 +553,42 @@ TEST(HalfGemm, DotProductsAgainstDouble) {
     c.check(one, "dpbf16");
     EXPECT_EQ(c.run(HalfGemm::DotProducts, poolParts(pool)), one) << "threads changed the bits";
   }
+}
+
+// The dot-product GEMM's bf16 stores (rounded in registers) against its
+// float32 result rounded by floatToHalf: the same bits, overflow to
+// infinity, NaN and ties included; with op(B) packed per call and packed
+// once beforehand.
+TEST(HalfGemm, DotProductsRoundLikeFloatToHalf) {
+  if (!hasDpBf16())
+    GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  const int m = 19, n = 45, k = 7;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3, 3);
+  std::vector<uint16_t> a(size_t(m) * k), b(size_t(k) * n);
+  for (auto &x : a)
+    x = kiln::floatToHalf(DType::BF16, u(rng));
+  for (auto &x : b)
+    x = kiln::floatToHalf(DType::BF16, u(rng));
+  a[0] = kiln::floatToHalf(DType::BF16, 3e38f); // row 0 overflows to +-inf
+  b[0] = kiln::floatToHalf(DType::BF16, 3e38f);
+  a[size_t(k)] = 0x7fc1;                          // row 1: NaN with a payload
+  std::vector<float> f(size_t(m) * n);
+  gemmBf16DotProducts(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, m, n, k, 1.0f, a.data(), k,
+                      b.data(), n, 0.0f, f.data(), n);
+  std::vector<uint16_t> want(f.size());
+  for (size_t i = 0; i < f.size(); ++i)
+    want[i] = kiln::floatToHalf(DType::BF16, f[i]);
+  EXPECT_TRUE(std::isinf(f[0]));
+  EXPECT_TRUE(std::isnan(f[size_t(n)]));
+  std::vector<uint16_t> got(f.size(), 0x1234);
+  gemmBf16ToBf16(false, false, m, n, k, a.data(), k, b.data(), n, nullptr, got.data(), n);
+  EXPECT_EQ(got, want);
+  std::vector<uint32_t> panels(size_t(bf16Panels(n)) * bf16PanelWords(k));
+  packBf16Panels(false, b.data(), n, k, n, 0, bf16Panels(n), panels.data());
+  std::fill(got.begin(), got.end(), 0x1234);
+  gemmBf16ToBf16(false, false, m, n, k, a.data(), k, nullptr, 0, panels.data(), got.data(), n);
+  EXPECT_EQ(got, want);
 }
 
 TEST(HalfGemm, LibraryAgainstDouble) {
