@@ -167,14 +167,10 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
                       V > 1 ? llvm::formatv(" over {0} chunks, {1} per device", C, V).str()
                             : std::string(),
                       placed ? "placed by hand (stage blocks)" : "cut by the cost model (FLOPs and bytes)");
-  if (V > 1)
-    os << llvm::formatv("    bubble (p - 1) / (V M + p - 1) = {0} / {1} = {2:F1}% of each device's "
-                        "step idle\n",
-                        P - 1, V * M + P - 1, 100.0 * double(P - 1) / double(V * M + P - 1));
-  else
-    os << llvm::formatv("    bubble (p - 1) / (M + p - 1) = {0} / {1} = {2:F1}% of each device's "
-                        "step idle\n",
-                        P - 1, M + P - 1, 100.0 * double(P - 1) / double(M + P - 1));
+  os << llvm::formatv("    bubble (p - 1) / ({0}M + p - 1) = {1} / {2} = {3:F1}% of each device's "
+                      "step idle\n",
+                      V > 1 ? "V " : "", P - 1, V * M + P - 1,
+                      100.0 * double(P - 1) / double(V * M + P - 1));
   std::vector<int64_t> flops(size_t(C), 0), ops(size_t(C), 0), params(size_t(P), 0),
       bytes(size_t(C), 0);
   std::vector<std::string> first(static_cast<size_t>(C)), last(static_cast<size_t>(C));

@@ -680,9 +680,11 @@ private:
       pending[i] = int(deps.size());
       auto mb = op->getAttrOfType<IntegerAttr>("kiln.pp.mb");
       auto phase = op->getAttrOfType<IntegerAttr>("kiln.pp.phase");
-      int64_t s = V_ > 1 ? chunk_.lookup(op) : stageOf(op);
-      if (V_ > 1 && !chunk_.count(op))
-        s = -1;
+      int64_t s = stageOf(op);
+      if (V_ > 1) { // units are chunks; ops made after toDevices are none
+        auto c = chunk_.find(op);
+        s = c == chunk_.end() ? -1 : c->second;
+      }
       if (mb && phase && s >= 0 && phase.getInt() >= 0) {
         auto it = times.find({s, phase.getInt(), mb.getInt()});
         if (it != times.end())

@@ -137,21 +137,24 @@ void Elaborator::evalTrain() {
   int64_t devices = 1;
   std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum, vstages;
   std::optional<std::pair<std::string, SourceLoc>> pipeline;
+  // A positive integer setting up to `max`, recorded as its train attribute.
+  auto bounded = [&](const TrainEntry &t, int64_t max) -> std::pair<int64_t, SourceLoc> {
+    Val v = eval(*t.value, paramEnv_);
+    int64_t n = posInt(v, t.key, 1);
+    if (n > max)
+      fail(v.loc, t.key + " must be at most " + std::to_string(max));
+    trainAttrs_.set(t.key, b_.getI64IntegerAttr(n));
+    return {n, v.loc};
+  };
   for (const TrainEntry &t : ast_.train) {
     const std::string &k = t.key;
     if (k == "pp" || k == "micro_batches") {
       // Pipeline parallelism (docs/parallel.md): pp stages, each step's
       // batch cut into micro_batches micro-batches of `batch` rows (the
       // pipeline's name for grad_accum).
-      Val v = eval(*t.value, paramEnv_);
-      int64_t n = posInt(v, k, 1);
-      if (n > (k == "pp" ? kMaxStages : int64_t(4096)))
-        fail(v.loc, k + " must be at most " +
-                        std::to_string(k == "pp" ? kMaxStages : int64_t(4096)));
-      (k == "pp" ? pp : micro) = {n, v.loc};
-      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+      (k == "pp" ? pp : micro) = bounded(t, k == "pp" ? kMaxStages : int64_t(4096));
       if (k == "micro_batches")
-        trainAttrs_.set("grad_accum", b_.getI64IntegerAttr(n));
+        trainAttrs_.set("grad_accum", b_.getI64IntegerAttr(micro->first));
     } else if (k == "pipeline") {
       const Expr &e = *t.value;
       std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
@@ -163,21 +166,11 @@ void Elaborator::evalTrain() {
       pipeline = {p, e.loc};
       trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "virtual_stages") {
-      Val v = eval(*t.value, paramEnv_);
-      int64_t n = posInt(v, k, 1);
-      if (n > 64)
-        fail(v.loc, "virtual_stages must be at most 64");
-      vstages = {n, v.loc};
-      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+      vstages = bounded(t, 64);
     } else if (k == "tp") {
       // Tensor parallelism (docs/parallel.md): tp of the devices split each
       // layer; devices / tp replicas of that split train data-parallel.
-      Val v = eval(*t.value, paramEnv_);
-      int64_t n = posInt(v, k, 1);
-      if (n > 65536)
-        fail(v.loc, "tp must be at most 65536");
-      tp = {n, v.loc};
-      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
+      tp = bounded(t, 65536);
     } else if (k == "devices" || k == "zero") {
       // Parallelism (docs/parallel.md): devices = all devices (the dp size
       // times tp).

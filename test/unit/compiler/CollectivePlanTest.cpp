@@ -168,6 +168,37 @@ func.func @train_step(%w: tensor<6xf32> {kiln.param = "w"},
 }
 
 namespace {
+/// kiln.shard of a tensor-parallel split: dimension `dim` of `shape` in
+/// `outer` parts over tp, then ZeRO blocks over `zero` when it is not empty.
+mlir::DictionaryAttr tpShard(mlir::Builder &b, llvm::ArrayRef<int64_t> shape, int64_t dim,
+                             int64_t outer, llvm::StringRef zero = "") {
+  llvm::SmallVector<mlir::NamedAttribute> a = {
+      b.getNamedAttr("axis", b.getStringAttr("tp")),
+      b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape)),
+      b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
+      b.getNamedAttr("outer", b.getI64IntegerAttr(outer))};
+  if (!zero.empty())
+    a.push_back(b.getNamedAttr("zero", b.getStringAttr(zero)));
+  return b.getDictionaryAttr(a);
+}
+
+/// The plan listing (--emit=plan) of `p`.
+std::string listingOf(const kiln::program::Program &p) {
+  std::string listing;
+  llvm::raw_string_ostream os(listing);
+  kiln::printPlan(p, os);
+  os.flush();
+  return listing;
+}
+
+/// The plan JSON `json` with every `from` replaced by `to`, parsed as `name`.
+auto parseEdited(std::string json, const std::string &from, const std::string &to,
+                 const std::string &name) {
+  for (size_t at = json.find(from); at != std::string::npos; at = json.find(from, at + 1))
+    json.replace(at, from.size(), to);
+  return kiln::program::Program::parse(json, name);
+}
+
 /// The tensor-parallel module: on a mesh dp x tp = 2 x 2, w [4, 4] split on
 /// dim 1 (local [4, 2]) and a fused q/k/v weight [12, 2] split on dim 0 in
 /// 3 parts (local [6, 2]), each with its kiln.shard set after parsing (see
@@ -193,15 +224,8 @@ func.func @train_step(%w: tensor<4x2xf32> {kiln.param = "w"},
     return module;
   auto step = module->lookupSymbol<mlir::func::FuncOp>("train_step");
   mlir::Builder b(&ctx);
-  auto shard = [&](llvm::ArrayRef<int64_t> shape, int64_t dim, int64_t outer) {
-    return b.getDictionaryAttr(
-        {b.getNamedAttr("axis", b.getStringAttr("tp")),
-         b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape)),
-         b.getNamedAttr("dim", b.getI64IntegerAttr(dim)),
-         b.getNamedAttr("outer", b.getI64IntegerAttr(outer))});
-  };
-  step.setArgAttr(0, "kiln.shard", shard({4, 4}, 1, 1));
-  step.setArgAttr(1, "kiln.shard", qkvShard ? qkvShard : shard({12, 2}, 0, 3));
+  step.setArgAttr(0, "kiln.shard", tpShard(b, {4, 4}, 1, 1));
+  step.setArgAttr(1, "kiln.shard", qkvShard ? qkvShard : tpShard(b, {12, 2}, 0, 3));
   return module;
 }
 } // namespace
@@ -250,10 +274,7 @@ TEST(CollectivePlanTest, TensorParallelBuffers) {
   EXPECT_EQ(parsed->toJson(), json);
 
   // The listing.
-  std::string listing;
-  llvm::raw_string_ostream os(listing);
-  kiln::printPlan(p, os);
-  os.flush();
+  std::string listing = listingOf(p);
   EXPECT_NE(
       listing.find("w: f32[4x2] of logical [4x4], sharded over tp on dim 1\n"),
       std::string::npos)
@@ -273,11 +294,7 @@ TEST(CollectivePlanTest, TensorParallelBuffers) {
   // The parser refuses a shard_dim outside the logical shape and a block
   // shape that is not the logical one split.
   auto edit = [&](const std::string &from, const std::string &to) {
-    std::string bad = json;
-    for (size_t at = bad.find(from); at != std::string::npos;
-         at = bad.find(from, at + 1))
-      bad.replace(at, from.size(), to);
-    return kiln::program::Program::parse(bad, "tp");
+    return parseEdited(json, from, to, "tp");
   };
   auto farDim = edit("\"shard_dim\": 1", "\"shard_dim\": 2");
   ASSERT_FALSE(farDim);
@@ -320,19 +337,9 @@ func.func @train_step(%w: tensor<4x2xf32> {kiln.param = "w"},
   ASSERT_TRUE(module);
   auto step = module->lookupSymbol<mlir::func::FuncOp>("train_step");
   mlir::Builder b(&ctx);
-  auto tp = [&](bool zero) {
-    llvm::SmallVector<mlir::NamedAttribute> a = {
-        b.getNamedAttr("axis", b.getStringAttr("tp")),
-        b.getNamedAttr("shape", b.getDenseI64ArrayAttr({4, 4})),
-        b.getNamedAttr("dim", b.getI64IntegerAttr(1)),
-        b.getNamedAttr("outer", b.getI64IntegerAttr(1))};
-    if (zero)
-      a.push_back(b.getNamedAttr("zero", b.getStringAttr("dp")));
-    return b.getDictionaryAttr(a);
-  };
-  step.setArgAttr(0, "kiln.shard", tp(false));
-  step.setArgAttr(1, "kiln.shard", tp(true));
-  step.setResultAttr(1, "kiln.shard", tp(true));
+  step.setArgAttr(0, "kiln.shard", tpShard(b, {4, 4}, 1, 1));
+  step.setArgAttr(1, "kiln.shard", tpShard(b, {4, 4}, 1, 1, "dp"));
+  step.setResultAttr(1, "kiln.shard", tpShard(b, {4, 4}, 1, 1, "dp"));
   ASSERT_TRUE(mlir::succeeded(mlir::verify(*module)));
   kiln::CodegenOptions options;
   options.emitLLVM = false;
@@ -358,22 +365,13 @@ func.func @train_step(%w: tensor<4x2xf32> {kiln.param = "w"},
   EXPECT_EQ(parsed->plan(3).buffers[size_t(m)].zeroAxis, "dp");
   EXPECT_EQ(parsed->toJson(), json);
 
-  std::string listing;
-  llvm::raw_string_ostream os(listing);
-  kiln::printPlan(p, os);
-  os.flush();
+  std::string listing = listingOf(p);
   EXPECT_NE(listing.find("m:w: f32[4] of logical [4x4], sharded over tp on dim 1, then ZeRO "
                          "blocks over dp\n"),
             std::string::npos)
       << listing;
 
-  auto edit = [&](const std::string &from, const std::string &to) {
-    std::string bad = json;
-    for (size_t at = bad.find(from); at != std::string::npos; at = bad.find(from, at + 1))
-      bad.replace(at, from.size(), to);
-    return kiln::program::Program::parse(bad, "tpzero");
-  };
-  auto same = edit("\"shard_zero\": \"dp\"", "\"shard_zero\": \"tp\"");
+  auto same = parseEdited(json, "\"shard_zero\": \"dp\"", "\"shard_zero\": \"tp\"", "tpzero");
   ASSERT_FALSE(same);
   EXPECT_NE(same.status().message().find(
                 "sharded buffer 'm:w' has a shard_zero that is not another mesh axis"),

@@ -135,6 +135,16 @@ inline std::pair<int64_t, int64_t> splitOf(func::FuncOp f, unsigned i) {
   return {s.getAs<IntegerAttr>("dim").getInt(), s.getAs<IntegerAttr>("outer").getInt()};
 }
 
+/// @train_step of `m` has state that ZeRO blocks over dp inside its tp
+/// split (kiln.shard with both dim and zero = "dp").
+inline bool hasZeroInsideTp(ModuleOp m) {
+  auto step = m.lookupSymbol<func::FuncOp>("train_step");
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    if (zeroOf(step, i) == "dp" && splitOf(step, i).first >= 0)
+      return true;
+  return false;
+}
+
 /// Coordinates: element index <-> (pre, d, post) around dimension `dim`.
 struct Around {
   int64_t pre = 1, size = 1, post = 1;
