@@ -218,7 +218,7 @@ void timeGemms(const std::vector<program::GemmParams> &shapes, Machine &m) {
 void compile(mlir::ModuleOp module, Candidate &c, const Options &o,
              std::string &diagnostics) {
   mlir::OwningOpRef<mlir::ModuleOp> mod = module.clone();
-  setLayout(*mod, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp, c.microBatches);
+  setLayout(*mod, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp, c.microBatches, c.virtualStages);
   diagnostics.clear();
   if (mlir::failed(buildTrainProgram(*mod))) {
     c.applicable = false;
@@ -409,13 +409,14 @@ void predict(Candidate &c, const Machine &m) {
         take(c, r);
       }
     }
+    // Interleaved (V chunks per device): the bubble is p - 1 slots of one
+    // chunk's share of a micro-batch, (p - 1) / V micro-batch times.
     double microBatch = slowest / double(c.microBatches);
-    c.bubbleSeconds = double(c.pp - 1) * microBatch;
+    c.bubbleSeconds = double(c.pp - 1) * microBatch / double(c.virtualStages);
     c.transferSeconds = double(c.transfers) * m.commLatency +
                         double(c.transferBytes) / m.commBusBandwidth;
     c.commSeconds += c.transferSeconds;
-    c.stepSeconds =
-        double(c.microBatches + c.pp - 1) * microBatch + c.transferSeconds;
+    c.stepSeconds = double(c.microBatches) * microBatch + c.bubbleSeconds + c.transferSeconds;
   }
   c.exposedCommSeconds = std::max(0.0, c.stepSeconds - c.gemmSeconds -
                                            c.kernelSeconds - c.bubbleSeconds);
@@ -434,7 +435,8 @@ std::string trafficText(const Candidate &c) {
 
 std::string Candidate::layout() const {
   if (pp > 1)
-    return fmt::format("pp={} dp={} tp={} M={}{}", pp, dp, tp, microBatches,
+    return fmt::format("pp={} dp={} tp={} M={}{}{}", pp, dp, tp, microBatches,
+                       virtualStages > 1 ? fmt::format(" V={}", virtualStages) : std::string(),
                        zero > 0 ? fmt::format(" zero={}", zero) : std::string());
   return fmt::format("dp={} tp={} zero={}", dp, tp, zero);
 }
@@ -443,6 +445,8 @@ std::string Candidate::flags() const {
   std::string f = fmt::format("--devices {}", pp * dp * tp);
   if (pp > 1)
     f += fmt::format(" --pp {} --micro-batches {}", pp, microBatches);
+  if (pp > 1 && virtualStages > 1)
+    f += fmt::format(" --pipeline interleaved --virtual-stages {}", virtualStages);
   if (tp > 1)
     f += fmt::format(" --tp {}", tp);
   if (zero > 0)
@@ -556,7 +560,7 @@ bool measureMachine(int devices, Machine &m, std::string &error) {
 }
 
 void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
-               int64_t pp, int64_t microBatches) {
+               int64_t pp, int64_t microBatches, int64_t virtualStages) {
   mlir::Builder b(module.getContext());
   auto train =
       module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
@@ -569,8 +573,17 @@ void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
     t.set("pp", b.getI64IntegerAttr(pp));
     t.set("micro_batches", b.getI64IntegerAttr(microBatches));
     t.set("grad_accum", b.getI64IntegerAttr(microBatches));
+    if (virtualStages > 1) {
+      t.set("pipeline", b.getStringAttr("interleaved"));
+      t.set("virtual_stages", b.getI64IntegerAttr(virtualStages));
+    } else {
+      t.erase("pipeline");
+      t.erase("virtual_stages");
+    }
   } else {
     t.erase("pp");
+    t.erase("pipeline");
+    t.erase("virtual_stages");
   }
   module->setAttr(KilnDialect::kTrainAttr,
                   t.getDictionary(module.getContext()));
@@ -601,8 +614,19 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
           c.tp = tp;
           c.zero = zero;
           c.microBatches = pp > 1 ? micro : 1;
+          Candidate interleaved = c;
           compile(module, c, o, diagnostics);
           r.candidates.push_back(std::move(c));
+          // Interleaved 1F1B with 2 chunks per device, where Megatron's
+          // order exists (M a multiple of pp); left out when it does not
+          // compile (too few layers for pp x 2 chunks, or whatever refused
+          // the plain 1F1B layout, which is listed).
+          if (pp > 1 && micro % pp == 0 && r.candidates.back().applicable) {
+            interleaved.virtualStages = 2;
+            compile(module, interleaved, o, diagnostics);
+            if (interleaved.applicable)
+              r.candidates.push_back(std::move(interleaved));
+          }
         }
       }
     }
@@ -732,11 +756,13 @@ void printReport(const Result &r, const Options &o, const Machine &m,
         "replay the steps they run (stage s and -1) in T_s for all M "
         "micro-batches; step = (M + p - 1) * max_s T_s / M (the slowest "
         "stage stretched by the bubble, (p - 1) / (M + p - 1) of the step "
-        "idle) + each send's latency + bytes / bus bandwidth. A pipeline "
+        "idle) + each send's latency + bytes / bus bandwidth; interleaved "
+        "(V=2 model chunks per device, M a multiple of p): step = (M + (p - 1) "
+        "/ V) * max_s T_s / M + the sends, bubble (p - 1) / (V M + p - 1). A pipeline "
         "trains dp * batch * M rows per step, so layouts are compared per "
         "row; layouts without one keep the train section's grad_accum\n\n";
 
-  os << fmt::format("{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
+  os << fmt::format("{:>4}  {:<30} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
                     "{:>8} {:>5} {:>7} {:>6}  {}\n",
                     "rank", "layout", "memory", "persistent", "fits", "ms/step",
                     "compute", "comm", "exposed", "rows", "ms/row", "bubble",
@@ -745,7 +771,7 @@ void printReport(const Result &r, const Options &o, const Machine &m,
   for (size_t i : r.ranking) {
     const Candidate &c = r.candidates[i];
     os << fmt::format(
-        "{:>4}  {:<18} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
+        "{:>4}  {:<30} {:>11} {:>11}  {:<4} {:>8} {:>8} {:>8} "
         "{:>8} {:>5} {:>7} {:>6}  {}\n",
         ++rank, c.layout(), mib(c.memoryBytes()), mib(c.persistentBytes),
         c.fits ? "yes" : "no", ms(c.stepSeconds),
@@ -757,7 +783,7 @@ void printReport(const Result &r, const Options &o, const Machine &m,
   }
   for (const Candidate &c : r.candidates)
     if (!c.applicable)
-      os << fmt::format("{:>4}  {:<18} not applicable: {}\n", "-", c.layout(),
+      os << fmt::format("{:>4}  {:<30} not applicable: {}\n", "-", c.layout(),
                         c.reason);
   os << "\n";
   if (!r.chosen)
@@ -781,10 +807,11 @@ void printReport(const Result &r, const Options &o, const Machine &m,
       ms(w.exposedCommSeconds));
   if (w.pp > 1)
     text += fmt::format(
-        ", bubble {} ms = {:.1f}% of the step slots ({} - 1) / ({} + {} - 1), "
+        ", bubble {} ms = {:.1f}% of the step slots ({} - 1) / ({}{} + {} - 1), "
         "{} transfers of {} in {} ms",
-        ms(w.bubbleSeconds), w.bubbleFraction() * 100, w.pp, w.microBatches,
-        w.pp, w.transfers, mib(w.transferBytes), ms(w.transferSeconds));
+        ms(w.bubbleSeconds), w.bubbleFraction() * 100, w.pp,
+        w.virtualStages > 1 ? fmt::format("{} x ", w.virtualStages) : std::string(),
+        w.microBatches, w.pp, w.transfers, mib(w.transferBytes), ms(w.transferSeconds));
   text += ")";
   // Plain data parallelism, when a budget rules it out: its numbers.
   for (size_t i : r.ranking) {

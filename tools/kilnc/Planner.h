@@ -80,6 +80,9 @@ struct StageCost {
 struct Candidate {
   int64_t pp = 1, dp = 1, tp = 1;
   int64_t microBatches = 1; ///< pp > 1: grad_accum = micro-batches per step
+  /// pp > 1: model chunks per device; above 1 the interleaved 1F1B schedule
+  /// (--pipeline interleaved --virtual-stages V), else plain 1F1B.
+  int64_t virtualStages = 1;
   int zero = 0;
   bool applicable = true;
   std::string reason;       ///< why not applicable (the compiler's first line)
@@ -104,12 +107,13 @@ struct Candidate {
   double stepSeconds = 0;
   bool fits = true;
 
-  /// "dp=2 tp=1 zero=0"; with pp > 1 "pp=2 dp=1 tp=1 M=4" (ZeRO is 0).
+  /// "dp=2 tp=1 zero=0"; with pp > 1 "pp=2 dp=1 tp=1 M=4" (ZeRO is 0),
+  /// interleaved "pp=2 dp=1 tp=1 M=4 V=2".
   std::string layout() const;
   std::string flags() const; ///< "--devices 2 --pp 2 --micro-batches 4"
-  /// The pipeline's idle fraction (p - 1) / (M + p - 1); 0 without one.
+  /// The pipeline's idle fraction (p - 1) / (V M + p - 1); 0 without one.
   double bubbleFraction() const {
-    return pp > 1 ? double(pp - 1) / double(microBatches + pp - 1) : 0;
+    return pp > 1 ? double(pp - 1) / double(virtualStages * microBatches + pp - 1) : 0;
   }
   double secondsPerRow() const { return stepSeconds / double(rowsPerStep); }
   int64_t memoryBytes() const { return std::max(peakBytes, arenaBytes); }
@@ -139,10 +143,11 @@ struct Result {
 };
 
 /// Sets the layout on `module` as kilnc's --devices/--tp/--zero/--pp/
-/// --micro-batches flags do (the kiln.train attribute and the mesh). With
-/// pp = 1 the train section's grad_accum is kept.
+/// --micro-batches/--pipeline/--virtual-stages flags do (the kiln.train
+/// attribute and the mesh). With pp = 1 the train section's grad_accum is
+/// kept; virtualStages > 1 is the interleaved schedule.
 void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
-               int64_t pp = 1, int64_t microBatches = 1);
+               int64_t pp = 1, int64_t microBatches = 1, int64_t virtualStages = 1);
 
 /// Compiles every layout of `module` (as the frontend built it; it is not
 /// changed), times the float32 GEMM shapes their plans run (into

@@ -557,10 +557,11 @@ int main(int argc, char **argv) {
       return userError("--parallel=" + parallelOpt +
                        ": the only value is auto");
     if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
-        ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences())
-      return userError("--parallel=auto chooses tp, zero, pp and micro-batches "
-                       "itself; leave out --tp, --zero, --pp and "
-                       "--micro-batches "
+        ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
+        pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences())
+      return userError("--parallel=auto chooses tp, zero, pp, micro-batches and the "
+                       "pipeline schedule itself; leave out --tp, --zero, --pp, "
+                       "--micro-batches, --pipeline and --virtual-stages "
                        "(or leave out --parallel=auto to give them)");
     if (!module->lookupSymbol("forward"))
       return userError("--parallel=auto lays out a model (a .kiln file, or a "
@@ -618,7 +619,7 @@ int main(int argc, char **argv) {
       return userError(result.error);
     const kiln::planner::Candidate &c = result.candidates[*result.chosen];
     kiln::planner::setLayout(*module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp,
-                             c.microBatches);
+                             c.microBatches, c.virtualStages);
     if (outputFile == "-" && !emit.getNumOccurrences())
       return 0; // the report was the output
   }
