@@ -11,7 +11,7 @@ namespace kiln::train {
 using program::Buffer;
 using program::DType;
 
-EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
+Expected<EvalResult> evaluate(Model &m, const DataSource &src, int64_t batches, int64_t step) {
   EvalResult r;
   std::vector<int> inputs = m.dataInputs("eval_step");
   int lossId = m.prog().function("eval_step")->results[0];
@@ -67,6 +67,16 @@ EvalResult evaluate(Model &m, const DataSource &src, int64_t batches) {
     }
   }
   r.batches = batches;
+  if (comm::Communicator *c = m.comm; c && c->size() > 1) {
+    double mine[3] = {r.loss, double(correct), double(total)}, all[3] = {0, 0, 0};
+    c->setContext(step >= 0 ? fmt::format("training step {}, averaging the validation loss", step)
+                            : std::string("averaging the validation loss"));
+    if (Status s = c->allReduce(mine, all, 3, ElementType::F64, comm::Reduction::Sum); !s)
+      return s;
+    r.loss = all[0] / double(c->size());
+    correct = int64_t(all[1]);
+    total = int64_t(all[2]);
+  }
   r.loss /= double(std::max<int64_t>(batches, 1));
   if (total)
     r.accuracy = double(correct) / double(total);
@@ -98,7 +108,10 @@ Expected<EvalReport> evaluateModel(Model &m, const EvalOptions &o, const Backend
                     : (*src)->epochBatches() > 0 ? (*src)->epochBatches()
                     : (tc.evalSteps > 0 ? tc.evalSteps : 20);
   EvalReport r;
-  r.result = evaluate(m, **src, batches);
+  auto ev = evaluate(m, **src, batches);
+  if (!ev)
+    return ev.status();
+  r.result = *ev;
   r.data = (*src)->describe();
   // The data was checked on load (finite, indices in range), so a loss that
   // is not a number comes from the parameters.

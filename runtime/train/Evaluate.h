@@ -18,7 +18,14 @@ struct EvalResult {
 
 /// Mean @eval_step loss over `batches` batches of `src` (and accuracy when
 /// @predict gives [batch, classes] logits and an input holds [batch] labels).
-EvalResult evaluate(Model &m, const DataSource &src, int64_t batches);
+/// On several devices (m.comm) every rank calls it with its dp replica's
+/// part of each batch (openData's DataShard): the loss is averaged over the
+/// ranks and the accuracy counts summed, through the communicator (the
+/// devices of one replica hold the same values, so this is the mean over
+/// replicas). `step` (the training step, -1 for none) names a failed
+/// collective.
+Expected<EvalResult> evaluate(Model &m, const DataSource &src, int64_t batches,
+                              int64_t step = -1);
 
 /// What `kiln-run eval` does: the parameters of a checkpoint (or the initial
 /// ones) on validation data. Empty strings and unset numbers take the

@@ -108,8 +108,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
   std::shared_ptr<const DataSource> val;
   std::string valPath = resolvePath(o.valData.empty() ? tc.valData : o.valData, m.pkg);
   if (!valPath.empty() && r.evalInterval > 0) {
+    // Each dp replica scores its own part of every global validation batch
+    // (as in training); evaluate() averages the replicas, so N devices
+    // score the rows one device scores at the N-times batch.
     auto v = openData(valPath, m, "eval_step", r.seed ^ 0xe7a15eedULL, /*shuffle=*/false,
-                      "validation");
+                      "validation", dataShard(m));
     if (!v)
       return v.status();
     val = std::move(*v);
@@ -420,7 +423,11 @@ Expected<TrainResult> Trainer::run() {
     }
     if (val_ && evalInterval_ > 0 && ((step + 1) % evalInterval_ == 0 || last)) {
       SpanScope evalSpan(tracer, Span::Eval, "evaluation");
-      EvalResult e = evaluate(m, *val_, evalSteps_);
+      auto ev = evaluate(m, *val_, evalSteps_, step + 1);
+      if (!ev)
+        return Status::error(fmt::format("rank {}: {}", o_.rank, ev.status().message()),
+                             ev.status().kind());
+      EvalResult e = *ev;
       lastVal = e.loss;
       if (o_.onEval && leader())
         o_.onEval(EvalPoint{step + 1, e.loss, e.accuracy});
