@@ -360,9 +360,16 @@ void addProgram(ModelSummary &s, ModuleOp module) {
           why = name.str();
         l = n.getChildLoc();
       }
-      if (auto f = dyn_cast<FileLineColLoc>(l))
+      // The first file location inside (a layer in a `def` is a call site
+      // or a fused location around it).
+      l->walk([&](Location inner) {
+        auto f = dyn_cast<FileLineColLoc>(inner);
+        if (!f)
+          return WalkResult::advance();
         where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
                 std::to_string(f.getLine());
+        return WalkResult::interrupt();
+      });
       lines.push_back(llvm::formatv("    {0,-28} {1,-16} {2}{3}", where,
                                     typeStr(ar->getResult(0).getType()),
                                     isa<AllGatherOp>(ar) ? "(all_gather) " : "", why)
