@@ -225,7 +225,11 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
      << "\n";
   for (int64_t st = 0; st < P; ++st) {
     auto layersOf = [&](int64_t c) {
-      return first[size_t(c)].empty() ? std::string("-")
+      // A chunk outside every repeat block (the embeddings or the head of
+      // a model with fewer blocks than chunks): its op count says so.
+      return first[size_t(c)].empty()
+                 ? (V > 1 ? llvm::formatv("no repeat block ({0} ops)", ops[size_t(c)]).str()
+                          : std::string("-"))
              : first[size_t(c)] == last[size_t(c)]
                  ? first[size_t(c)]
                  : first[size_t(c)] + " .. " + last[size_t(c)];
