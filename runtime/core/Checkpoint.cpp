@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -195,6 +196,25 @@ Status write(const std::string &path, const Checkpoint &c) {
     ::fsync(dfd);
     ::close(dfd);
   }
+  return Status::ok();
+}
+
+Status checkWritable(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return Status::error(fmt::format("the checkpoint path '{}' is a directory; give a file name "
+                                     "(--checkpoint DIR/model.ckpt)", path));
+  // The same temporary name write() uses, so the probe needs exactly what
+  // the real write will.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Status::error(fmt::format("cannot write the checkpoint '{}': creating '{}' failed: "
+                                     "{}; give a --checkpoint in a folder that exists and "
+                                     "is writable",
+                                     path, tmp, std::strerror(errno)));
+  ::close(fd);
+  ::unlink(tmp.c_str());
   return Status::ok();
 }
 

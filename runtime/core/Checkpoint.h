@@ -42,6 +42,10 @@ uint32_t crc32(const void *data, size_t size, uint32_t crc = 0);
 /// The file image write() stores (also used for artifact sections).
 Expected<std::string> serialize(const Checkpoint &checkpoint);
 Status write(const std::string &path, const Checkpoint &checkpoint);
+/// Whether write() can put a checkpoint at `path`: not a directory, and its
+/// folder takes a new file (created and removed here). A training run asks
+/// before its first step, so a bad path costs no training.
+Status checkWritable(const std::string &path);
 /// Verifies an in-memory image; `origin` names it in messages.
 Expected<Checkpoint> parse(const std::string &image, const std::string &origin);
 /// Verifies everything before returning: header size and JSON, dtypes,

@@ -100,6 +100,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
     return s;
   Resolved r = resolve(m, o);
   const TrainConfig &tc = m.pkg.train;
+  // The checkpoint's folder, before any training a bad path would lose
+  // (rank 0 writes it).
+  if (o.rank == 0)
+    if (Status s = ckpt::checkWritable(r.ckptPath); !s)
+      return s;
   std::string trainPath = resolvePath(o.data.empty() ? tc.data : o.data, m.pkg);
   auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training",
                         dataShard(m), o.shuffleBuffer);
@@ -156,6 +161,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
     if (Status s = m.setPersistent(*resume); !s)
       return s;
     t->start_ = checkpointStep(*resume);
+    if (t->start_ >= t->steps_)
+      return Status::error(fmt::format(
+          "{} is at step {}, and this run trains to step {}: nothing is left to train; give "
+          "--steps above {} to continue it",
+          o.resume, t->start_, t->steps_, t->start_));
     if (!o.quiet)
       t->say(Channel::Note, fmt::format("resumed from {} at step {}", o.resume, t->start_));
   }

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -96,13 +97,25 @@ struct Flags {
   int64_t traceFrom = -1, traceTo = -1; ///< --trace-steps A:B; -1: the default window
 };
 
+/// Counts are bounded so that nothing downstream overflows (a step count,
+/// an ETA) or asks the system for more than it has (threads).
+constexpr int64_t kMaxCount = 1'000'000'000'000; // 1e12
+/// Threads a device's pool (or the inter-op pool) may start: far above any
+/// machine's cores, below what the system refuses.
+constexpr int64_t kMaxThreads = 1024;
+/// A collective's deadline (seconds): a time point this far ahead still
+/// fits the clocks' 64-bit nanoseconds (about 292 years) with room to spare.
+constexpr double kMaxCollectiveTimeout = 1e7;
+
 Status parseFlags(const std::vector<std::string> &args, Flags &f) {
-  auto intArg = [](const std::string &name, const std::string &v, int64_t lo,
-                   int64_t &out) -> Status {
+  auto intArg = [](const std::string &name, const std::string &v, int64_t lo, int64_t &out,
+                   int64_t hi = kMaxCount) -> Status {
     char *end = nullptr;
+    errno = 0;
     long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end || x < lo)
-      return Status::error(fmt::format("{} needs an integer >= {}, got '{}'", name, lo, v));
+    if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
+      return Status::error(
+          fmt::format("{} needs an integer from {} to {}, got '{}'", name, lo, hi, v));
     out = x;
     return Status::ok();
   };
@@ -127,14 +140,17 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--prefetch") { if ((s = value(v))) s = intArg(a, v, 1, f.prefetch); }
     else if (a == "--data-workers") { if ((s = value(v))) s = intArg(a, v, 1, f.dataWorkers); }
     else if (a == "--shuffle-buffer") { if ((s = value(v))) s = intArg(a, v, 1, f.shuffleBuffer); }
-    else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.threads = int(n); f.threadsSet = true; } }
-    else if (a == "--inter-op-threads") { if ((s = value(v))) { s = intArg(a, v, 1, n); f.interOpThreads = int(n); } }
+    else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n, kMaxThreads); f.threads = int(n); f.threadsSet = true; } }
+    else if (a == "--inter-op-threads") { if ((s = value(v))) { s = intArg(a, v, 1, n, kMaxThreads); f.interOpThreads = int(n); } }
     else if (a == "--collective-timeout") {
       if ((s = value(v))) {
         char *end = nullptr;
         f.collectiveTimeout = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end || !(f.collectiveTimeout > 0) || !std::isfinite(f.collectiveTimeout))
-          s = Status::error("--collective-timeout needs a number of seconds > 0");
+        if (v.empty() || *end || !(f.collectiveTimeout > 0) ||
+            !(f.collectiveTimeout <= kMaxCollectiveTimeout))
+          s = Status::error(fmt::format(
+              "--collective-timeout needs a number of seconds > 0 and at most {:g} (115 days), "
+              "got '{}'", kMaxCollectiveTimeout, v));
       }
     }
     else if (a == "--seed") { if ((s = value(v))) { s = intArg(a, v, 0, n); f.seed = uint64_t(n); f.seedSet = true; } }
@@ -243,9 +259,20 @@ std::optional<uint64_t> seedOf(const Flags &f) {
 
 /// Ctrl-C during training: the trainer stops after the step and saves.
 std::atomic<bool> gInterrupted{false};
-extern "C" void onSigint(int) {
+/// SIGTERM too: what Slurm and other schedulers send the processes before
+/// they preempt a job; and SIGUSR1, which mpirun forwards to the ranks
+/// (`kill -USR1 <mpirun>`: mpirun itself ends the job on SIGINT or SIGTERM).
+extern "C" void onSigint(int sig) {
   gInterrupted = true;
-  std::signal(SIGINT, SIG_DFL); // a second Ctrl-C ends the process at once
+  std::signal(sig, SIG_DFL); // a second one ends the process at once
+}
+void catchStops() {
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1})
+    std::signal(sig, onSigint);
+}
+void releaseStops() {
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1})
+    std::signal(sig, SIG_DFL);
 }
 
 /// --profile: the tracer the trainer records into, and the machine's
@@ -496,10 +523,17 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
         return rc;
   }
   if (r->result.interrupted) {
+    // The same launch again, from the checkpoint.
+    std::string again = fmt::format("kiln-run train {} --device {}", f.artifact, f.device);
+    if (launch.multiProcess())
+      again = (launch.launcher == "slurm" ? fmt::format("srun -n {} ", devices)
+               : launch.launcher == "openmpi" || launch.launcher == "pmi"
+                   ? fmt::format("mpirun -np {} ", devices)
+                   : fmt::format("({} with {} processes) ", launch.launcher, devices)) +
+              fmt::format("kiln-run train {}", f.artifact);
     if (ro.comms[0]->rank() == 0)
-      fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: kiln-run "
-                 "train {} --resume {}\n", r->result.next, r->result.checkpoint, f.artifact,
-                 r->result.checkpoint);
+      fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: {} --resume {}\n",
+                 r->result.next, r->result.checkpoint, again, r->result.checkpoint);
     return 130;
   }
   if (f.profile && ro.comms[0]->rank() == 0)
@@ -592,9 +626,9 @@ int trainCommand(const std::vector<std::string> &args) {
                                                   std::max(1, sharing)));
     traceWindow();
     gInterrupted = false;
-    std::signal(SIGINT, onSigint);
+    catchStops();
     int rc = trainReplicas(f, o, *spec, launch, *model, prof);
-    std::signal(SIGINT, SIG_DFL);
+    releaseStops();
     return tbDone(rc);
   }
   startProfile(f, o, prof, f.threads);
@@ -605,9 +639,9 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!trainer)
     return fail(trainer.status());
   gInterrupted = false;
-  std::signal(SIGINT, onSigint);
+  catchStops();
   auto r = (*trainer)->run();
-  std::signal(SIGINT, SIG_DFL);
+  releaseStops();
   if (!r)
     return fail(r.status());
   if (!f.trace.empty())

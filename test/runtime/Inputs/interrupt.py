@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Ctrl-C during kiln-run train: starts it, waits for its first progress
-line after step WAIT, sends SIGINT, and checks that it saved a checkpoint
-and exited with 130 and a resume hint.
+line after step 1, sends SIGINT (or --signal TERM: what mpirun passes the
+ranks on Ctrl-C, and what schedulers send before preempting a job), and
+checks that it saved a checkpoint and exited with 130 and a resume hint.
 
-  interrupt.py CHECKPOINT -- KILN_RUN_COMMAND...
+  interrupt.py [--signal INT|TERM] CHECKPOINT -- KILN_RUN_COMMAND...
 """
 import os
 import signal
@@ -12,14 +13,19 @@ import sys
 
 
 def main():
-    ckpt = sys.argv[1]
+    args = sys.argv[1:sys.argv.index("--")]
+    sig = signal.SIGINT
+    if args[0] == "--signal":
+        sig = getattr(signal, "SIG" + args[1])
+        args = args[2:]
+    ckpt = args[0]
     cmd = sys.argv[sys.argv.index("--") + 1:]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
     for line in p.stdout:
         out.append(line)
         if line.startswith("step") and "/" in line.split("|")[0] and not line.startswith("step     1/"):
-            p.send_signal(signal.SIGINT)
+            p.send_signal(sig)
             break
     rest, _ = p.communicate(timeout=120)
     out.append(rest)
