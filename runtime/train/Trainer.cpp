@@ -236,6 +236,44 @@ Expected<bool> Trainer::agreeStop(int64_t step) {
   return any != 0;
 }
 
+Status Trainer::agreeOnRun() {
+  comm::Communicator *c = m_.comm;
+  if (!c || c->size() == 1)
+    return Status::ok();
+  struct Setting {
+    const char *what; ///< as the user sets it
+    int64_t value;
+  };
+  const Setting mine[] = {
+      {"the first step (--resume's checkpoint step, 0 without one)", start_},
+      {"the last step (--steps)", steps_},
+      {"the evaluation interval (--eval-interval)", val_ ? evalInterval_ : 0},
+      {"the evaluation batches (--eval-steps)", val_ ? evalSteps_ : 0},
+      {"the checkpoint interval (--checkpoint-every)", ckptEvery_},
+      {"the data seed (--seed)", int64_t(seed_)},
+  };
+  constexpr int K = int(std::size(mine));
+  int64_t words[K];
+  for (int k = 0; k < K; ++k)
+    words[k] = mine[k].value;
+  std::vector<int64_t> all(size_t(K) * size_t(c->size()));
+  c->setContext("start-up, comparing the ranks' run settings");
+  if (Status s = c->allGather(words, all.data(), K, ElementType::I64); !s)
+    return Status::error(fmt::format("rank {}: {}", o_.rank, s.message()), s.kind());
+  std::string diff;
+  for (int r = 1; r < c->size(); ++r)
+    for (int k = 0; k < K; ++k)
+      if (all[size_t(r) * K + size_t(k)] != all[size_t(k)])
+        diff += fmt::format("\n  rank {}: {} is {}, rank 0's is {}", r, mine[k].what,
+                            all[size_t(r) * K + size_t(k)], all[size_t(k)]);
+  if (diff.empty())
+    return Status::ok();
+  return Status::error(
+      "the ranks were started with different settings, so they would not take the same "
+      "steps together:" + diff +
+      "\n  launch every rank with the same options (and the same --resume checkpoint)");
+}
+
 bool Trainer::injectFault(int64_t step) {
   if (fault_.kind == RankFault::None || fault_.step != step || fault_.rank != o_.rank)
     return false;
@@ -255,6 +293,8 @@ bool Trainer::injectFault(int64_t step) {
 
 Expected<TrainResult> Trainer::run() {
   Model &m = m_;
+  if (Status s = agreeOnRun(); !s)
+    return s;
   const DataSource &train = *train_;
   data::PrefetchOptions po;
   po.depth = size_t(std::max(o_.prefetch, 1));

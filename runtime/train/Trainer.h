@@ -188,6 +188,12 @@ private:
   /// Whether to stop after this step: the stop flag, agreed between the
   /// replicas of a multi-device run (a MAX all-reduce) so all stop together.
   Expected<bool> agreeStop(int64_t step);
+  /// Before the first step: every rank runs the same steps (start, end),
+  /// evaluates and checkpoints at the same steps and draws from the same
+  /// data seed; ranks launched with different options would wait for each
+  /// other's collectives until the deadline. An error naming the ranks and
+  /// the settings that differ from rank 0's.
+  Status agreeOnRun();
   /// Applies fault_ at the start of `step`; true: leave the run.
   bool injectFault(int64_t step);
 
