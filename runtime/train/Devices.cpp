@@ -199,10 +199,24 @@ Status checkDeviceCount(const program::Program &p, int devices, const std::strin
     return Status::error(fmt::format(
         "{} was compiled for 1 device, but {} asks for {}; recompile with kilnc --devices {} "
         "(or run it on one device)", artifact, how, devices, devices));
+  // A model-parallel layout (pp x tp devices per replica) recompiles only
+  // for a multiple of it, unless the layout changes too.
+  int64_t modelParallel = 1;
+  for (const char *axis : {"pp", "tp"})
+    if (int a = p.mesh.axis(axis); a >= 0)
+      modelParallel *= p.mesh.axes[size_t(a)].size;
+  std::string recompile =
+      modelParallel > 1 && devices == 1
+          ? std::string("recompile with kilnc --devices 1 --pp 1 --tp 1")
+      : modelParallel > 1 && devices % modelParallel != 0
+          ? fmt::format("recompile with kilnc --devices {} and --pp/--tp whose product divides "
+                        "{} (this artifact has pp x tp = {})",
+                        devices, devices, modelParallel)
+          : fmt::format("recompile with kilnc --devices {}", devices);
   return Status::error(fmt::format(
       "{} was compiled for {} devices, but {} gives {}; run it with --device cpu:{} or "
-      "mpirun -np {} kiln-run ..., or recompile with kilnc --devices {}", artifact, want, how,
-      devices, want, want, devices));
+      "mpirun -np {} kiln-run ..., or {}", artifact, want, how, devices, want, want,
+      recompile));
 }
 
 Expected<std::vector<std::unique_ptr<comm::Communicator>>>

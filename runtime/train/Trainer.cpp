@@ -438,10 +438,14 @@ Expected<TrainResult> Trainer::run() {
         std::fclose(lossLog_);
         lossLog_ = nullptr;
       }
+      // Numbered as the progress lines number steps (1-based); a NaN's sign
+      // means nothing.
+      auto text = [](double x) { return std::isnan(x) ? std::string("nan") : fmt::format("{}", x); };
       return Status::error(fmt::format(
-          "step {}: the loss is {} (grad norm {}); training stopped and {} was not "
+          "step {}/{}: the loss is {} (grad norm {}); training stopped and {} was not "
           "overwritten.\n  Lower the learning rate, set grad_clip in the train section, or "
-          "resume from the last checkpoint with --resume.", step, loss, norm, ckptPath_));
+          "resume from the last checkpoint with --resume.",
+          step + 1, steps_, text(loss), text(norm), ckptPath_));
     }
     if (std::isfinite(loss)) {
       lossSum += loss;
