@@ -503,9 +503,15 @@ void Elaborator::execBlock(const Block &block, Env &env, bool inDef,
                                std::to_string(kMaxStages - 1) + ", got " +
                                (n.kind == Val::Kind::Int ? std::to_string(n.i)
                                                          : describe(n)));
+      int64_t outer = tagger_.stage;
+      // One stage per op: a stage block inside another would silently
+      // move the inner ops off the outer block's stage.
+      if (outer >= 0)
+        fail(s.loc, "a stage block inside stage " + std::to_string(outer) +
+                        "'s block: every op runs on one stage; close the outer block "
+                        "first, or put this block beside it");
       if (n.i > maxStage_)
         maxStage_ = n.i, maxStageLoc_ = s.value->loc;
-      int64_t outer = tagger_.stage;
       tagger_.stage = n.i;
       execBlock(s.body, env, inDef, /*topLevel=*/false, ret);
       tagger_.stage = outer;

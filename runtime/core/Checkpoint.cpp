@@ -219,6 +219,10 @@ Status checkWritable(const std::string &path) {
 }
 
 Expected<Checkpoint> read(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return Status::error(
+        fmt::format("cannot open checkpoint '{}': it is a directory; give the checkpoint file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return sysError("open checkpoint", path);
