@@ -43,12 +43,28 @@ Expected<std::string> sample(Model &m, const SampleOptions &o, const BackendFact
     return Status::error(fmt::format("{} has {} characters, the model {} classes", vocabPath,
                                      vocab->size(), V));
   std::vector<int64_t> seq;
-  for (char c : o.prompt) {
+  for (size_t i = 0; i < o.prompt.size(); ++i) {
+    char c = o.prompt[i];
     size_t k = vocab->find(c);
-    if (k == std::string::npos)
+    if (k == std::string::npos) {
+      // The vocabulary is bytes (kiln-run prepare's characters): name the
+      // byte, and the whole UTF-8 character it starts or continues.
+      auto byte = static_cast<unsigned char>(c);
+      size_t start = i;
+      while (start > 0 && (static_cast<unsigned char>(o.prompt[start]) & 0xC0) == 0x80)
+        --start;
+      size_t end = start + 1;
+      while (end < o.prompt.size() && (static_cast<unsigned char>(o.prompt[end]) & 0xC0) == 0x80)
+        ++end;
+      std::string shown = byte < 0x20 || byte == 0x7f
+                              ? fmt::format("byte 0x{:02x}", byte)
+                              : fmt::format("'{}', byte 0x{:02x}", o.prompt.substr(start, end - start),
+                                            byte);
       return Status::error(fmt::format(
-          "the prompt has a character (code {}) that is not in the vocabulary {}", int(c),
-          vocabPath));
+          "the prompt's character {} at position {} is not in the vocabulary {} (it has the "
+          "{} characters of the training text)",
+          shown, i, vocabPath, vocab->size()));
+    }
     seq.push_back(int64_t(k));
   }
   if (seq.empty())
