@@ -174,6 +174,16 @@ Expected<TokenFile> TokenFile::open(const std::string &path, Width width,
   }
   size_t bytes = size_t(st.st_size);
   size_t w = size_t(width);
+  // A NumPy array given where a token file belongs (its magic "\x93NUMPY").
+  char magic[6] = {};
+  if (bytes >= 6 && ::pread(fd, magic, 6, 0) == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) {
+    ::close(fd);
+    return Status::error(fmt::format(
+        "'{}' is a NumPy .npy file, not a token file: token data is raw uint16 tokens (uint32 "
+        "when named *.u32; kiln-run prepare writes them); .npy data is a directory of arrays "
+        "named after the model's inputs: give that directory",
+        path));
+  }
   if (bytes % w != 0) {
     ::close(fd);
     return Status::error(fmt::format(
