@@ -316,7 +316,9 @@ void Elaborator::evalTrain() {
                k == "eval_steps" || k == "log_interval" ||
                k == "checkpoint_interval") {
       Val v = eval(*t.value, paramEnv_);
-      int64_t min = k == "seed" || k == "checkpoint_interval" ? 0 : 1;
+      // 0: no seed offset, no periodic checkpoints, no evaluation during
+      // training (as --eval-interval 0).
+      int64_t min = k == "seed" || k == "checkpoint_interval" || k == "eval_interval" ? 0 : 1;
       int64_t n = posInt(v, k, min);
       if (k == "grad_accum")
         accum = {n, v.loc};
