@@ -171,7 +171,8 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   }
   int64_t devices = trainAttrs_.get("devices") ? intSetting("devices") : tp * pp;
   if (pp > 1 && devices % (tp * pp) != 0)
-    fail(ast_.model->loc, "devices = " + std::to_string(devices) + " is not a multiple of pp x tp = " +
+    fail(devicesLoc_ ? *devicesLoc_ : ast_.model->loc,
+         "devices = " + std::to_string(devices) + " is not a multiple of pp x tp = " +
                               std::to_string(pp) + " x " + std::to_string(tp) +
                               " (devices counts every device: dp x pp x tp)");
   if (pp > 1) {

@@ -174,6 +174,9 @@ private:
   /// The highest stage a `stage N { ... }` block named, or -1 (and where).
   int64_t maxStage_ = -1;
   SourceLoc maxStageLoc_;
+  /// Where the train section sets `devices` (errors about the device count
+  /// point there rather than at the model).
+  std::optional<SourceLoc> devicesLoc_;
   OwningOpRef<ModuleOp> module_;
   func::FuncOp func_;
   mlir::Block *entry_ = nullptr;

@@ -180,8 +180,10 @@ void Elaborator::evalTrain() {
         fail(v.loc, "zero must be 0, 1 or 2 (ZeRO stage), got " + std::to_string(n));
       if (k == "devices" && n > 65536)
         fail(v.loc, "devices must be at most 65536");
-      if (k == "devices")
+      if (k == "devices") {
         devices = n;
+        devicesLoc_ = v.loc;
+      }
       else
         zero = {n, v.loc};
       trainAttrs_.set(k, b_.getI64IntegerAttr(n));
