@@ -186,9 +186,10 @@ CollectiveQueue::Done CollectiveQueue::call(Task &t,
   Done d;
   if (!failed.empty()) {
     // The members' call sequences no longer match: start no other call.
+    // The cause first: the earlier failure, then what it held back.
     d.status = Status::error(fmt::format(
-        "{}: not run on device {}, because an earlier collective failed: {}",
-        t.context, device_, failed));
+        "{} (so device {} did not start the collective after it: {})", failed, device_,
+        t.context));
   } else {
     comm_.setContext(t.context);
     auto t0 = std::chrono::steady_clock::now();
