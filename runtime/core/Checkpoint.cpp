@@ -204,17 +204,17 @@ Status checkWritable(const std::string &path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     return Status::error(fmt::format("the checkpoint path '{}' is a directory; give a file name "
                                      "(--checkpoint DIR/model.ckpt)", path));
-  // The same temporary name write() uses, so the probe needs exactly what
-  // the real write will.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // A new file of a unique name in the same folder (write() creates its
+  // temporary file there too); nothing else is touched.
+  std::string probe = path + ".probe.XXXXXX";
+  int fd = ::mkstemp(probe.data());
   if (fd < 0)
-    return Status::error(fmt::format("cannot write the checkpoint '{}': creating '{}' failed: "
-                                     "{}; give a --checkpoint in a folder that exists and "
-                                     "is writable",
-                                     path, tmp, std::strerror(errno)));
+    return Status::error(fmt::format("cannot write the checkpoint '{}': creating a file next "
+                                     "to it failed: {}; give a --checkpoint in a folder that "
+                                     "exists and is writable",
+                                     path, std::strerror(errno)));
   ::close(fd);
-  ::unlink(tmp.c_str());
+  ::unlink(probe.c_str());
   return Status::ok();
 }
 

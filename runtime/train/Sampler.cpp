@@ -48,20 +48,21 @@ Expected<std::string> sample(Model &m, const SampleOptions &o, const BackendFact
     size_t k = vocab->find(c);
     if (k == std::string::npos) {
       // The vocabulary is bytes (kiln-run prepare's characters): name the
-      // byte, and the whole UTF-8 character it starts or continues.
+      // byte, and the UTF-8 character it starts when that is well formed.
       auto byte = static_cast<unsigned char>(c);
-      size_t start = i;
-      while (start > 0 && (static_cast<unsigned char>(o.prompt[start]) & 0xC0) == 0x80)
-        --start;
-      size_t end = start + 1;
-      while (end < o.prompt.size() && (static_cast<unsigned char>(o.prompt[end]) & 0xC0) == 0x80)
-        ++end;
-      std::string shown = byte < 0x20 || byte == 0x7f
-                              ? fmt::format("byte 0x{:02x}", byte)
-                              : fmt::format("'{}', byte 0x{:02x}", o.prompt.substr(start, end - start),
-                                            byte);
+      size_t len = byte >= 0xF0 && byte < 0xF8   ? 4
+                   : byte >= 0xE0 && byte < 0xF0 ? 3
+                   : byte >= 0xC2 && byte < 0xE0 ? 2
+                                                 : 1;
+      bool whole = len > 1 && i + len <= o.prompt.size();
+      for (size_t j = 1; whole && j < len; ++j)
+        whole = (static_cast<unsigned char>(o.prompt[i + j]) & 0xC0) == 0x80;
+      std::string shown =
+          whole ? fmt::format("'{}', byte 0x{:02x}", o.prompt.substr(i, len), byte)
+          : byte >= 0x20 && byte < 0x7f ? fmt::format("'{}', byte 0x{:02x}", c, byte)
+                                        : fmt::format("byte 0x{:02x}", byte);
       return Status::error(fmt::format(
-          "the prompt's character {} at position {} is not in the vocabulary {} (it has the "
+          "the prompt's character {} at byte offset {} is not in the vocabulary {} (it has the "
           "{} characters of the training text)",
           shown, i, vocabPath, vocab->size()));
     }

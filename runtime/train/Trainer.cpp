@@ -495,7 +495,9 @@ Expected<TrainResult> Trainer::run() {
     auto stop = agreeStop(step);
     if (!stop)
       return stop.status();
-    if (*stop) {
+    // A stop during the last step: the run is complete, not interrupted
+    // (there is nothing to resume).
+    if (*stop && !last) {
       interrupted = true;
       ++step;
       break;

@@ -93,6 +93,7 @@ struct Flags {
   bool logPlacement = false; ///< --log-placement: where each step runs, first
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
   int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
+  std::vector<std::string> args; ///< as given (train: the resume hint repeats them)
   std::string trace;    ///< --trace FILE (train)
   int64_t traceFrom = -1, traceTo = -1; ///< --trace-steps A:B; -1: the default window
 };
@@ -137,8 +138,8 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--checkpoint-every") { if ((s = value(v))) s = intArg(a, v, 0, f.checkpointEvery); }
     else if (a == "--tokens") { if ((s = value(v))) s = intArg(a, v, 1, f.tokens); }
     else if (a == "--top-k") { if ((s = value(v))) s = intArg(a, v, 0, f.topK); }
-    else if (a == "--prefetch") { if ((s = value(v))) s = intArg(a, v, 1, f.prefetch); }
-    else if (a == "--data-workers") { if ((s = value(v))) s = intArg(a, v, 1, f.dataWorkers); }
+    else if (a == "--prefetch") { if ((s = value(v))) s = intArg(a, v, 1, f.prefetch, 1 << 20); }
+    else if (a == "--data-workers") { if ((s = value(v))) s = intArg(a, v, 1, f.dataWorkers, kMaxThreads); }
     else if (a == "--shuffle-buffer") { if ((s = value(v))) s = intArg(a, v, 1, f.shuffleBuffer); }
     else if (a == "--threads") { if ((s = value(v))) { s = intArg(a, v, 1, n, kMaxThreads); f.threads = int(n); f.threadsSet = true; } }
     else if (a == "--inter-op-threads") { if ((s = value(v))) { s = intArg(a, v, 1, n, kMaxThreads); f.interOpThreads = int(n); } }
@@ -153,7 +154,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
               "got '{}'", kMaxCollectiveTimeout, v));
       }
     }
-    else if (a == "--seed") { if ((s = value(v))) { s = intArg(a, v, 0, n); f.seed = uint64_t(n); f.seedSet = true; } }
+    else if (a == "--seed") { if ((s = value(v))) { s = intArg(a, v, 0, n, INT64_MAX); f.seed = uint64_t(n); f.seedSet = true; } }
     else if (a == "--tolerance" || a == "--against") {
       if ((s = value(v))) {
         if (a == "--against")
@@ -273,6 +274,31 @@ void catchStops() {
 void releaseStops() {
   for (int sig : {SIGINT, SIGTERM, SIGUSR1})
     std::signal(sig, SIG_DFL);
+}
+
+/// The command that continues an interrupted run: the same arguments
+/// (any --resume replaced) after `launcher` ("" or "mpirun -np 2 "), and
+/// --resume CKPT; arguments with shell characters are single-quoted.
+std::string resumeCommand(const Flags &f, const std::string &launcher, const std::string &ckpt) {
+  auto quote = [](const std::string &a) {
+    bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
+                                                   "VWXYZ0123456789_./:=,+-@%") == std::string::npos;
+    if (plain)
+      return a;
+    std::string q = "'";
+    for (char c : a)
+      q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  std::string cmd = launcher + "kiln-run train";
+  for (size_t i = 0; i < f.args.size(); ++i) {
+    if (f.args[i] == "--resume") {
+      ++i;
+      continue;
+    }
+    cmd += " " + quote(f.args[i]);
+  }
+  return cmd + " --resume " + quote(ckpt);
 }
 
 /// --profile: the tracer the trainer records into, and the machine's
@@ -524,16 +550,16 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   }
   if (r->result.interrupted) {
     // The same launch again, from the checkpoint.
-    std::string again = fmt::format("kiln-run train {} --device {}", f.artifact, f.device);
+    std::string launcher;
     if (launch.multiProcess())
-      again = (launch.launcher == "slurm" ? fmt::format("srun -n {} ", devices)
-               : launch.launcher == "openmpi" || launch.launcher == "pmi"
-                   ? fmt::format("mpirun -np {} ", devices)
-                   : fmt::format("({} with {} processes) ", launch.launcher, devices)) +
-              fmt::format("kiln-run train {}", f.artifact);
+      launcher = launch.launcher == "slurm" ? fmt::format("srun -n {} ", devices)
+                 : launch.launcher == "openmpi" || launch.launcher == "pmi"
+                     ? fmt::format("mpirun -np {} ", devices)
+                     : fmt::format("({} with {} processes) ", launch.launcher, devices);
     if (ro.comms[0]->rank() == 0)
-      fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: {} --resume {}\n",
-                 r->result.next, r->result.checkpoint, again, r->result.checkpoint);
+      fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: {}\n",
+                 r->result.next, r->result.checkpoint,
+                 resumeCommand(f, launcher, r->result.checkpoint));
     return 130;
   }
   if (f.profile && ro.comms[0]->rank() == 0)
@@ -548,6 +574,7 @@ int trainCommand(const std::vector<std::string> &args) {
   std::unique_ptr<train::Model> model;
   if (int rc = begin(args, f, model))
     return rc;
+  f.args = args;
   auto spec = train::parseDeviceSpec(f.device);
   if (!spec)
     return usage(spec.status().message());
@@ -650,8 +677,8 @@ int trainCommand(const std::vector<std::string> &args) {
                             r->start, r->next, 1))
       return rc;
   if (r->interrupted) {
-    fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: kiln-run "
-               "train {} --resume {}\n", r->next, r->checkpoint, f.artifact, r->checkpoint);
+    fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: {}\n", r->next,
+               r->checkpoint, resumeCommand(f, "", r->checkpoint));
     return 130;
   }
   if (f.profile)

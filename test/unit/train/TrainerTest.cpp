@@ -296,6 +296,26 @@ TEST(Trainer, StopFlagEndsTheRunWithACheckpoint) {
   EXPECT_FALSE(contains(a.lines, "done:"));
 }
 
+TEST(Trainer, StopDuringTheLastStepCompletesTheRun) {
+  // A stop that arrives in the last step leaves nothing to resume: the run
+  // is complete (its checkpoint at the last step), not interrupted.
+  std::string d = tempDir();
+  writeData(d);
+  Replica a(d);
+  std::atomic<bool> stop{true};
+  TrainOptions o = a.options(d + "/last.safetensors");
+  o.steps = 1;
+  o.stop = &stop;
+  auto r = a.train(o);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_FALSE(r->interrupted);
+  EXPECT_EQ(r->next, 1);
+  auto c = ckpt::read(d + "/last.safetensors");
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(checkpointStep(*c), 1);
+  EXPECT_TRUE(contains(a.lines, "done:"));
+}
+
 TEST(Trainer, NonFiniteLossIsAnErrorAndKeepsTheCheckpoint) {
   std::string d = tempDir();
   writeData(d);
