@@ -228,7 +228,9 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
       // A chunk outside every repeat block (the embeddings or the head of
       // a model with fewer blocks than chunks): its op count says so.
       return first[size_t(c)].empty()
-                 ? (V > 1 ? llvm::formatv("no repeat block ({0} ops)", ops[size_t(c)]).str()
+                 ? (V > 1 ? llvm::formatv("{0} ({1} ops)", placed ? "stage block" : "no repeat block",
+                                          ops[size_t(c)])
+                                .str()
                           : std::string("-"))
              : first[size_t(c)] == last[size_t(c)]
                  ? first[size_t(c)]

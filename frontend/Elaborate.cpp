@@ -161,13 +161,40 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   // defaults to pp x tp.
   int64_t tp = intSetting("tp"), pp = intSetting("pp");
   if (maxStage_ >= 0) {
-    if (trainAttrs_.get("pp") && maxStage_ >= pp)
-      fail(maxStageLoc_, "stage " + std::to_string(maxStage_) + " is not one of the " +
-                             std::to_string(pp) + " pipeline stages (pp = " +
-                             std::to_string(pp) + " in the train section); stages are 0.." +
-                             std::to_string(pp - 1));
-    pp = std::max(pp, maxStage_ + 1);
-    mod->setAttr("kiln.stages_placed", b_.getI64IntegerAttr(maxStage_ + 1));
+    // With the interleaved schedule the blocks number model chunks, chunk
+    // c on device c mod pp: pp x V of them (V = virtual_stages, 2 unless
+    // given).
+    auto sched = trainAttrs_.get("pipeline");
+    bool interleaved = sched && cast<StringAttr>(sched).getValue() == "interleaved";
+    int64_t V = interleaved ? (trainAttrs_.get("virtual_stages") ? intSetting("virtual_stages") : 2)
+                            : 1;
+    int64_t chunks = maxStage_ + 1;
+    if (trainAttrs_.get("pp") && chunks > pp * V)
+      fail(maxStageLoc_,
+           V > 1 ? "stage " + std::to_string(maxStage_) + " is not one of the " +
+                       std::to_string(pp * V) + " model chunks of the interleaved schedule (pp = " +
+                       std::to_string(pp) + " x virtual_stages = " + std::to_string(V) +
+                       "); chunks are 0.." + std::to_string(pp * V - 1)
+                 : "stage " + std::to_string(maxStage_) + " is not one of the " +
+                       std::to_string(pp) + " pipeline stages (pp = " + std::to_string(pp) +
+                       " in the train section); stages are 0.." + std::to_string(pp - 1));
+    if (V > 1) {
+      if (!trainAttrs_.get("pp")) {
+        if (chunks % V != 0)
+          fail(maxStageLoc_, "the interleaved schedule's stage blocks number model chunks, "
+                             "virtual_stages = " + std::to_string(V) +
+                                 " per device, but they name " + std::to_string(chunks) +
+                                 " (0.." + std::to_string(maxStage_) +
+                                 "); name a multiple of " + std::to_string(V) +
+                                 " chunks, or set pp");
+        pp = chunks / V;
+      }
+      chunks = pp * V;
+    } else {
+      pp = std::max(pp, chunks);
+      chunks = pp;
+    }
+    mod->setAttr("kiln.stages_placed", b_.getI64IntegerAttr(chunks));
   }
   int64_t devices = trainAttrs_.get("devices") ? intSetting("devices") : tp * pp;
   if (pp > 1 && devices % (tp * pp) != 0)

@@ -117,10 +117,18 @@ struct KilnPipelineStagesPass
                       << " (micro_batches / --micro-batches); use a multiple of " << devices;
         return signalPassFailure();
       }
-      if (m->getAttr("kiln.stages_placed")) {
-        m.emitError() << "the interleaved schedule cuts the model into pp x virtual_stages = "
-                      << devices * V << " chunks itself; remove the model's `stage N { ... }` "
-                         "blocks or use pipeline = \"1f1b\"";
+      // Placed by hand: the stage blocks number the chunks (the frontend
+      // counted pp x V of them when the train section asked for the
+      // interleaved schedule); a placement made for plain stages is not a
+      // chunking.
+      if (auto placed = m->getAttrOfType<IntegerAttr>("kiln.stages_placed");
+          placed && placed.getInt() != devices * V) {
+        m.emitError() << "the model's `stage N { ... }` blocks place " << placed.getInt()
+                      << " pipeline stages, but the interleaved schedule needs pp x "
+                         "virtual_stages = "
+                      << devices * V
+                      << " model chunks; set pipeline = \"interleaved\" in the train section "
+                         "(its stage blocks then number the chunks) or use pipeline = \"1f1b\"";
         return signalPassFailure();
       }
       P = devices * V;
@@ -137,7 +145,7 @@ struct KilnPipelineStagesPass
           ++count[size_t(s)];
       for (int64_t s = 0; s < P; ++s)
         if (!count[size_t(s)]) {
-          m.emitError() << "pipeline stage " << s << " of " << P
+          m.emitError() << (V > 1 ? "model chunk " : "pipeline stage ") << s << " of " << P
                         << " has no ops: the model's `stage N { ... }` blocks name stages 0.."
                         << placed.getInt() - 1
                         << "; place layers on every stage or use fewer stages (--pp)";

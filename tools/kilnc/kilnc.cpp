@@ -445,10 +445,15 @@ int main(int argc, char **argv) {
       if (ppOpt < 1 || ppOpt > 64)
         return userError("--pp must be an integer from 1 to 64");
       auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
-      if (placed && ppOpt > 1 && ppOpt < placed.getInt())
+      // The train section's interleaved schedule: the blocks name pp x V
+      // model chunks.
+      int64_t V = kiln::virtualStages(*module);
+      if (placed && ppOpt > 1 && ppOpt * V < placed.getInt())
         return userError("--pp " + std::to_string(ppOpt) + " is fewer than the " +
                          std::to_string(placed.getInt()) +
-                         " stages the model's `stage N { ... }` blocks name (--pp 1 "
+                         (V > 1 ? " model chunks (" + std::to_string(V) + " per device)"
+                                : std::string(" stages")) +
+                         " the model's `stage N { ... }` blocks name (--pp 1 "
                          "compiles the model for one stage, ignoring them)");
       if (placed && ppOpt == 1) {
         // One stage: the model's placement is set aside (to compare a
