@@ -20,6 +20,21 @@ using namespace mlir;
 namespace kiln {
 namespace {
 
+/// "file.kiln:LINE" of the first file location inside `loc` (through the
+/// call sites, fused and named locations a def or a pass built), or "".
+std::string modelLine(Location loc) {
+  std::string where;
+  loc->walk([&](Location l) {
+    auto f = dyn_cast<FileLineColLoc>(l);
+    if (!f)
+      return WalkResult::advance();
+    where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
+            std::to_string(f.getLine());
+    return WalkResult::interrupt();
+  });
+  return where;
+}
+
 std::string typeStr(Type t) {
   auto rt = dyn_cast<RankedTensorType>(t);
   if (!rt)
@@ -278,17 +293,7 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
       dir = llvm::formatv("stage {0} -> all (broadcast)", b.getRoot()).str();
     else
       return;
-    // The model line, also through the call sites and names of ops that
-    // a def or a pass built.
-    std::string where;
-    op->getLoc()->walk([&](Location l) {
-      auto f = dyn_cast<FileLineColLoc>(l);
-      if (!f)
-        return WalkResult::advance();
-      where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
-              std::to_string(f.getLine());
-      return WalkResult::interrupt();
-    });
+    std::string where = modelLine(op->getLoc());
     ++transfers[llvm::formatv("    {0,-28} {1,-16} {2}", where.empty() ? "-" : where,
                               typeStr(op->getResult(0).getType()), dir)
                     .str()];
@@ -366,16 +371,7 @@ void addProgram(ModelSummary &s, ModuleOp module) {
           why = name.str();
         l = n.getChildLoc();
       }
-      // The first file location inside (a layer in a `def` is a call site
-      // or a fused location around it).
-      l->walk([&](Location inner) {
-        auto f = dyn_cast<FileLineColLoc>(inner);
-        if (!f)
-          return WalkResult::advance();
-        where = llvm::sys::path::filename(f.getFilename().getValue()).str() + ":" +
-                std::to_string(f.getLine());
-        return WalkResult::interrupt();
-      });
+      where = modelLine(l);
       lines.push_back(llvm::formatv("    {0,-28} {1,-16} {2}{3}", where,
                                     typeStr(ar->getResult(0).getType()),
                                     isa<AllGatherOp>(ar) ? "(all_gather) " : "", why)

@@ -199,9 +199,15 @@ Status write(const std::string &path, const Checkpoint &c) {
   return Status::ok();
 }
 
-Status checkWritable(const std::string &path) {
+namespace {
+bool isDirectory(const std::string &path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+} // namespace
+
+Status checkWritable(const std::string &path) {
+  if (isDirectory(path))
     return Status::error(fmt::format("the checkpoint path '{}' is a directory; give a file name "
                                      "(--checkpoint DIR/model.ckpt)", path));
   // A new file of a unique name in the same folder (write() creates its
@@ -219,8 +225,7 @@ Status checkWritable(const std::string &path) {
 }
 
 Expected<Checkpoint> read(const std::string &path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+  if (isDirectory(path))
     return Status::error(
         fmt::format("cannot open checkpoint '{}': it is a directory; give the checkpoint file", path));
   std::ifstream in(path, std::ios::binary);

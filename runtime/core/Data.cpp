@@ -21,6 +21,9 @@
 namespace kiln::data {
 namespace {
 
+/// The first 6 bytes of every .npy file.
+constexpr char kNpyMagic[] = "\x93NUMPY";
+
 Expected<std::string> readWhole(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -176,7 +179,7 @@ Expected<TokenFile> TokenFile::open(const std::string &path, Width width,
   size_t w = size_t(width);
   // A NumPy array given where a token file belongs (its magic "\x93NUMPY").
   char magic[6] = {};
-  if (bytes >= 6 && ::pread(fd, magic, 6, 0) == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) {
+  if (bytes >= 6 && ::pread(fd, magic, 6, 0) == 6 && std::memcmp(magic, kNpyMagic, 6) == 0) {
     ::close(fd);
     return Status::error(fmt::format(
         "'{}' is a NumPy .npy file, not a token file: token data is raw uint16 tokens (uint32 "
@@ -382,7 +385,7 @@ Expected<NpyArray> readNpy(const std::string &path) {
   auto bad = [&](const std::string &why) {
     return Status::error(fmt::format("'{}' is not a valid .npy file: {}", path, why));
   };
-  if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0)
+  if (b.size() < 10 || b.compare(0, 6, kNpyMagic) != 0)
     return bad("missing the \\x93NUMPY magic");
   int major = static_cast<unsigned char>(b[6]);
   size_t headerLen, offset;
