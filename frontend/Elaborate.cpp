@@ -162,12 +162,9 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   int64_t tp = intSetting("tp"), pp = intSetting("pp");
   if (maxStage_ >= 0) {
     // With the interleaved schedule the blocks number model chunks, chunk
-    // c on device c mod pp: pp x V of them (V = virtual_stages, 2 unless
-    // given).
-    auto sched = trainAttrs_.get("pipeline");
-    bool interleaved = sched && cast<StringAttr>(sched).getValue() == "interleaved";
-    int64_t V = interleaved ? (trainAttrs_.get("virtual_stages") ? intSetting("virtual_stages") : 2)
-                            : 1;
+    // c on device c mod pp: pp x V of them (the train section, set on the
+    // module above, gives V).
+    int64_t V = virtualStages(mod);
     int64_t chunks = maxStage_ + 1;
     if (trainAttrs_.get("pp") && chunks > pp * V)
       fail(maxStageLoc_,
