@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 
 namespace kiln::comm {
 
@@ -61,6 +62,35 @@ Expected<int> byteCount(int64_t bytes, const std::string &what) {
   return int(bytes);
 }
 
+/// How long a rank that waits for a collective polls MPI before it starts
+/// sleeping between polls: KILN_MPI_WAIT=spin (always), sleep (100 us) or
+/// auto (the default: 2 ms when the ranks on this node are no more than its
+/// online cores, else 100 us). Collective over `world`: every rank asks MPI
+/// which ranks share its node.
+Expected<std::chrono::microseconds> waitSpin(MPI_Comm world, int rank) {
+  using us = std::chrono::microseconds;
+  const char *env = std::getenv("KILN_MPI_WAIT");
+  std::string mode = env ? env : "auto";
+  if (mode != "spin" && mode != "sleep" && mode != "auto")
+    return Status::error(fmt::format(
+        "KILN_MPI_WAIT={} is not a waiting mode; use spin, sleep or auto",
+        mode));
+  MPI_Comm node;
+  int rc = MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank,
+                               MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS)
+    return Status::error(fmt::format(
+        "MPI_Comm_split_type (the ranks on this node) failed: {}",
+        mpiError(rc)));
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  if (mode == "spin")
+    return us(int64_t(1) << 40); // ~12 days: past any --collective-timeout
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return mode == "auto" && cores > 0 && local <= cores ? us(2000) : us(100);
+}
+
 } // namespace
 
 struct MpiState {
@@ -70,6 +100,8 @@ struct MpiState {
   std::function<void(const std::string &)> beforeAbort;
   std::map<std::vector<int>, MPI_Comm> groups;
   std::vector<char> scratch;
+  /// How long a waited-for collective polls before sleeping (waitSpin()).
+  std::chrono::microseconds spin{100};
 };
 
 void mpiFinalize() {
@@ -120,6 +152,10 @@ Expected<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create() {
   MPI_Comm_size(s.world, &s.size);
   if (Status st = checkLaunch(*env, s.rank, s.size, "MPI"); !st)
     return st;
+  Expected<std::chrono::microseconds> spin = waitSpin(s.world, s.rank);
+  if (!spin)
+    return spin.status();
+  s.spin = *spin;
   return comm;
 }
 
@@ -290,19 +326,25 @@ public:
                             "raise --collective-timeout if it is only slow",
                             what, where(), c.timeout(), who));
       }
-      // Waited for: spin for 100 us (MPI progresses inside MPI_Test; the
-      // peer is usually there already), then sleep 50 us between polls, so
-      // a waiting rank leaves the core to others on a small machine and,
+      // Waited for: poll for a while (MPI progresses inside MPI_Test; the
+      // peer is usually there already, and each sleep delays the next step
+      // of a rendezvous, which needs both sides in MPI_Test, by the sleep
+      // and its timer slack: a 2.4 MiB all_reduce took 0.79 ms with 50 us
+      // sleeps against 0.43 ms polling, bench/dp.sh's machine), then sleep
+      // 50 us between polls, so a waiting rank leaves the core to others
+      // on a small machine and,
       // having slept rather than yielded, gets it back as soon as it wakes
       // (a thread that spins on sched_yield while another process wants
-      // the core runs once per time slice of that process). Overlapping
+      // the core runs once per time slice of that process). The polling
+      // lasts 2 ms when every rank on the node has a core of its own, 100
+      // us when they share cores (waitSpin(), KILN_MPI_WAIT). Overlapping
       // compute (a gradient bucket on a communication thread): a few quick
       // polls, then sleeps growing to 0.4 ms, so the thread takes almost
-      // no time from compute on the same cores; it spins again once
+      // no time from compute on the same cores; it polls again once
       // compute waits for it.
       bool waited = c.waitedFor();
       if (waited && !wasWaited) // from the start, or since compute waits
-        spinUntil = Clock::now() + std::chrono::microseconds(100);
+        spinUntil = Clock::now() + s.spin;
       wasWaited = waited;
       if (waited) {
         lazy = 0;
