@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <fstream>
@@ -222,6 +223,39 @@ Status checkWritable(const std::string &path) {
   ::close(fd);
   ::unlink(probe.c_str());
   return Status::ok();
+}
+
+std::vector<std::string> removeStaleTemporaries(const std::string &path) {
+  std::vector<std::string> removed;
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (dir.empty())
+    dir = "/";
+  std::string prefix =
+      (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return removed;
+  while (struct dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    pid_t pid = pid_t(std::stol(digits));
+    // A process that still runs may be writing it (another run on the same
+    // path): leave it.
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH)
+      continue;
+    std::string full = slash == std::string::npos ? name : dir + "/" + name;
+    if (::unlink(full.c_str()) == 0)
+      removed.push_back(full);
+  }
+  ::closedir(d);
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 Expected<Checkpoint> read(const std::string &path) {

@@ -46,6 +46,11 @@ Status write(const std::string &path, const Checkpoint &checkpoint);
 /// folder takes a new file (created and removed here). A training run asks
 /// before its first step, so a bad path costs no training.
 Status checkWritable(const std::string &path);
+/// Removes the temporary files (`PATH.tmp.PID`) that write() left next to
+/// `path` when its process was killed mid-write (SIGKILL, a node that went
+/// down): only those whose process no longer runs on this machine. Returns
+/// the removed files' names.
+std::vector<std::string> removeStaleTemporaries(const std::string &path);
 /// Verifies an in-memory image; `origin` names it in messages.
 Expected<Checkpoint> parse(const std::string &image, const std::string &origin);
 /// Verifies everything before returning: header size and JSON, dtypes,

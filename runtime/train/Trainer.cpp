@@ -102,9 +102,15 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
   const TrainConfig &tc = m.pkg.train;
   // The checkpoint's folder, before any training a bad path would lose
   // (rank 0 writes it).
-  if (o.rank == 0)
+  if (o.rank == 0) {
     if (Status s = ckpt::checkWritable(r.ckptPath); !s)
       return s;
+    for (const std::string &f : ckpt::removeStaleTemporaries(r.ckptPath))
+      emit(out, Channel::Warning,
+           fmt::format("removed {}: the partial checkpoint of a save whose process was "
+                       "killed (the checkpoint itself was not touched)",
+                       f));
+  }
   std::string trainPath = resolvePath(o.data.empty() ? tc.data : o.data, m.pkg);
   auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training",
                         dataShard(m), o.shuffleBuffer);
