@@ -126,6 +126,34 @@ Status keptPrevious(const Status &s, const std::string &path) {
 }
 } // namespace
 
+namespace {
+/// The metadata entry holding the CRC-32 of the whole file, and the one
+/// that held the CRC-32 of the data only (checkpoints written before the
+/// header was covered; still read).
+constexpr const char *kFileCrcKey = "kiln.file_crc32";
+constexpr const char *kDataCrcKey = "kiln.crc32";
+
+/// The offset of the file CRC's eight hex digits in `image` (whose header
+/// ends at `headerEnd`), or npos. The entry is the header's last of its
+/// kind: a key and its opening quote appear unescaped only as a key.
+size_t crcDigits(const std::string &image, size_t headerEnd) {
+  std::string token = fmt::format("\"{}\":\"", kFileCrcKey);
+  size_t at = image.rfind(token, headerEnd);
+  if (at == std::string::npos || at < 8)
+    return std::string::npos;
+  at += token.size();
+  return at + 8 <= headerEnd ? at : std::string::npos;
+}
+
+/// The CRC-32 of `image` with the eight bytes at `at` read as '0's.
+uint32_t fileCrc(const std::string &image, size_t at) {
+  static const char zeros[8] = {'0', '0', '0', '0', '0', '0', '0', '0'};
+  uint32_t crc = crc32(image.data(), at);
+  crc = crc32(zeros, 8, crc);
+  return crc32(image.data() + at + 8, image.size() - at - 8, crc);
+}
+} // namespace
+
 Expected<std::string> serialize(const Checkpoint &c) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::string data;
@@ -153,8 +181,11 @@ Expected<std::string> serialize(const Checkpoint &c) {
   }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto &[k, v] : c.metadata)
-    meta[k] = v;
-  meta["kiln.crc32"] = fmt::format("{:08x}", crc32(data.data(), data.size()));
+    if (k != kFileCrcKey && k != kDataCrcKey)
+      meta[k] = v;
+  // The last entry: the whole file's CRC-32, computed with its own eight
+  // digits as zeros, then written over them (fileCrc()).
+  meta[kFileCrcKey] = std::string(8, '0');
   header["__metadata__"] = meta;
   std::string json = header.dump();
   while (json.size() % 8 != 0)
@@ -163,7 +194,13 @@ Expected<std::string> serialize(const Checkpoint &c) {
   char lenBytes[8];
   for (int k = 0; k < 8; ++k)
     lenBytes[k] = char((len >> (8 * k)) & 0xff);
-  return std::string(lenBytes, 8) + json + data;
+  std::string image = std::string(lenBytes, 8) + json + data;
+  size_t at = crcDigits(image, 8 + len);
+  if (at == std::string::npos)
+    return Status::internal("checkpoint: the CRC entry is missing from the header");
+  std::string digits = fmt::format("{:08x}", fileCrc(image, at));
+  image.replace(at, 8, digits);
+  return image;
 }
 
 Status write(const std::string &path, const Checkpoint &c) {
@@ -341,13 +378,35 @@ Expected<Checkpoint> parse(const std::string &b, const std::string &path) {
   for (size_t k = 1; k < ranges.size(); ++k)
     if (ranges[k].first < ranges[k - 1].second)
       return bad("two tensors overlap in the data section");
-  auto crc = c.metadata.find("kiln.crc32");
-  if (crc != c.metadata.end()) {
+  // Kiln's checkpoints carry the CRC-32 of the whole file (header, names,
+  // metadata and data); older ones that of the data only. A file with
+  // Kiln's metadata but neither (a damaged key) is refused; a safetensors
+  // file from elsewhere has none and is read unverified.
+  auto fileCrcIt = c.metadata.find(kFileCrcKey);
+  auto dataCrcIt = c.metadata.find(kDataCrcKey);
+  if (fileCrcIt != c.metadata.end()) {
+    size_t at = crcDigits(b, dataStart);
+    if (at == std::string::npos || b.compare(at, 8, fileCrcIt->second) != 0)
+      return bad("its CRC entry is malformed: the file was damaged after it was written");
+    std::string got = fmt::format("{:08x}", fileCrc(b, at));
+    if (got != fileCrcIt->second)
+      return bad("the file does not match its CRC-32 (" + got + " vs " + fileCrcIt->second +
+                 "): it was damaged after it was written");
+    c.metadata.erase(fileCrcIt);
+    c.verified = Checkpoint::Verified::File;
+  } else if (dataCrcIt != c.metadata.end()) {
     std::string got = fmt::format("{:08x}", crc32(b.data() + dataStart, dataSize));
-    if (got != crc->second)
+    if (got != dataCrcIt->second)
       return bad("the data does not match its CRC-32 (" + got + " vs " +
-                 crc->second + "): the file was damaged after it was written");
-    c.metadata.erase(crc);
+                 dataCrcIt->second + "): the file was damaged after it was written");
+    c.metadata.erase(dataCrcIt);
+    c.verified = Checkpoint::Verified::Data;
+  } else {
+    for (const auto &[k, v] : c.metadata)
+      if (k.rfind("kiln", 0) == 0 || k.find("crc") != std::string::npos)
+        return bad(fmt::format("it has Kiln's metadata ('{}') but no CRC-32 entry: the file "
+                               "was damaged after it was written",
+                               k));
   }
   return c;
 }

@@ -3,8 +3,12 @@
 // A checkpoint is a safetensors file: an 8-byte little-endian header length,
 // a JSON header naming each tensor's dtype, shape and byte range, and the raw
 // data. Kiln adds `__metadata__` entries (step, RNG seed, data position, ...)
-// and `kiln.crc32`, a CRC-32 of the data section, so a flipped bit is caught
-// on load. Files other tools wrote (without the CRC) load too.
+// and, last, `kiln.file_crc32`: the CRC-32 of the whole file computed with
+// its own eight digits as '0's, so a flipped bit anywhere (a tensor's name,
+// shape or offsets, the step, the data) is caught on load. Checkpoints
+// written before it have `kiln.crc32`, a CRC-32 of the data section only,
+// and load with that check. Files other tools wrote (without either) load
+// too, unverified.
 //
 // Writes go to `<path>.tmp.<pid>`, are fsync'ed, renamed over `path` and the
 // directory is fsync'ed: a crash leaves either the old or the new checkpoint.
@@ -32,6 +36,9 @@ struct Tensor {
 struct Checkpoint {
   std::vector<Tensor> tensors;
   std::map<std::string, std::string> metadata;
+  /// What read() or parse() checked: the whole file, the data only (an
+  /// older Kiln's checkpoint), or nothing (a file without a CRC entry).
+  enum class Verified { None, Data, File } verified = Verified::None;
   const Tensor *find(const std::string &name) const;
 };
 

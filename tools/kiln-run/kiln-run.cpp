@@ -208,8 +208,13 @@ int inspect(const std::vector<std::string> &args) {
   size_t bytes = 0;
   for (const auto &t : c->tensors)
     bytes += t.bytes.size();
-  fmt::print("{}: checkpoint, {} tensors, {} bytes of data (verified)\n", path,
-             c->tensors.size(), bytes);
+  using V = kiln::ckpt::Checkpoint::Verified;
+  fmt::print("{}: checkpoint, {} tensors, {} bytes of data ({})\n", path, c->tensors.size(),
+             bytes,
+             c->verified == V::File ? "verified"
+             : c->verified == V::Data
+                 ? "data verified; an older Kiln wrote it, its header has no CRC"
+                 : "not verified: no CRC-32 entry, not written by Kiln");
   for (const auto &[k, v] : c->metadata)
     fmt::print("  {} = {}\n", k, v);
   for (const auto &t : c->tensors)

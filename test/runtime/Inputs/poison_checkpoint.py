@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a copy of a Kiln checkpoint whose float32 tensors are all NaN, as a
-diverged run would leave them, with its kiln.crc32 updated so it still loads.
+diverged run would leave them, with its kiln.file_crc32 updated so it still loads.
 
   poison_checkpoint.py IN.safetensors OUT.safetensors
 
@@ -26,10 +26,14 @@ def main():
             continue
         lo, hi = t["data_offsets"]
         b[start + lo:start + hi] = np.full((hi - lo) // 4, np.nan, np.float32).tobytes()
-    old = header.get("__metadata__", {}).get("kiln.crc32")
-    if old:
-        new = "%08x" % zlib.crc32(bytes(b[start:]))
-        b[8:8 + n] = bytes(b[8:8 + n]).replace(old.encode(), new.encode(), 1)
+    # kiln.file_crc32: the CRC-32 of the whole file with its own eight
+    # digits read as '0's (runtime/core/Checkpoint.h).
+    token = b'"kiln.file_crc32":"'
+    at = bytes(b[:start]).rfind(token)
+    if at >= 0:
+        at += len(token)
+        b[at:at + 8] = b"00000000"
+        b[at:at + 8] = ("%08x" % zlib.crc32(bytes(b))).encode()
     open(dst, "wb").write(b)
 
 
