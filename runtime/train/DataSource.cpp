@@ -43,12 +43,22 @@ std::string elementAt(int64_t flat, const std::vector<int64_t> &row) {
 Status checkValues(const data::NpyArray &a, const Buffer &b, const Package &pkg) {
   std::vector<int64_t> row(b.shape.begin() + 1, b.shape.end());
   if (a.isFloat()) {
-    for (size_t k = 0; k < a.f.size(); ++k)
+    // As the input will hold it: a float64 value beyond float32's range
+    // becomes inf in a float32 input.
+    bool narrow = b.dtype == DType::F32;
+    for (size_t k = 0; k < a.f.size(); ++k) {
       if (!std::isfinite(a.f[k]))
         return Status::error(fmt::format(
             "{}: {}: {}; input '{}' must be finite.\n  Fix or drop the row (numpy: "
             "x[np.isfinite(x).all(axis=1)]) or replace the values (np.nan_to_num).",
             a.path, elementAt(int64_t(k), row), a.f[k], b.name));
+      if (narrow && !std::isfinite(float(a.f[k])))
+        return Status::error(fmt::format(
+            "{}: {}: {:g} is beyond float32's range (about 3.4e38) of input '{}' (f32), where "
+            "it would be inf.\n  Scale the data, clip it (np.clip(x, -1e38, 1e38)) or drop "
+            "the row.",
+            a.path, elementAt(int64_t(k), row), a.f[k], b.name));
+    }
     return Status::ok();
   }
   auto r = pkg.inputRanges.find(b.name);
