@@ -160,10 +160,17 @@ int trackOf(const Span &s) {
   case Span::Kernel:
   case Span::Gemm:
   case Span::Copy:
-  case Span::CollectiveWait:
     if (s.thread > 0)
       return kWorkerTid + s.thread;
     return kComputeTid + std::max(0, s.queue);
+  case Span::CollectiveWait:
+    // Where the waiting happened: the compute track (or an inter-op
+    // worker's), whatever queue the awaited call ran on (a pipeline's
+    // send/recv wait names the communication queue; drawn there it would
+    // overlap the transfer it waits for).
+    if (s.thread > 0)
+      return kWorkerTid + s.thread;
+    return kComputeTid;
   case Span::Collective:
     // On its queue; a collective of a single-queue plan still gets the
     // communication track (its wait is on the compute track).
@@ -323,17 +330,47 @@ std::string renderTraceEvents(const TraceSource &src) {
   for (const Span &s : spans)
     if (s.kind == Span::CollectiveWait)
       waitEnds[{s.step, s.function, s.planStep}] = s.start + s.seconds;
+  // The collectives drawn on one track ran one after another, in the order
+  // they were handed over (a device's communication thread makes its calls
+  // in order): one handed over while another ran began when that one ended,
+  // later than recorded.
+  std::vector<std::pair<double, double>> placed(spans.size()); // start, seconds
+  {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < spans.size(); ++i)
+      if (spans[i].kind == Span::Collective)
+        order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      int ta = trackOf(spans[a]), tb = trackOf(spans[b]);
+      if (ta != tb)
+        return ta < tb;
+      return spans[a].start < spans[b].start;
+    });
+    std::map<int, double> free; // per track: when its previous call ended
+    for (size_t i : order) {
+      const Span &s = spans[i];
+      double secs = std::max(0.0, s.seconds);
+      auto f = free.find(trackOf(s));
+      double earliest = f == free.end() ? s.start : std::max(s.start, f->second);
+      double start = earliest;
+      auto it = waitEnds.find({s.step, s.function, s.planStep});
+      if (it != waitEnds.end() && start + secs > it->second) {
+        start = std::max(f == free.end() ? -1e300 : f->second, it->second - secs);
+        secs = std::max(0.0, std::min(secs, it->second - start));
+      }
+      placed[i] = {start, secs};
+      free[trackOf(s)] = start + secs;
+    }
+  }
   std::vector<Slice> slices;
   slices.reserve(spans.size() + spans.size() / 4);
-  for (const Span &s : spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span &s = spans[i];
     Slice sl;
     sl.tid = trackOf(s);
     double start = s.start, secs = std::max(0.0, s.seconds);
-    if (s.kind == Span::Collective) {
-      auto it = waitEnds.find({s.step, s.function, s.planStep});
-      if (it != waitEnds.end() && start + secs > it->second)
-        start = it->second - secs;
-    }
+    if (s.kind == Span::Collective)
+      std::tie(start, secs) = placed[i];
     sl.begin = ns(start);
     sl.end = ns(start + secs);
     describe(s, src.program, sl);
