@@ -183,7 +183,21 @@ Args Elaborator::bindArgs(const Expr &e, Env &env,
         fail(e.argNameLocs[k], "argument '" + e.argNames[k] +
                                    "' of " + e.text + "() is given twice");
     }
-    a.vals[idx] = eval(*e.args[k], env);
+    const Expr &x = *e.args[k];
+    if (e.text == "linear" && a.names[idx] == "tied" && x.kind == Expr::Kind::Name &&
+        (layers_.count(x.text) ||
+         (!env.lookup(x.text) && !builtins_.count(x.text) && !defs_.count(x.text)))) {
+      // `tied = NAME` names a layer, as `name = "NAME"` gave it (a variable
+      // of the same name holds a tensor, which cannot be tied to); linear()
+      // says when no layer has that name.
+      Val v;
+      v.kind = Val::Kind::Str;
+      v.s = x.text;
+      v.loc = x.loc;
+      a.vals[idx] = v;
+      continue;
+    }
+    a.vals[idx] = eval(x, env);
     if (a.vals[idx]->isTensor())
       a.vals[idx]->loc = e.args[k]->loc; // report problems at the call
   }

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/elaborate/Elaborator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -362,10 +363,23 @@ void Elaborator::registerLayerBuiltins() {
         fail(t.loc, "tied must name a layer, as in tied = embedding or "
                     "tied = \"wte\"");
       auto it = layers_.find(target);
-      if (it == layers_.end())
+      if (it == layers_.end()) {
+        // The layers whose weight a linear layer could share ([out, in]).
+        std::vector<std::string> names;
+        for (const auto &[n, l] : layers_)
+          if (l.weight.shape.size() == 2)
+            names.push_back(n);
+        std::sort(names.begin(), names.end());
+        std::string known;
+        for (size_t i = 0; i < names.size() && i < 8; ++i)
+          known += (i ? ", " : "") + names[i];
+        if (names.size() > 8)
+          known += ", ...";
         fail(t.loc, "tied = " + target + ": no layer named '" + target +
                         "' exists yet (layers are named by kind, e.g. "
-                        "'embedding', or by name = \"...\")");
+                        "'embedding', or by name = \"...\")" +
+                        (known.empty() ? std::string() : "; the layers so far: " + known));
+      }
       tied = it->second.weight;
     }
     Val init = initArg(a, 4, makeInit("normal", 0, 0.02, e.loc));
