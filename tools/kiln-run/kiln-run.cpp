@@ -184,8 +184,16 @@ int inspect(const std::vector<std::string> &args) {
       }
     fmt::print("model {} from {} (sha256 {}...)\n", pkg->model, pkg->sourcePath,
                pkg->sourceHash.substr(0, 12));
-    fmt::print("  {} parameter tensors ({} values); arena {} bytes, {} persistent\n",
-               params, values, p.arenaBytes, p.persistentBytes);
+    // A pipeline's devices each hold one stage: the arena a device needs is
+    // the largest stage's (as kilnc reports it), each stage's below.
+    int64_t arenaMax = p.arenaBytes, persistentMax = p.persistentBytes;
+    for (int d = 0; p.numStages() > 1 && d < p.numDevices(); ++d) {
+      arenaMax = std::max(arenaMax, p.plan(d).arenaBytes);
+      persistentMax = std::max(persistentMax, p.plan(d).persistentBytes);
+    }
+    fmt::print("  {} parameter tensors ({} values); arena {} bytes, {} persistent{}\n", params,
+               values, arenaMax, persistentMax,
+               p.numStages() > 1 ? " (the largest pipeline stage's)" : "");
     for (int st = 0; p.numStages() > 1 && st < p.numStages(); ++st) {
       // Pipeline stages: each device's arena holds its own stage's buffers.
       int64_t arena = 0, persistent = 0;
