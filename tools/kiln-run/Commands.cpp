@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <sys/stat.h>
 #include <thread>
 #include <tuple>
 
@@ -686,6 +687,20 @@ int trainCommand(const std::vector<std::string> &args) {
   return tbDone(0);
 }
 
+/// Without --checkpoint, eval and sample use the artifact's initial
+/// (untrained) parameters: a warning says so, and names the checkpoint a
+/// training run of the artifact saved by default, if there is one.
+void warnUntrained(const Flags &f, const char *doing) {
+  std::string trained = train::defaultCheckpoint(f.artifact);
+  struct stat st;
+  bool saved = ::stat(trained.c_str(), &st) == 0;
+  fmt::print(stderr,
+             "kiln-run: warning: no --checkpoint: {} {}'s initial (untrained) parameters{}\n",
+             doing, f.artifact,
+             saved ? fmt::format("; training saved {}: add --checkpoint {}", trained, trained)
+                   : "");
+}
+
 int evalCommand(const std::vector<std::string> &args) {
   Flags f;
   std::unique_ptr<train::Model> model;
@@ -693,6 +708,8 @@ int evalCommand(const std::vector<std::string> &args) {
     return rc;
   if (f.logPlacement)
     logPlacement(*model, "eval_step");
+  if (f.checkpoint.empty())
+    warnUntrained(f, "evaluating");
   train::EvalOptions o;
   o.checkpoint = f.checkpoint;
   o.data = f.data;
@@ -718,6 +735,8 @@ int sampleCommand(const std::vector<std::string> &args) {
   if (int rc = begin(args, f, model))
     return rc;
   f.quiet = true;
+  if (f.checkpoint.empty())
+    warnUntrained(f, "sampling from");
   train::SampleOptions o;
   o.checkpoint = f.checkpoint;
   o.vocab = f.vocab;
