@@ -1406,8 +1406,8 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
   }
   std::string fl = flops >= 100000000 ? fmt::format("{:.2f} GFLOP", double(flops) / 1e9)
                                       : fmt::format("{:.3f} MFLOP", double(flops) / 1e6);
-  std::string by = bytes >= 100000000 ? fmt::format("{:.1f} MB", double(bytes) / 1e6)
-                                      : fmt::format("{:.1f} kB", double(bytes) / 1e3);
+  std::string by = bytes >= 1000000 ? fmt::format("{:.1f} MB", double(bytes) / 1e6)
+                                    : fmt::format("{:.1f} kB", double(bytes) / 1e3);
   os << fmt::format("fusion report for @{}: {} kernels ({} fused from several ops), {} "
                     "GEMMs ({} with a fused epilogue), {} copies; {} and {} of buffer "
                     "traffic per call (estimates)\n",

@@ -108,8 +108,28 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   if (lossIt == modelEnv.vars.end()) {
     SourceLoc l = m.loc;
     l.length = m.name.size();
-    fail(l, "model '" + m.name + "' defines no 'loss'; assign the training "
-            "objective to a variable named loss (e.g. loss = "
+    // A misspelt loss (`los`, `Loss`, `losss`): the nearest variable, with
+    // the line that defines it.
+    std::vector<std::string> names;
+    for (const auto &kv : modelEnv.vars)
+      if (kv.second.isTensor())
+        names.push_back(kv.first);
+    std::sort(names.begin(), names.end());
+    std::string near;
+    unsigned best = 3;
+    for (const std::string &name : names) {
+      unsigned d = llvm::StringRef(name).lower() == "loss"
+                       ? 0
+                       : llvm::StringRef(name).edit_distance("loss", true, best);
+      if (d < best) {
+        best = d;
+        near = "; did you mean '" + name + "' (line " +
+               std::to_string(modelEnv.vars.at(name).loc.line) + ")?";
+      }
+    }
+    fail(l, "model '" + m.name + "' defines no 'loss'" +
+                (near.empty() ? std::string("; assign") : near + " Assign") +
+                " the training objective to a variable named loss (e.g. loss = "
             "cross_entropy(logits, targets))");
   }
   const Val &loss = lossIt->second;
