@@ -184,12 +184,14 @@ Args Elaborator::bindArgs(const Expr &e, Env &env,
                                    "' of " + e.text + "() is given twice");
     }
     const Expr &x = *e.args[k];
+    const Val *bound = x.kind == Expr::Kind::Name ? env.lookup(x.text) : nullptr;
     if (e.text == "linear" && a.names[idx] == "tied" && x.kind == Expr::Kind::Name &&
-        (layers_.count(x.text) ||
-         (!env.lookup(x.text) && !builtins_.count(x.text) && !defs_.count(x.text)))) {
+        ((layers_.count(x.text) && (!bound || bound->isTensor())) ||
+         (!bound && !builtins_.count(x.text) && !defs_.count(x.text)))) {
       // `tied = NAME` names a layer, as `name = "NAME"` gave it (a variable
-      // of the same name holds a tensor, which cannot be tied to); linear()
-      // says when no layer has that name.
+      // of the same name holding a tensor, which cannot be tied to, does
+      // not hide it; one holding a string, a def's parameter, is used as
+      // it is); linear() says when no layer has that name.
       Val v;
       v.kind = Val::Kind::Str;
       v.s = x.text;

@@ -359,6 +359,10 @@ void Elaborator::registerLayerBuiltins() {
       const Val &t = arg(a, 3);
       std::string target = t.kind == Val::Kind::Str || t.kind == Val::Kind::Func
                                ? t.s : "";
+      if (target.empty() && t.isTensor())
+        fail(t.loc, "tied must name a layer, not a tensor (a layer's output): give the "
+                    "layer's name, as in tied = embedding or tied = \"wte\" (its name = "
+                    "\"...\")");
       if (target.empty())
         fail(t.loc, "tied must name a layer, as in tied = embedding or "
                     "tied = \"wte\"");

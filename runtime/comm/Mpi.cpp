@@ -71,10 +71,8 @@ Expected<std::chrono::microseconds> waitSpin(MPI_Comm world, int rank) {
   using us = std::chrono::microseconds;
   const char *env = std::getenv("KILN_MPI_WAIT");
   std::string mode = env ? env : "auto";
-  if (mode != "spin" && mode != "sleep" && mode != "auto")
-    return Status::error(fmt::format(
-        "KILN_MPI_WAIT={} is not a waiting mode; use spin, sleep or auto",
-        mode));
+  // The split first (every rank takes part, whatever its setting), then
+  // the setting's check.
   MPI_Comm node;
   int rc = MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank,
                                MPI_INFO_NULL, &node);
@@ -85,6 +83,10 @@ Expected<std::chrono::microseconds> waitSpin(MPI_Comm world, int rank) {
   int local = 1;
   MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
+  if (mode != "spin" && mode != "sleep" && mode != "auto")
+    return Status::error(fmt::format(
+        "KILN_MPI_WAIT={} is not a waiting mode; use spin, sleep or auto",
+        mode));
   if (mode == "spin")
     return us(int64_t(1) << 40); // ~12 days: past any --collective-timeout
   long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -138,11 +138,36 @@ constexpr const char *kDataCrcKey = "kiln.crc32";
 /// kind: a key and its opening quote appear unescaped only as a key.
 size_t crcDigits(const std::string &image, size_t headerEnd) {
   std::string token = fmt::format("\"{}\":\"", kFileCrcKey);
-  size_t at = image.rfind(token, headerEnd);
+  if (headerEnd > image.size() || headerEnd < 8 + token.size() + 8)
+    return std::string::npos;
+  // The token and its eight digits lie inside the header.
+  size_t at = image.rfind(token, headerEnd - token.size() - 8);
   if (at == std::string::npos || at < 8)
     return std::string::npos;
-  at += token.size();
-  return at + 8 <= headerEnd ? at : std::string::npos;
+  return at + token.size();
+}
+
+/// Whether `key` is `name` damaged by one byte: at most two edits apart (a
+/// byte changed into a backslash also turns the next two into one escaped
+/// character), but not `name` itself.
+bool oneByteFrom(const std::string &key, const char *name) {
+  std::string n = name;
+  if (key == n || key.size() > n.size() + 2 || key.size() + 2 < n.size())
+    return false;
+  // Levenshtein distance, one row at a time.
+  std::vector<size_t> row(n.size() + 1);
+  for (size_t j = 0; j <= n.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= key.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= n.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (key[i - 1] != n[j - 1])});
+      diag = up;
+    }
+  }
+  return row[n.size()] <= 2;
 }
 
 /// The CRC-32 of `image` with the eight bytes at `at` read as '0's.
@@ -270,6 +295,10 @@ std::vector<std::string> removeStaleTemporaries(const std::string &path) {
     dir = "/";
   std::string prefix =
       (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  // The largest process id (Linux: /proc/sys/kernel/pid_max; at most 2^22).
+  long pidMax = 1 << 22;
+  if (std::ifstream f("/proc/sys/kernel/pid_max"); f)
+    f >> pidMax;
   DIR *d = ::opendir(dir.c_str());
   if (!d)
     return removed;
@@ -277,16 +306,27 @@ std::vector<std::string> removeStaleTemporaries(const std::string &path) {
     std::string name = e->d_name;
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0)
       continue;
+    // Exactly what write() names its file: a process id as printed (no
+    // leading zero), within the kernel's range; anything else (a backup
+    // named PATH.tmp.20241204) is not ours.
     std::string digits = name.substr(prefix.size());
-    if (digits.size() > 9 ||
+    if (digits.empty() || digits.size() > 9 || digits[0] == '0' ||
         !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
       continue;
-    pid_t pid = pid_t(std::stol(digits));
+    long pid = std::stol(digits);
+    if (pid > pidMax)
+      continue;
     // A process that still runs may be writing it (another run on the same
     // path): leave it.
-    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH)
+    if (pid == long(::getpid()) || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH)
       continue;
-    std::string full = slash == std::string::npos ? name : dir + "/" + name;
+    // Only a regular file of ours (not a link, not another user's).
+    std::string full = dir == "/" ? "/" + name : dir + "/" + name;
+    struct stat st;
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())
+      continue;
+    if (slash == std::string::npos)
+      full = name;
     if (::unlink(full.c_str()) == 0)
       removed.push_back(full);
   }
@@ -402,11 +442,13 @@ Expected<Checkpoint> parse(const std::string &b, const std::string &path) {
     c.metadata.erase(dataCrcIt);
     c.verified = Checkpoint::Verified::Data;
   } else {
+    // No CRC entry, but one byte away from one: a damaged key.
     for (const auto &[k, v] : c.metadata)
-      if (k.rfind("kiln", 0) == 0 || k.find("crc") != std::string::npos)
-        return bad(fmt::format("it has Kiln's metadata ('{}') but no CRC-32 entry: the file "
-                               "was damaged after it was written",
-                               k));
+      if (oneByteFrom(k, kFileCrcKey) || oneByteFrom(k, kDataCrcKey))
+        return bad(fmt::format("its metadata has '{}', one byte from Kiln's CRC-32 entry "
+                               "'{}', and no CRC-32 entry: the file was damaged after it was "
+                               "written",
+                               k, oneByteFrom(k, kFileCrcKey) ? kFileCrcKey : kDataCrcKey));
   }
   return c;
 }

@@ -52,7 +52,10 @@ Status checkValues(const data::NpyArray &a, const Buffer &b, const Package &pkg)
             "{}: {}: {}; input '{}' must be finite.\n  Fix or drop the row (numpy: "
             "x[np.isfinite(x).all(axis=1)]) or replace the values (np.nan_to_num).",
             a.path, elementAt(int64_t(k), row), a.f[k], b.name));
-      if (narrow && !std::isfinite(float(a.f[k])))
+      // At or past the midpoint between FLT_MAX and 2^128 a double rounds to
+      // inf as a float (compared here: the conversion itself would be
+      // undefined behaviour in ISO C++).
+      if (narrow && std::fabs(a.f[k]) >= 0x1.ffffffp127)
         return Status::error(fmt::format(
             "{}: {}: {:g} is beyond float32's range (about 3.4e38) of input '{}' (f32), where "
             "it would be inf.\n  Scale the data, clip it (np.clip(x, -1e38, 1e38)) or drop "

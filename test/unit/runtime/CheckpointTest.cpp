@@ -136,10 +136,24 @@ TEST(Checkpoint, OlderAndForeignFilesLoad) {
                data);
   auto damaged = ckpt::read(q);
   ASSERT_FALSE(damaged);
-  EXPECT_NE(damaged.status().message().find("has Kiln's metadata ('kiln.fhle_crc32') but no "
+  EXPECT_NE(damaged.status().message().find("its metadata has 'kiln.fhle_crc32', one byte from "
+                                            "Kiln's CRC-32 entry 'kiln.file_crc32', and no "
                                             "CRC-32 entry"),
             std::string::npos)
       << damaged.status().message();
+  // A byte turned into a backslash: two bytes become one escaped character.
+  std::ofstream(q, std::ios::binary)
+      << image(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"kiln.file_\rc32":"00000000"}})",
+               data);
+  EXPECT_FALSE(ckpt::read(q));
+  // Another tool's keys that merely look alike (kiln.format, a crc of its
+  // own) load, unverified.
+  std::ofstream(q, std::ios::binary)
+      << image(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"kiln.format":"kiln-checkpoint-1","source_crc":"1234"}})",
+               data);
+  auto alike = ckpt::read(q);
+  ASSERT_TRUE(alike) << alike.status().message();
+  EXPECT_EQ(alike->verified, ckpt::Checkpoint::Verified::None);
 }
 
 TEST(Checkpoint, SwappedNamesAreDetected) {
