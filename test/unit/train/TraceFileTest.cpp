@@ -197,6 +197,54 @@ TEST(TraceFile, AnAsynchronousCollectiveEndsByTheWaitForIt) {
   EXPECT_NEAR(runs[1].second, 20.0, 1e-9);
 }
 
+TEST(TraceFile, QueuedCollectivesFollowEachOtherAndWaitsStayOnCompute) {
+  // Two buckets handed to queue 1 at 100 and 110 us; the first ran 100..160,
+  // the second (40 us) only after it, 160..200; the waits for them (and
+  // for a pipeline's receive, whose wait names queue 1) are queue 0's.
+  Tracer t;
+  t.setEnabled(true);
+  t.add(span(Span::Step, 0, 1000));
+  auto coll = [&](Span::Kind kind, double start, double dur, int plan, const char *name) {
+    Span s = span(kind, start, dur);
+    s.name = name;
+    s.queue = 1;
+    s.function = "train_step";
+    s.planStep = plan;
+    s.bytes = 1024;
+    return s;
+  };
+  t.add(coll(Span::Collective, 100, 60, 3, "all_reduce"));
+  t.add(coll(Span::Collective, 110, 40, 4, "all_reduce"));
+  t.add(coll(Span::CollectiveWait, 150, 10, 3, "all_reduce"));
+  t.add(coll(Span::CollectiveWait, 190, 15, 4, "all_reduce"));
+  t.add(coll(Span::Collective, 400, 30, 7, "recv"));
+  t.add(coll(Span::CollectiveWait, 410, 25, 7, "recv"));
+  train::TraceSource src;
+  src.tracer = &t;
+  std::vector<std::pair<double, double>> runs;
+  std::map<int, std::string> tracks;
+  json all = events(train::renderTraceEvents(src));
+  for (const json &e : all)
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      tracks[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+  for (const json &e : all) {
+    if (e["ph"] != "X")
+      continue;
+    if (e["cat"] == "collective") {
+      runs.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+      EXPECT_EQ(tracks[e["tid"].get<int>()], "communication (queue 1)");
+    }
+    if (e["cat"] == "collective wait")
+      EXPECT_EQ(tracks[e["tid"].get<int>()], "compute (queue 0)") << e["name"];
+  }
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_NEAR(runs[0].first, 100.0, 1e-9);
+  EXPECT_NEAR(runs[0].second, 60.0, 1e-9);
+  EXPECT_NEAR(runs[1].first, 160.0, 1e-9); // not 110: behind the first
+  EXPECT_NEAR(runs[1].second, 40.0, 1e-9);
+  EXPECT_NEAR(runs[2].first, 400.0, 1e-9);
+}
+
 TEST(TraceFile, WritesTheJsonObjectFormat) {
   Tracer t;
   t.setEnabled(true);
