@@ -18,6 +18,7 @@ config.environment["KILN_CACHE_DIR"] = os.path.join(config.kiln_obj_root, "test"
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
+config.substitutions.append(("%kiln_bin", config.kiln_tools_dir))
 config.substitutions.append(("%examples", os.path.join(config.kiln_src_root, "examples")))
 config.substitutions.append(("%python", config.python_executable))
 # Lowered code runs through upstream MLIR's CPU pipeline and runner.

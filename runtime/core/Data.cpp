@@ -4,12 +4,14 @@
 #include "runtime/core/Random.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <fcntl.h>
@@ -53,19 +55,42 @@ Status writeWhole(const std::string &path, const std::string &bytes) {
   return Status::ok();
 }
 
-std::string jsonEscape(char c) {
-  switch (c) {
-  case '"': return "\\\"";
-  case '\\': return "\\\\";
-  case '\n': return "\\n";
-  case '\r': return "\\r";
-  case '\t': return "\\t";
-  default: break;
+/// One character of the vocabulary as a JSON string's contents: quotes,
+/// backslashes and control characters escaped, the rest as its UTF-8.
+std::string jsonEscape(const std::string &ch) {
+  if (ch.size() == 1) {
+    switch (ch[0]) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default: break;
+    }
+    unsigned char u = static_cast<unsigned char>(ch[0]);
+    if (u < 0x20 || u == 0x7f)
+      return fmt::format("\\u{:04x}", u);
   }
-  unsigned char u = static_cast<unsigned char>(c);
-  if (u < 0x20 || u >= 0x7f)
-    return fmt::format("\\u{:04x}", u);
-  return std::string(1, c);
+  return ch;
+}
+
+/// The length of the UTF-8 character at `s[k]` (1 to 4), or 0 when the
+/// bytes there are not one (a stray continuation byte, a truncated or
+/// overlong sequence, a surrogate, past U+10FFFF).
+size_t utf8Length(const std::string &s, size_t k) {
+  auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  unsigned char c = b(k);
+  size_t len = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3
+               : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+  if (len == 0 || k + len > s.size())
+    return 0;
+  for (size_t i = 1; i < len; ++i)
+    if ((b(k + i) & 0xC0) != 0x80)
+      return 0;
+  if ((c == 0xE0 && b(k + 1) < 0xA0) || (c == 0xED && b(k + 1) >= 0xA0) ||
+      (c == 0xF0 && b(k + 1) < 0x90) || (c == 0xF4 && b(k + 1) >= 0x90))
+    return 0; // overlong, a surrogate, or past U+10FFFF
+  return len;
 }
 
 } // namespace
@@ -82,22 +107,42 @@ Expected<CharDatasetInfo> prepareCharDataset(const std::string &textPath,
         text->size()));
   if (!(valFraction > 0 && valFraction < 1))
     return Status::error("the validation fraction must be in (0, 1)");
-  std::set<unsigned char> chars(text->begin(), text->end());
+  // Characters are Unicode code points, read as UTF-8 (as nanoGPT's
+  // prepare.py reads its text); sorted by code point, which for UTF-8 is
+  // the byte order of the encodings.
+  std::vector<std::string> chars;
+  std::vector<std::pair<int64_t, int64_t>> spans; // each character's bytes
+  for (size_t k = 0; k < text->size();) {
+    size_t len = utf8Length(*text, k);
+    if (len == 0)
+      return Status::error(fmt::format(
+          "'{}' is not UTF-8 text: byte 0x{:02x} at offset {} does not start a UTF-8 "
+          "character; convert the file (e.g. iconv -f latin1 -t utf-8)",
+          textPath, static_cast<unsigned char>((*text)[k]), k));
+    spans.push_back({int64_t(k), int64_t(len)});
+    k += len;
+  }
+  for (const auto &[at, len] : spans)
+    chars.push_back(text->substr(size_t(at), size_t(len)));
+  std::sort(chars.begin(), chars.end());
+  chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
+  if (chars.size() > 65536)
+    return Status::error(fmt::format(
+        "'{}' has {} distinct characters; token files hold at most 65536 (uint16)", textPath,
+        chars.size()));
   CharDatasetInfo info;
-  for (unsigned char c : chars)
-    info.vocab.push_back(char(c));
-  int lookup[256];
-  for (int k = 0; k < 256; ++k)
-    lookup[k] = -1;
-  for (size_t k = 0; k < info.vocab.size(); ++k)
-    lookup[static_cast<unsigned char>(info.vocab[k])] = int(k);
-  int64_t n = int64_t(text->size());
+  info.vocab = chars;
+  std::map<std::string, int> lookup;
+  for (size_t k = 0; k < chars.size(); ++k)
+    lookup[chars[k]] = int(k);
+  int64_t n = int64_t(spans.size());
   int64_t split = int64_t(double(n) * (1.0 - valFraction));
   auto encode = [&](int64_t begin, int64_t end) {
     std::string out;
     out.reserve(size_t(end - begin) * 2);
     for (int64_t k = begin; k < end; ++k) {
-      uint16_t t = uint16_t(lookup[static_cast<unsigned char>((*text)[k])]);
+      auto [at, len] = spans[size_t(k)];
+      uint16_t t = uint16_t(lookup[text->substr(size_t(at), size_t(len))]);
       out.push_back(char(t & 0xff));
       out.push_back(char(t >> 8));
     }
@@ -122,42 +167,30 @@ Expected<CharDatasetInfo> prepareCharDataset(const std::string &textPath,
   return info;
 }
 
-Expected<std::string> readVocab(const std::string &path) {
+Expected<std::vector<std::string>> readVocab(const std::string &path) {
   Expected<std::string> text = readWhole(path);
   if (!text)
     return text.status();
-  // {"vocab": ["a", "b", ...]} with the escapes prepareCharDataset writes.
-  size_t pos = text->find('[');
-  if (pos == std::string::npos)
-    return Status::error(fmt::format("'{}' is not a Kiln vocabulary (no list)", path));
-  std::string vocab;
-  const std::string &s = *text;
-  for (size_t k = pos + 1; k < s.size(); ++k) {
-    if (s[k] == ']')
-      return vocab;
-    if (s[k] != '"')
-      continue;
-    ++k;
-    if (k >= s.size())
-      break;
-    char c = s[k];
-    if (c == '\\' && k + 1 < s.size()) {
-      char e = s[++k];
-      if (e == 'n') c = '\n';
-      else if (e == 'r') c = '\r';
-      else if (e == 't') c = '\t';
-      else if (e == 'u' && k + 4 < s.size()) {
-        c = char(std::stoi(s.substr(k + 1, 4), nullptr, 16));
-        k += 4;
-      } else c = e;
-    }
-    vocab.push_back(c);
-    ++k; // closing quote
-    if (k >= s.size() || s[k] != '"')
-      return Status::error(fmt::format("'{}': malformed entry near byte {}", path, k));
+  // {"vocab": ["a", "b", ...]}: one character (UTF-8) per entry.
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("vocab") || !j["vocab"].is_array())
+    return Status::error(fmt::format(
+        "'{}' is not a Kiln vocabulary (a JSON object with a \"vocab\" list)", path));
+  std::vector<std::string> vocab;
+  for (const auto &e : j["vocab"]) {
+    if (!e.is_string())
+      return Status::error(
+          fmt::format("'{}': entry {} of the vocabulary is not a string", path, vocab.size()));
+    std::string ch = e.get<std::string>();
+    if (ch.empty() || utf8Length(ch, 0) != ch.size())
+      return Status::error(fmt::format(
+          "'{}': entry {} of the vocabulary is not one character", path, vocab.size()));
+    vocab.push_back(std::move(ch));
   }
-  return Status::error(fmt::format("'{}' is truncated (no closing ']')", path));
+  return vocab;
 }
+
+size_t utf8CharLength(const std::string &s, size_t k) { return utf8Length(s, k); }
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "token files are little-endian and read in place (TokenFile)");

@@ -37,7 +37,9 @@
 namespace kiln::data {
 
 struct CharDatasetInfo {
-  std::string vocab;      ///< The characters, sorted; token i is vocab[i].
+  /// The characters (Unicode code points, each as its UTF-8), sorted;
+  /// token i is vocab[i].
+  std::vector<std::string> vocab;
   int64_t trainTokens = 0;
   int64_t valTokens = 0;
 };
@@ -48,8 +50,11 @@ Expected<CharDatasetInfo> prepareCharDataset(const std::string &textPath,
                                              const std::string &outDir,
                                              double valFraction = 0.1);
 
-/// Reads vocab.json written by prepareCharDataset.
-Expected<std::string> readVocab(const std::string &path);
+/// Reads vocab.json written by prepareCharDataset: one character (UTF-8)
+/// per token.
+Expected<std::vector<std::string>> readVocab(const std::string &path);
+/// The length of the UTF-8 character at s[k] (1 to 4), 0 if not one.
+size_t utf8CharLength(const std::string &s, size_t k);
 
 /// A flat file of little-endian tokens, memory-mapped read-only: opening
 /// costs one pass over the mapping for the vocabulary check (no copy); the

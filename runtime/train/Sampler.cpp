@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -42,31 +44,34 @@ Expected<std::string> sample(Model &m, const SampleOptions &o, const BackendFact
   if (int64_t(vocab->size()) != V)
     return Status::error(fmt::format("{} has {} characters, the model {} classes", vocabPath,
                                      vocab->size(), V));
+  // The prompt's characters (UTF-8, as kiln-run prepare reads its text).
+  std::map<std::string, int64_t> index;
+  for (size_t k = 0; k < vocab->size(); ++k)
+    index[(*vocab)[k]] = int64_t(k);
   std::vector<int64_t> seq;
-  for (size_t i = 0; i < o.prompt.size(); ++i) {
-    char c = o.prompt[i];
-    size_t k = vocab->find(c);
-    if (k == std::string::npos) {
-      // The vocabulary is bytes (kiln-run prepare's characters): name the
-      // byte, and the UTF-8 character it starts when that is well formed.
-      auto byte = static_cast<unsigned char>(c);
-      size_t len = byte >= 0xF0 && byte < 0xF8   ? 4
-                   : byte >= 0xE0 && byte < 0xF0 ? 3
-                   : byte >= 0xC2 && byte < 0xE0 ? 2
-                                                 : 1;
-      bool whole = len > 1 && i + len <= o.prompt.size();
-      for (size_t j = 1; whole && j < len; ++j)
-        whole = (static_cast<unsigned char>(o.prompt[i + j]) & 0xC0) == 0x80;
-      std::string shown =
-          whole ? fmt::format("'{}', byte 0x{:02x}", o.prompt.substr(i, len), byte)
-          : byte >= 0x20 && byte < 0x7f ? fmt::format("'{}', byte 0x{:02x}", c, byte)
-                                        : fmt::format("byte 0x{:02x}", byte);
+  for (size_t i = 0; i < o.prompt.size();) {
+    size_t len = data::utf8CharLength(o.prompt, i);
+    auto byte = static_cast<unsigned char>(o.prompt[i]);
+    if (len == 0)
+      return Status::error(fmt::format(
+          "the prompt is not UTF-8 text: byte 0x{:02x} at byte offset {} does not start a "
+          "character",
+          byte, i));
+    std::string ch = o.prompt.substr(i, len);
+    auto it = index.find(ch);
+    if (it == index.end()) {
+      std::string shown = byte < 0x20 || byte == 0x7f
+                              ? fmt::format("U+{:04X}{}", byte, ch == "\n" ? " (a newline)" : "")
+                              : fmt::format("'{}'", ch);
       return Status::error(fmt::format(
           "the prompt's character {} at byte offset {} is not in the vocabulary {} (it has the "
-          "{} characters of the training text)",
-          shown, i, vocabPath, vocab->size()));
+          "{} characters of the training text){}",
+          shown, i, vocabPath, vocab->size(),
+          o.promptGiven ? ""
+                        : "; the default prompt is a newline: give one with --prompt TEXT"));
     }
-    seq.push_back(int64_t(k));
+    seq.push_back(it->second);
+    i += len;
   }
   if (seq.empty())
     seq.push_back(0);

@@ -13,6 +13,8 @@ struct SampleOptions {
   std::string checkpoint; ///< "" for the initial parameters
   std::string vocab;      ///< default: vocab.json beside the training data
   std::string prompt = "\n";
+  /// Whether the user gave the prompt (--prompt): messages say so.
+  bool promptGiven = false;
   int64_t tokens = 200;
   double temperature = 0.8; ///< 0: always the most likely character
   int64_t topK = 0;         ///< 0: every character

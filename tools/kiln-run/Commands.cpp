@@ -36,6 +36,8 @@
 #include <optional>
 #include <sys/stat.h>
 #include <thread>
+#include <time.h>
+#include <unistd.h>
 #include <tuple>
 
 namespace kiln::run {
@@ -83,6 +85,7 @@ struct Flags {
   std::string data, valData, checkpoint, resume, cacheDir, vocab, lossLog;
   std::string statsCsv; ///< --stats-csv: every kernel stats row (implies --profile)
   std::string prompt = "\n";
+  bool promptGiven = false;
   double temperature = 0.8;
   double tolerance = 1e-4;   ///< kiln-run check
   double collectiveTimeout = 300; ///< seconds a collective may wait for the others
@@ -183,7 +186,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--resume") s = value(f.resume);
     else if (a == "--cache-dir") s = value(f.cacheDir);
     else if (a == "--vocab") s = value(f.vocab);
-    else if (a == "--prompt") s = value(f.prompt);
+    else if (a == "--prompt") { s = value(f.prompt); f.promptGiven = true; }
     else if (a == "--loss-log") s = value(f.lossLog);
     else if (a == "--tensorboard") s = value(f.tensorboard);
     else if (a == "--stats-csv") { if ((s = value(f.statsCsv))) f.profile = true; }
@@ -261,12 +264,33 @@ std::optional<uint64_t> seedOf(const Flags &f) {
 
 /// Ctrl-C during training: the trainer stops after the step and saves.
 std::atomic<bool> gInterrupted{false};
+/// When the first stop signal came (CLOCK_MONOTONIC, ns).
+std::atomic<int64_t> gFirstStopNs{0};
+/// As invoked (setProgram), for the resume hint.
+std::string gProgram = "kiln-run";
 /// SIGTERM too: what Slurm and other schedulers send the processes before
 /// they preempt a job; and SIGUSR1, which mpirun forwards to the ranks
 /// (`kill -USR1 <mpirun>`: mpirun itself ends the job on SIGINT or SIGTERM).
+/// A second signal a second or more after the first ends the process at
+/// once, saying so; one within a second is the same stop delivered twice
+/// (`timeout -s INT` signals the process, then its process group) and is
+/// ignored, so the run still saves.
 extern "C" void onSigint(int sig) {
-  gInterrupted = true;
-  std::signal(sig, SIG_DFL); // a second one ends the process at once
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  if (!gInterrupted.exchange(true)) {
+    gFirstStopNs = now;
+    return;
+  }
+  if (now - gFirstStopNs.load() < 1000000000)
+    return;
+  static const char msg[] = "\nkiln-run: a second stop signal: exiting now without saving a "
+                            "checkpoint (the last one saved is unchanged)\n";
+  ssize_t ignored = ::write(2, msg, sizeof msg - 1);
+  (void)ignored;
+  std::signal(sig, SIG_DFL);
+  std::raise(sig); // killed by the signal, not exit(130) as a clean stop
 }
 void catchStops() {
   for (int sig : {SIGINT, SIGTERM, SIGUSR1})
@@ -276,6 +300,12 @@ void releaseStops() {
   for (int sig : {SIGINT, SIGTERM, SIGUSR1})
     std::signal(sig, SIG_DFL);
 }
+
+} // namespace
+
+void setProgram(const std::string &argv0) { gProgram = argv0.empty() ? "kiln-run" : argv0; }
+
+namespace {
 
 /// The command that continues an interrupted run: the same arguments
 /// (any --resume replaced) after `launcher` ("" or "mpirun -np 2 "), and
@@ -291,7 +321,7 @@ std::string resumeCommand(const Flags &f, const std::string &launcher, const std
       q += c == '\'' ? std::string("'\\''") : std::string(1, c);
     return q + "'";
   };
-  std::string cmd = launcher + "kiln-run train";
+  std::string cmd = launcher + quote(gProgram) + " train";
   for (size_t i = 0; i < f.args.size(); ++i) {
     if (f.args[i] == "--resume") {
       ++i;
@@ -741,6 +771,7 @@ int sampleCommand(const std::vector<std::string> &args) {
   o.checkpoint = f.checkpoint;
   o.vocab = f.vocab;
   o.prompt = f.prompt;
+  o.promptGiven = f.promptGiven;
   o.tokens = f.tokens;
   o.temperature = f.temperature;
   o.topK = f.topK;

@@ -22,6 +22,9 @@ int sampleCommand(const std::vector<std::string> &args);
 int checkCommand(const std::vector<std::string> &args);
 /// Lists the GPUs this machine has, or says why there are none.
 int devicesCommand(const std::vector<std::string> &args);
+/// How kiln-run was invoked (argv[0]): the resume hint repeats it, so the
+/// command it prints runs as it is pasted.
+void setProgram(const std::string &argv0);
 
 } // namespace kiln::run
 

@@ -35,9 +35,11 @@ const char *kUsage =
     "\n"
     "usage:\n"
     "  kiln-run prepare TEXT OUTDIR [--val-fraction F]\n"
-    "      Turn a text file into a character-level data set: OUTDIR/vocab.json\n"
-    "      (the sorted characters), OUTDIR/train.bin and OUTDIR/val.bin (uint16\n"
-    "      tokens; the last F of the text, default 0.1, is validation).\n"
+    "      Turn a UTF-8 text file into a character-level data set:\n"
+    "      OUTDIR/vocab.json (the sorted characters, Unicode code points; a\n"
+    "      Windows line ending is two, \\r and \\n), OUTDIR/train.bin and\n"
+    "      OUTDIR/val.bin (uint16 tokens; the last F of the text, default 0.1,\n"
+    "      is validation).\n"
     "  kiln-run inspect FILE\n"
     "      Verify a checkpoint (.safetensors) or artifact (.kpack) and list\n"
     "      what it holds.\n"
@@ -297,6 +299,7 @@ void tuneBlas(char **argv) {
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  kiln::run::setProgram(argc > 0 && argv[0] ? argv[0] : "kiln-run");
 #ifdef KILN_HAVE_OPENBLAS
   if (!args.empty() && (args[0] == "train" || args[0] == "eval" || args[0] == "sample" ||
                         args[0] == "check"))

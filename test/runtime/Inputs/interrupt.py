@@ -4,7 +4,10 @@ line after step 1, sends SIGINT (or --signal TERM: what mpirun passes the
 ranks on Ctrl-C, and what schedulers send before preempting a job), and
 checks that it saved a checkpoint and exited with 130 and a resume hint.
 
-  interrupt.py [--signal INT|TERM] CHECKPOINT -- KILN_RUN_COMMAND...
+  interrupt.py [--signal INT|TERM] [--twice] CHECKPOINT -- KILN_RUN_COMMAND...
+
+--twice sends the signal twice at once, as `timeout -s INT` does (to the
+process, then to its process group): still one stop that saves.
 """
 import os
 import signal
@@ -18,6 +21,9 @@ def main():
     if args[0] == "--signal":
         sig = getattr(signal, "SIG" + args[1])
         args = args[2:]
+    twice = args[0] == "--twice"
+    if twice:
+        args = args[1:]
     ckpt = args[0]
     cmd = sys.argv[sys.argv.index("--") + 1:]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -26,6 +32,8 @@ def main():
         out.append(line)
         if line.startswith("step") and "/" in line.split("|")[0] and not line.startswith("step     1/"):
             p.send_signal(sig)
+            if twice:
+                p.send_signal(sig)
             break
     rest, _ = p.communicate(timeout=120)
     out.append(rest)

@@ -39,7 +39,7 @@ TEST(Data, PrepareCharDatasetRoundTrips) {
   auto info = prepareCharDataset(d + "/in.txt", d + "/out", 0.25);
   ASSERT_TRUE(info) << info.status().message();
   std::set<char> unique(text.begin(), text.end());
-  EXPECT_EQ(info->vocab.size(), unique.size());
+  EXPECT_EQ(info->vocab.size(), unique.size()); // ASCII: one byte per character
   EXPECT_TRUE(std::is_sorted(info->vocab.begin(), info->vocab.end()));
   EXPECT_EQ(info->trainTokens + info->valTokens, int64_t(text.size()));
   EXPECT_EQ(info->trainTokens, int64_t(text.size() * 0.75));
@@ -53,6 +53,40 @@ TEST(Data, PrepareCharDatasetRoundTrips) {
   for (int64_t i = 0; i < train->size(); ++i)
     decoded += (*vocab)[(*train)[i]];
   EXPECT_EQ(decoded, text.substr(0, size_t(info->trainTokens)));
+}
+
+TEST(Data, PrepareReadsUtf8Characters) {
+  // Characters are code points: 'é' (2 bytes), '日' (3), '😀' (4) are one
+  // token each, sorted by code point; CR is a character of its own.
+  std::string d = tempDir();
+  std::string text = "caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x98\x80\r\n\"q\"\\";
+  writeFile(d + "/u.txt", text);
+  auto info = prepareCharDataset(d + "/u.txt", d + "/uo", 0.5);
+  ASSERT_TRUE(info) << info.status().message();
+  std::vector<std::string> want = {"\n", "\r", " ", "\"", "\\", "a", "c", "f", "q",
+                                   "\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80"};
+  EXPECT_EQ(info->vocab, want);
+  EXPECT_EQ(info->trainTokens + info->valTokens, 13);
+  auto vocab = readVocab(d + "/uo/vocab.json");
+  ASSERT_TRUE(vocab) << vocab.status().message();
+  EXPECT_EQ(*vocab, want);
+  auto train = TokenFile::open(d + "/uo/train.bin", TokenFile::Width::U16, 4,
+                               int64_t(vocab->size()));
+  auto val = TokenFile::open(d + "/uo/val.bin", TokenFile::Width::U16, 4, int64_t(vocab->size()));
+  ASSERT_TRUE(train && val);
+  std::string decoded;
+  for (int64_t i = 0; i < train->size(); ++i)
+    decoded += (*vocab)[(*train)[i]];
+  for (int64_t i = 0; i < val->size(); ++i)
+    decoded += (*vocab)[(*val)[i]];
+  EXPECT_EQ(decoded, text);
+  // Not UTF-8 (a Latin-1 'é'): refused, naming the byte and its offset.
+  writeFile(d + "/latin1.txt", "caf\xe9 au lait");
+  auto bad = prepareCharDataset(d + "/latin1.txt", d + "/lo", 0.5);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("is not UTF-8 text: byte 0xe9 at offset 3"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST(Data, WindowsAreShiftedAndDeterministic) {
