@@ -679,8 +679,26 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  if (gradcheck) // the check runs the whole program, gradients too, in float64
+  if (gradcheck) {
+    // The reference interpreter checks the single-device program and data
+    // parallelism (replicas in lock step); tensor- and pipeline-parallel
+    // programs are checked against one device by training instead (their
+    // sharded gradients are not the model's parameters' shapes).
+    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
+    auto layout = [&](llvm::StringRef k) {
+      auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
+      return a ? a.getInt() : int64_t(1);
+    };
+    if (layout("tp") > 1 || layout("pp") > 1)
+      return userError(
+          "--gradcheck checks the model's gradients on one device (or data-parallel "
+          "replicas), not a tensor- or pipeline-parallel layout (tp = " +
+          std::to_string(layout("tp")) + ", pp = " + std::to_string(layout("pp")) +
+          "); add --tp 1 --pp 1 to check the model, and compare the layout's training "
+          "with one device's (docs/parallel.md)");
+    // The check runs the whole program, gradients too, in float64.
     kiln::convertToF64(module->lookupSymbol<mlir::func::FuncOp>("forward"));
+  }
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
   if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module, gradcheck))) {
     std::fprintf(stderr, "%s", mlirDiags.c_str());
