@@ -680,10 +680,10 @@ int main(int argc, char **argv) {
   }
 
   if (gradcheck) {
-    // The reference interpreter checks the single-device program and data
-    // parallelism (replicas in lock step); tensor- and pipeline-parallel
-    // programs are checked against one device by training instead (their
-    // sharded gradients are not the model's parameters' shapes).
+    // The check runs @grad, the model's gradients on one device, which data
+    // parallelism leaves as it is (it shards @train_step); tensor and
+    // pipeline parallelism change it (sharded parameters, stages), so those
+    // layouts are checked against one device by training instead.
     auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
     auto layout = [&](llvm::StringRef k) {
       auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
@@ -691,8 +691,8 @@ int main(int argc, char **argv) {
     };
     if (layout("tp") > 1 || layout("pp") > 1)
       return userError(
-          "--gradcheck checks the model's gradients on one device (or data-parallel "
-          "replicas), not a tensor- or pipeline-parallel layout (tp = " +
+          "--gradcheck checks the model's gradients on one device, not a tensor- or "
+          "pipeline-parallel layout (tp = " +
           std::to_string(layout("tp")) + ", pp = " + std::to_string(layout("pp")) +
           "); add --tp 1 --pp 1 to check the model, and compare the layout's training "
           "with one device's (docs/parallel.md)");
