@@ -61,9 +61,15 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
   std::optional<Status> failure;
   std::vector<std::optional<TrainResult>> results(trainers.size());
   bool inProcess = o.comms.size() > 1;
+  // A replica whose call failed because another aborted the run reports
+  // that ("... failed: the run was aborted (<why>)"), and may get here
+  // before the replica that aborted it: the cause replaces such a report.
+  auto knockOn = [](const Status &s) {
+    return s.message().find("the run was aborted (") != std::string::npos;
+  };
   auto fail = [&](const Status &s) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!failure)
+    if (!failure || (knockOn(*failure) && !knockOn(s)))
       failure = s;
     cancel = true;
     // In-process: wake the replicas waiting in a collective at once. (A
