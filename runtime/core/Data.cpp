@@ -230,7 +230,7 @@ Expected<TokenFile> TokenFile::open(const std::string &path, Width width,
   if (int64_t(n) < context + 1) {
     ::close(fd);
     return Status::error(fmt::format(
-        "'{}' holds {} tokens but one training window needs {} (context + 1)",
+        "'{}' holds {} tokens but one window of the model needs {} (context + 1)",
         path, n, context + 1));
   }
   void *p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);

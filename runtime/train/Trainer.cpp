@@ -116,6 +116,12 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
                         dataShard(m), o.shuffleBuffer);
   if (!train)
     return train.status();
+  // Token data is read as random windows: no file order to keep or shuffle.
+  if (o.rank == 0 && (o.inOrder || o.shuffleBuffer > 0) && (*train)->epochBatches() == 0)
+    emit(out, Channel::Warning,
+         fmt::format("{} does nothing for token data ({} is read as random windows); it "
+                     "applies to a directory of .npy arrays",
+                     o.inOrder ? "--in-order" : "--shuffle-buffer", trainPath));
   std::shared_ptr<const DataSource> val;
   std::string valPath = resolvePath(o.valData.empty() ? tc.valData : o.valData, m.pkg);
   if (!valPath.empty() && r.evalInterval > 0) {
@@ -162,6 +168,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->ckptPath_ = r.ckptPath;
   t->train_ = std::move(train);
   t->val_ = r.evalInterval > 0 ? std::move(val) : nullptr;
+  // A .npy validation set has a fixed number of batches: scoring more would
+  // repeat rows (and count them twice), so an evaluation stops at one pass
+  // over it.
+  if (t->val_ && t->val_->epochBatches() > 0 && t->evalSteps_ > t->val_->epochBatches())
+    t->evalSteps_ = t->val_->epochBatches();
 
   if (resume) {
     if (Status s = m.setPersistent(*resume); !s)
@@ -206,8 +217,9 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
                                       o.artifact, t->start_, t->steps_, m.exec->describe()));
     t->say(Channel::Line, fmt::format("  data: {}", t->train_->describe()));
     if (t->val_)
-      t->say(Channel::Line, fmt::format("  validation: {}, {} batches every {} steps",
-                                        t->val_->describe(), t->evalSteps_, t->evalInterval_));
+      t->say(Channel::Line, fmt::format("  validation: {}, {} batch{} every {} steps",
+                                        t->val_->describe(), t->evalSteps_,
+                                        t->evalSteps_ == 1 ? "" : "es", t->evalInterval_));
     t->say(Channel::Line,
            t->ckptEvery_ > 0
                ? fmt::format("  checkpoint: {} every {} steps and at the end", t->ckptPath_,
@@ -493,10 +505,10 @@ Expected<TrainResult> Trainer::run() {
         o_.onEval(EvalPoint{step + 1, e.loss, e.accuracy});
       if (!o_.quiet)
         say(Channel::Progress,
-            fmt::format("step {:>5}: val loss {:.4f}{} ({} batches)", step + 1, e.loss,
+            fmt::format("step {:>5}: val loss {:.4f}{} ({} batch{})", step + 1, e.loss,
                         e.accuracy >= 0 ? fmt::format(", accuracy {:.2f}%", 100 * e.accuracy)
                                         : "",
-                        e.batches));
+                        e.batches, e.batches == 1 ? "" : "es"));
     }
     auto stop = agreeStop(step);
     if (!stop)

@@ -125,7 +125,7 @@ TEST(Data, BadTokenFilesNameTheFileAndTheProblem) {
   writeFile(d + "/short.bin", std::string(8, '\0'));
   auto shrt = TokenFile::open(d + "/short.bin", TokenFile::Width::U16, 64, 0);
   ASSERT_FALSE(shrt);
-  EXPECT_NE(shrt.status().message().find("holds 4 tokens but one training window needs 65"),
+  EXPECT_NE(shrt.status().message().find("holds 4 tokens but one window of the model needs 65"),
             std::string::npos) << shrt.status().message();
   std::string big;
   for (int k = 0; k < 100; ++k)
