@@ -53,6 +53,21 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
   if (pkg.cpuBitcode.empty())
     return Status::error(o.artifact + ": the artifact has no CPU kernels; compile it with "
                                       "kilnc --target=cpu");
+  // Before the kernels load (or compile): a multi-device artifact needs a
+  // communicator.
+  if (pkg.program.numDevices() > 1 && !o.comm) {
+    std::string mesh;
+    for (const auto &a : pkg.program.mesh.axes)
+      mesh += fmt::format("{}{}={}", mesh.empty() ? "" : " x ", a.name, a.size);
+    return Status::error(fmt::format(
+        "{} was compiled for {} devices ({}); kiln-run train runs it with --device cpu:{} or "
+        "under mpirun -np {}; eval, check and sample run on one device: compile the model "
+        "for one device (kilnc MODEL.kiln{} -o one.kpack) and give them the checkpoint, which "
+        "holds whole tensors",
+        o.artifact, pkg.program.numDevices(), mesh, pkg.program.numDevices(),
+        pkg.program.numDevices(),
+        pkg.program.mesh.axis("pp") >= 0 ? " --pp 1, which also sets `stage` blocks aside," : ""));
+  }
   cpu::JitOptions jo;
   jo.cacheDir = o.noCache ? "" : (o.cacheDir.empty() ? cpu::defaultCacheDir() : o.cacheDir);
   cpu::JitStats stats;
@@ -68,19 +83,6 @@ Expected<std::unique_ptr<Backend>> cpuBackend(const Package &pkg, const DeviceOp
                      stats.cacheHit ? "cached"
                                     : fmt::format("compiled in {:.1f} s", stats.compileSeconds),
                      (*blas)->name, stats.cachePath.empty() ? "" : ", cache " + stats.cachePath));
-  if (pkg.program.numDevices() > 1 && !o.comm) {
-    std::string mesh;
-    for (const auto &a : pkg.program.mesh.axes)
-      mesh += fmt::format("{}{}={}", mesh.empty() ? "" : " x ", a.name, a.size);
-    return Status::error(fmt::format(
-        "{} was compiled for {} devices ({}); kiln-run train runs it with --device cpu:{} or "
-        "under mpirun -np {}; eval, check and sample run on one device: compile the model "
-        "for one device (kilnc MODEL.kiln{} -o one.kpack) and give them the checkpoint, which "
-        "holds whole tensors",
-        o.artifact, pkg.program.numDevices(), mesh, pkg.program.numDevices(),
-        pkg.program.numDevices(),
-        pkg.program.mesh.axis("pp") >= 0 ? " --pp 1, which also sets `stage` blocks aside," : ""));
-  }
   cpu::ExecutorOptions eo;
   eo.threads = o.threads;
   eo.interOpThreads = o.interOpThreads;
