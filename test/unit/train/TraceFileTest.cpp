@@ -154,9 +154,11 @@ TEST(TraceFile, AChildLeakingOutOfItsParentIsClipped) {
   train::TraceSource src;
   src.tracer = &t;
   json ev = events(train::renderTraceEvents(src));
-  for (const json &e : ev)
-    if (e["ph"] == "X" && e["cat"] == "data wait")
+  for (const json &e : ev) {
+    if (e["ph"] == "X" && e["cat"] == "data wait") {
       EXPECT_NEAR(e["ts"].get<double>() + e["dur"].get<double>(), 1000.0, 1e-9);
+    }
+  }
 }
 
 TEST(TraceFile, AnAsynchronousCollectiveEndsByTheWaitForIt) {
@@ -234,8 +236,9 @@ TEST(TraceFile, QueuedCollectivesFollowEachOtherAndWaitsStayOnCompute) {
       runs.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
       EXPECT_EQ(tracks[e["tid"].get<int>()], "communication (queue 1)");
     }
-    if (e["cat"] == "collective wait")
+    if (e["cat"] == "collective wait") {
       EXPECT_EQ(tracks[e["tid"].get<int>()], "compute (queue 0)") << e["name"];
+    }
   }
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_NEAR(runs[0].first, 100.0, 1e-9);
