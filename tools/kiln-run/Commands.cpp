@@ -739,7 +739,8 @@ int evalCommand(const std::vector<std::string> &args) {
   if (f.logPlacement)
     logPlacement(*model, "eval_step");
   if (f.checkpoint.empty())
-    warnUntrained(f, "evaluating");
+    if (model->prog().numDevices() == 1) // else refused below, before any parameters
+      warnUntrained(f, "evaluating");
   train::EvalOptions o;
   o.checkpoint = f.checkpoint;
   o.data = f.data;
@@ -766,7 +767,8 @@ int sampleCommand(const std::vector<std::string> &args) {
     return rc;
   f.quiet = true;
   if (f.checkpoint.empty())
-    warnUntrained(f, "sampling from");
+    if (model->prog().numDevices() == 1) // else refused below
+      warnUntrained(f, "sampling from");
   train::SampleOptions o;
   o.checkpoint = f.checkpoint;
   o.vocab = f.vocab;
