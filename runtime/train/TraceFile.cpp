@@ -326,10 +326,16 @@ std::string renderTraceEvents(const TraceSource &src) {
   // queue 0's wait for it ended; its start as recorded (just after it was
   // handed to its queue) can be late when the loop's thread was preempted,
   // so it ends no later than that wait.
-  std::map<std::tuple<int64_t, std::string, int>, double> waitEnds;
+  // A function run several times in one step (evaluation batches) waits
+  // for the same plan step each time: the k-th call matches the k-th wait.
+  using Key = std::tuple<int64_t, std::string, int>;
+  std::map<Key, std::vector<std::pair<double, double>>> waits; // start, end
   for (const Span &s : spans)
     if (s.kind == Span::CollectiveWait)
-      waitEnds[{s.step, s.function, s.planStep}] = s.start + s.seconds;
+      waits[{s.step, s.function, s.planStep}].push_back({s.start, s.start + s.seconds});
+  for (auto &[k, w] : waits)
+    std::sort(w.begin(), w.end());
+  std::map<Key, size_t> matched;
   // The collectives drawn on one track ran one after another, in the order
   // they were handed over (a device's communication thread makes its calls
   // in order): one handed over while another ran began when that one ended,
@@ -353,10 +359,13 @@ std::string renderTraceEvents(const TraceSource &src) {
       auto f = free.find(trackOf(s));
       double earliest = f == free.end() ? s.start : std::max(s.start, f->second);
       double start = earliest;
-      auto it = waitEnds.find({s.step, s.function, s.planStep});
-      if (it != waitEnds.end() && start + secs > it->second) {
-        start = std::max(f == free.end() ? -1e300 : f->second, it->second - secs);
-        secs = std::max(0.0, std::min(secs, it->second - start));
+      Key key{s.step, s.function, s.planStep};
+      auto it = waits.find(key);
+      size_t k = matched[key]++;
+      if (it != waits.end() && k < it->second.size() && start + secs > it->second[k].second) {
+        double waitEnd = it->second[k].second;
+        start = std::max(f == free.end() ? -1e300 : f->second, waitEnd - secs);
+        secs = std::max(0.0, std::min(secs, waitEnd - start));
       }
       placed[i] = {start, secs};
       free[trackOf(s)] = start + secs;

@@ -248,6 +248,35 @@ TEST(TraceFile, QueuedCollectivesFollowEachOtherAndWaitsStayOnCompute) {
   EXPECT_NEAR(runs[2].first, 400.0, 1e-9);
 }
 
+TEST(TraceFile, RepeatedCallsOfAPlanStepMatchTheirOwnWaits) {
+  // @eval_step run twice in one step: its all_reduce (plan step 3) twice,
+  // each ending by its own wait (130 us, then 400 us).
+  Tracer t;
+  t.setEnabled(true);
+  t.add(span(Span::Step, 0, 1000));
+  auto coll = [&](Span::Kind kind, double start, double dur) {
+    Span s = span(kind, start, dur);
+    s.name = "all_reduce";
+    s.queue = 1;
+    s.function = "eval_step";
+    s.planStep = 3;
+    return s;
+  };
+  t.add(coll(Span::Collective, 100, 50));
+  t.add(coll(Span::CollectiveWait, 120, 10));
+  t.add(coll(Span::Collective, 300, 50));
+  t.add(coll(Span::CollectiveWait, 310, 90));
+  train::TraceSource src;
+  src.tracer = &t;
+  std::vector<double> starts;
+  for (const json &e : events(train::renderTraceEvents(src)))
+    if (e["ph"] == "X" && e["cat"] == "collective")
+      starts.push_back(e["ts"].get<double>());
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_NEAR(starts[0], 80.0, 1e-9); // by the first wait, not the last
+  EXPECT_NEAR(starts[1], 300.0, 1e-9);
+}
+
 TEST(TraceFile, WritesTheJsonObjectFormat) {
   Tracer t;
   t.setEnabled(true);
