@@ -447,7 +447,11 @@ int main(int argc, char **argv) {
       auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
       // The train section's interleaved schedule: the blocks name pp x V
       // model chunks.
-      int64_t V = kiln::virtualStages(*module);
+      // (--pipeline 1f1b or gpipe over an interleaved train section: one
+      // stage per block.)
+      int64_t V = pipelineOpt.getNumOccurrences() && pipelineOpt != "interleaved"
+                      ? 1
+                      : kiln::virtualStages(*module);
       if (placed && ppOpt > 1 && ppOpt * V < placed.getInt())
         return userError("--pp " + std::to_string(ppOpt) + " is fewer than the " +
                          std::to_string(placed.getInt()) +
@@ -475,6 +479,23 @@ int main(int argc, char **argv) {
       if (pipelineOpt != "1f1b" && pipelineOpt != "gpipe" && pipelineOpt != "interleaved")
         return userError("--pipeline=" + pipelineOpt + ": use 1f1b, gpipe or interleaved");
       t.set("pipeline", b.getStringAttr(pipelineOpt));
+      auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
+      if (pipelineOpt != "interleaved" && kiln::virtualStages(*module) > 1 && placed &&
+          !ppOpt.getNumOccurrences()) {
+        // The train section's interleaved schedule numbered model chunks;
+        // another schedule runs each named chunk as a stage of its own
+        // (as the same stage blocks under pipeline = "1f1b" would).
+        auto get = [&](llvm::StringRef k) {
+          auto a = t.get(k);
+          return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(1);
+        };
+        int64_t oldPp = std::max<int64_t>(1, get("pp"));
+        int64_t stages = placed.getInt();
+        t.set("pp", b.getI64IntegerAttr(stages));
+        if (!devicesOpt.getNumOccurrences())
+          t.set("devices", b.getI64IntegerAttr(std::max<int64_t>(1, get("devices")) / oldPp *
+                                                stages));
+      }
       if (pipelineOpt != "interleaved")
         t.erase("virtual_stages");
     }
