@@ -123,12 +123,18 @@ struct KilnPipelineStagesPass
       // chunking.
       if (auto placed = m->getAttrOfType<IntegerAttr>("kiln.stages_placed");
           placed && placed.getInt() != devices * V) {
-        m.emitError() << "the model's `stage N { ... }` blocks place " << placed.getInt()
-                      << " pipeline stages, but the interleaved schedule needs pp x "
-                         "virtual_stages = "
-                      << devices * V
-                      << " model chunks; set pipeline = \"interleaved\" in the train section "
-                         "(its stage blocks then number the chunks) or use pipeline = \"1f1b\"";
+        int64_t n = placed.getInt();
+        auto diag = m.emitError();
+        diag << "the model's `stage N { ... }` blocks name " << n
+             << " stages or chunks, but the interleaved schedule with pp = " << devices
+             << " and virtual_stages = " << V << " needs " << devices * V
+             << " model chunks; ";
+        if (n % devices == 0 && n / devices > 1)
+          diag << "use virtual_stages = " << n / devices << " (--virtual-stages "
+               << n / devices << "), ";
+        diag << "name " << devices * V
+             << " chunks (under pipeline = \"interleaved\" in the train section the stage "
+                "blocks number chunks), or use pipeline = \"1f1b\"";
         return signalPassFailure();
       }
       P = devices * V;
