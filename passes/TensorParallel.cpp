@@ -106,16 +106,18 @@ std::string describe(const Tp &t) {
 
 /// "model.kiln:12:5" for messages.
 std::string where(Location l) {
-  if (auto f = dyn_cast<FileLineColLoc>(l))
-    return (f.getFilename().str() + ":" + std::to_string(f.getLine()) + ":" +
-            std::to_string(f.getColumn()));
-  if (auto n = dyn_cast<NameLoc>(l))
-    return where(n.getChildLoc());
-  if (auto fu = dyn_cast<FusedLoc>(l))
-    for (Location c : fu.getLocations())
-      if (std::string w = where(c); !w.empty())
-        return w;
-  return "";
+  // The first file location inside `l`: through names, fused locations and
+  // the call sites of a def's inlined body (its own line first).
+  std::string w;
+  l->walk([&](Location c) {
+    auto f = dyn_cast<FileLineColLoc>(c);
+    if (!f)
+      return WalkResult::advance();
+    w = f.getFilename().str() + ":" + std::to_string(f.getLine()) + ":" +
+        std::to_string(f.getColumn());
+    return WalkResult::interrupt();
+  });
+  return w;
 }
 
 /// Ops whose operands must all have the result's shape (replicated operands
