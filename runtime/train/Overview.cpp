@@ -399,14 +399,19 @@ std::string recommend(const Breakdown &b, const std::vector<KernelStat> &stats,
         pct(input, S), ms(input), ms(S));
   // A pipeline's exposed waits are mostly receives from the neighbouring
   // stage: its bubble and stage imbalance, which buckets do not change.
+  // (Sends count too: under MPI a blocking send to a stage that is not
+  // ready waits as long as a receive.)
   double recvWait = 0;
+  auto isP2p = [](const std::string &n) {
+    return n == "recv" || n.rfind("recv ", 0) == 0 || n == "send" || n.rfind("send ", 0) == 0;
+  };
   for (const KernelStat &k : stats)
-    if (k.kind == "collective wait" && (k.name == "recv" || k.name.rfind("recv ", 0) == 0))
+    if (k.kind == "collective wait" && isP2p(k.name))
       recvWait += k.seconds / double(std::max<int64_t>(1, b.steps));
   if (b.commExposed > t.comm * S && recvWait > 0.5 * b.commExposed)
     return fmt::format(
-        "pipeline-bubble: {} of the step waits for collectives ({}), {} of it receiving "
-        "activations or gradients from the next or previous stage: the schedule's bubble, "
+        "pipeline-bubble: {} of the step waits for collectives ({}), {} of it sending or "
+        "receiving activations or gradients between stages: the schedule's bubble, "
         "(p - 1) / (M + p - 1), and unbalanced stages; use more micro-batches "
         "(micro_batches, kilnc --micro-batches), the interleaved schedule (kilnc --pipeline "
         "interleaved: (p - 1) / (V M + p - 1)), or balance the stages (stage blocks)",
@@ -414,8 +419,10 @@ std::string recommend(const Breakdown &b, const std::vector<KernelStat> &stats,
   if (b.commExposed > t.comm * S)
     return fmt::format(
         "communication-exposed: {} of the step waits for collectives ({}; {} more ran "
-        "alongside compute); change the buckets (bucket_mb in the train section, kilnc "
-        "--bucket-mb) so more of it overlaps backward, or train on fewer devices",
+        "alongside compute); with data parallelism, change the gradient buckets (bucket_mb "
+        "in the train section, kilnc --bucket-mb) so more of it overlaps backward; with "
+        "tensor parallelism (whose all_reduces sit between layers), use a smaller tp; or "
+        "train on fewer devices",
         pct(b.commExposed, S), ms(b.commExposed), ms(b.commOverlapped));
   if (b.idle > t.idle * S)
     return fmt::format(
