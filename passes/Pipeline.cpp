@@ -149,12 +149,23 @@ struct KilnPipelineStagesPass
       for (Operation *op : ops)
         if (int64_t s = stageOf(op); s >= 0 && s < P)
           ++count[size_t(s)];
+      // The highest stage the blocks name (the stage count may be larger:
+      // pp, or pp x virtual_stages, from the train section).
+      int64_t named = -1;
+      for (Operation *op : ops)
+        if (op->hasAttr(kStageAttr))
+          named = std::max(named, stageOf(op));
       for (int64_t s = 0; s < P; ++s)
         if (!count[size_t(s)]) {
-          m.emitError() << (V > 1 ? "model chunk " : "pipeline stage ") << s << " of " << P
-                        << " has no ops: the model's `stage N { ... }` blocks name stages 0.."
-                        << placed.getInt() - 1
-                        << "; place layers on every stage or use fewer stages (--pp)";
+          auto diag = m.emitError();
+          diag << (V > 1 ? "model chunk " : "pipeline stage ") << s << " of " << P
+               << " has no ops: the model's `stage N { ... }` blocks name "
+               << (V > 1 ? "chunks" : "stages") << " up to " << named;
+          if (named + 1 < P)
+            diag << ", but the layout has " << P << (V > 1 ? " chunks (pp x virtual_stages)"
+                                                           : " stages (pp)");
+          diag << "; place layers on every " << (V > 1 ? "chunk" : "stage")
+               << " or use fewer (--pp" << (V > 1 ? ", --virtual-stages" : "") << ")";
           return signalPassFailure();
         }
       // Ops outside every stage block follow their data: after the last
