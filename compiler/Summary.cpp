@@ -216,8 +216,10 @@ void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
         if (st.getInt() < P) {
           size_t k = size_t(st.getInt());
           params[k] += cast<RankedTensorType>(step.getArgument(i).getType()).getNumElements();
-          // Stages without repeat blocks: named by their parameters' layers.
-          std::string layer = name.getValue().rsplit('.').first.str();
+          // Stages without repeat blocks: named by their parameters' layers,
+          // the first and the last in argument order, each by its top-level
+          // name (a def's scope, `block_1`, or a layer, `linear_2`).
+          std::string layer = name.getValue().split('.').first.str();
           if (V == 1 && (first[k].empty() || first[k].find('.') == std::string::npos)) {
             if (first[k].empty())
               first[k] = layer;
