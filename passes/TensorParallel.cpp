@@ -31,6 +31,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
+#include "passes/Fusion.h"
 
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
@@ -102,22 +103,6 @@ std::string describe(const Tp &t) {
   if (t.partial)
     s += std::string(s.empty() ? "" : ", ") + "a partial sum";
   return s;
-}
-
-/// "model.kiln:12:5" for messages.
-std::string where(Location l) {
-  // The first file location inside `l`: through names, fused locations and
-  // the call sites of a def's inlined body (its own line first).
-  std::string w;
-  l->walk([&](Location c) {
-    auto f = dyn_cast<FileLineColLoc>(c);
-    if (!f)
-      return WalkResult::advance();
-    w = f.getFilename().str() + ":" + std::to_string(f.getLine()) + ":" +
-        std::to_string(f.getColumn());
-    return WalkResult::interrupt();
-  });
-  return w;
 }
 
 /// Ops whose operands must all have the result's shape (replicated operands
@@ -223,7 +208,7 @@ private:
     SmallVector<int64_t> shape(t.getShape());
     int64_t size = shape[size_t(s.dim)];
     if (size % (n_ * s.outer) != 0)
-      return emitError(l) << "kiln-tensor-parallel: " << what << "at " << where(l)
+      return emitError(l) << "kiln-tensor-parallel: " << what << "at " << locString(l)
                           << " splits dimension " << s.dim << " of size " << size
                           << " over tp = " << n_
                           << (s.outer > 1 ? " in each of its " + std::to_string(s.outer) +
@@ -380,7 +365,7 @@ private:
     }
     return emitError(user->getLoc())
            << "kiln-tensor-parallel: '" << user->getName() << "' at "
-           << where(user->getLoc()) << " combines a value split over tp ("
+           << locString(user->getLoc()) << " combines a value split over tp ("
            << describe(want) << ") with a replicated value that only a device-dependent "
            << "slice could cut; this layer cannot be split by tensor parallelism "
               "(leave it unsplit: no parallel = on its linear layers)";
@@ -419,7 +404,7 @@ std::optional<LogicalResult> Rewriter::splitDimShapeOp(Operation *op) {
       out.outer = 1;
     } else {
       return LogicalResult(op->emitError()
-                           << "kiln-tensor-parallel: slice at " << where(op->getLoc())
+                           << "kiln-tensor-parallel: slice at " << locString(op->getLoc())
                            << " cuts dimension " << d
                            << ", which is split over tp, other than into its parts");
     }
@@ -438,13 +423,13 @@ std::optional<LogicalResult> Rewriter::splitDimShapeOp(Operation *op) {
     if (t.outer != 1 || p.getInterior()[d] != 0 || lo % size || hi % size ||
         p.getValue().convertToDouble() != 0.0)
       return LogicalResult(op->emitError()
-                           << "kiln-tensor-parallel: pad at " << where(op->getLoc())
+                           << "kiln-tensor-parallel: pad at " << locString(op->getLoc())
                            << " of dimension " << d << ", which is split over tp, other than "
                            << "by whole parts with zeros");
     for (auto [i, l] : llvm::enumerate(p.getLow()))
       if (int64_t(i) != d && (l || p.getHigh()[i] || p.getInterior()[i]))
         return LogicalResult(op->emitError()
-                             << "kiln-tensor-parallel: pad at " << where(op->getLoc())
+                             << "kiln-tensor-parallel: pad at " << locString(op->getLoc())
                              << " pads several dimensions of a value split over tp");
     return setResult(op, Tp{d, (lo + hi) / size + 1, t.partial});
   }
@@ -458,7 +443,7 @@ std::optional<LogicalResult> Rewriter::splitDimShapeOp(Operation *op) {
     for (Value v : op->getOperands())
       if (of(v) != first || first.outer != 1 || tensorTypeOf(v).getDimSize(d) != size)
         return LogicalResult(op->emitError()
-                             << "kiln-tensor-parallel: concat at " << where(op->getLoc())
+                             << "kiln-tensor-parallel: concat at " << locString(op->getLoc())
                              << " along dimension " << d << ", which is split over tp, of "
                              << "parts that are not equal and equally split");
     return setResult(op, Tp{d, int64_t(op->getNumOperands()), first.partial});
@@ -550,7 +535,7 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
     for (auto [i, v] : llvm::enumerate(op->getOperands()))
       operands += (i ? ", " : "") + describe(of(v));
     return op->emitError() << "kiln-tensor-parallel: cannot shard '" << op->getName() << "' at "
-                           << where(op->getLoc()) << " with operands " << operands
+                           << locString(op->getLoc()) << " with operands " << operands
                            << " over tp; no rule covers it (docs/parallel.md lists what tensor "
                               "parallelism splits)";
   }
@@ -566,7 +551,7 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
       if (t.split() && t.dim == dim) {
         if (k && k != t.outer)
           return op->emitError() << "kiln-tensor-parallel: '" << op->getName() << "' at "
-                                 << where(op->getLoc())
+                                 << locString(op->getLoc())
                                  << " combines values split over tp in different layouts";
         k = t.outer;
       }
@@ -580,7 +565,7 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
     int64_t lm = mm.getTransposeLhs() ? lr - 1 : lr - 2, lk = mm.getTransposeLhs() ? lr - 2 : lr - 1;
     int64_t rk = mm.getTransposeRhs() ? rr - 1 : rr - 2, rn = mm.getTransposeRhs() ? rr - 2 : rr - 1;
     if (l.dim == lk && r.dim == rk && l.outer != r.outer)
-      return op->emitError() << "kiln-tensor-parallel: matmul at " << where(op->getLoc())
+      return op->emitError() << "kiln-tensor-parallel: matmul at " << locString(op->getLoc())
                              << " contracts values split over tp in different layouts";
     if (out[0].split()) {
       if (out[0].dim == rank - 2)
@@ -603,7 +588,7 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
       int64_t before = tensorTypeOf(r.getOperand()).getDimSize(t.dim);
       int64_t after = tensorTypeOf(r.getResult()).getDimSize(out[0].dim);
       if (t.outer != 1 && before != after)
-        return op->emitError() << "kiln-tensor-parallel: reshape at " << where(op->getLoc())
+        return op->emitError() << "kiln-tensor-parallel: reshape at " << locString(op->getLoc())
                                << " changes a dimension split over tp in parts";
       out[0].outer = t.outer;
     }
@@ -661,7 +646,7 @@ LogicalResult Rewriter::rewriteOp(Operation *op) {
   }
 
   if (isa<IotaOp>(op) && out[0].split())
-    return op->emitError() << "kiln-tensor-parallel: iota at " << where(op->getLoc())
+    return op->emitError() << "kiln-tensor-parallel: iota at " << locString(op->getLoc())
                            << " would be split over tp";
 
   for (auto [r, s] : llvm::zip(op->getResults(), out)) {
@@ -770,7 +755,7 @@ std::pair<Value, Value> Rewriter::localIndices(Value idx, int64_t size, Location
 LogicalResult Rewriter::vocabGather(GatherOp g) {
   Location l = g.getLoc();
   if (g.getAxis() != 0 || of(g.getIndices()).split() || of(g.getIndices()).partial)
-    return g.emitError() << "kiln-tensor-parallel: gather at " << where(l)
+    return g.emitError() << "kiln-tensor-parallel: gather at " << locString(l)
                          << " of a table split over tp on another axis than its rows";
   int64_t rows = tensorTypeOf(g.getOperand()).getDimSize(0);
   auto [clamped, in] = localIndices(g.getIndices(), rows, l);
@@ -833,7 +818,7 @@ LogicalResult Rewriter::splitSoftmax(SoftmaxOp sm) {
   Location l = sm.getLoc();
   Value x = sm.getOperand();
   if (of(x).partial || of(x).outer != 1)
-    return sm.emitError() << "kiln-tensor-parallel: softmax at " << where(l)
+    return sm.emitError() << "kiln-tensor-parallel: softmax at " << locString(l)
                           << " of a partial or q/k/v-split value";
   RankedTensorType t = tensorTypeOf(x);
   int64_t a = int64_t(sm.getAxis());
@@ -871,7 +856,7 @@ LogicalResult Rewriter::vocabCrossEntropy(CrossEntropyOp ce) {
   Location l = ce.getLoc();
   Value x = ce.getLogits(), y = ce.getTargets();
   if (of(x).partial || of(x).outer != 1 || of(y).split() || of(y).partial)
-    return ce.emitError() << "kiln-tensor-parallel: cross_entropy at " << where(l)
+    return ce.emitError() << "kiln-tensor-parallel: cross_entropy at " << locString(l)
                           << " of partial logits or split targets";
   RankedTensorType t = tensorTypeOf(x), yt = tensorTypeOf(y);
   int64_t a = t.getRank() - 1, classes = t.getDimSize(a);
