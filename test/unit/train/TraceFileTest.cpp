@@ -63,6 +63,19 @@ Span span(Span::Kind kind, double startUs, double durUs, int kernel = -1) {
 
 json events(const std::string &text) { return json::parse("[" + text + "]"); }
 
+/// A collective (or the wait for one) of plan step `plan` of `function`,
+/// on queue 1.
+Span collective(Span::Kind kind, double startUs, double durUs, int plan,
+                const char *name = "all_reduce", const char *function = "train_step") {
+  Span s = span(kind, startUs, durUs);
+  s.name = name;
+  s.queue = 1;
+  s.function = function;
+  s.planStep = plan;
+  s.bytes = 1024;
+  return s;
+}
+
 } // namespace
 
 TEST(TraceFile, ParsesTheStepWindow) {
@@ -169,13 +182,7 @@ TEST(TraceFile, AnAsynchronousCollectiveEndsByTheWaitForIt) {
   t.setEnabled(true);
   t.add(span(Span::Step, 0, 1000));
   auto coll = [&](double start, double dur, int plan) {
-    Span s = span(Span::Collective, start, dur);
-    s.name = "all_reduce";
-    s.queue = 1;
-    s.function = "train_step";
-    s.planStep = plan;
-    s.bytes = 1024;
-    return s;
+    return collective(Span::Collective, start, dur, plan);
   };
   t.add(coll(100, 50, 3));
   Span w = coll(120, 10, 3);
@@ -207,13 +214,7 @@ TEST(TraceFile, QueuedCollectivesFollowEachOtherAndWaitsStayOnCompute) {
   t.setEnabled(true);
   t.add(span(Span::Step, 0, 1000));
   auto coll = [&](Span::Kind kind, double start, double dur, int plan, const char *name) {
-    Span s = span(kind, start, dur);
-    s.name = name;
-    s.queue = 1;
-    s.function = "train_step";
-    s.planStep = plan;
-    s.bytes = 1024;
-    return s;
+    return collective(kind, start, dur, plan, name);
   };
   t.add(coll(Span::Collective, 100, 60, 3, "all_reduce"));
   t.add(coll(Span::Collective, 110, 40, 4, "all_reduce"));
@@ -255,12 +256,7 @@ TEST(TraceFile, RepeatedCallsOfAPlanStepMatchTheirOwnWaits) {
   t.setEnabled(true);
   t.add(span(Span::Step, 0, 1000));
   auto coll = [&](Span::Kind kind, double start, double dur) {
-    Span s = span(kind, start, dur);
-    s.name = "all_reduce";
-    s.queue = 1;
-    s.function = "eval_step";
-    s.planStep = 3;
-    return s;
+    return collective(kind, start, dur, 3, "all_reduce", "eval_step");
   };
   t.add(coll(Span::Collective, 100, 50));
   t.add(coll(Span::CollectiveWait, 120, 10));
