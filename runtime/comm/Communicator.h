@@ -40,6 +40,14 @@
 
 namespace kiln::comm {
 
+/// What a call says when it fails because another member aborted the run
+/// ("... failed: the run was aborted (<why>)"); abortedByOther() tells
+/// such a knock-on from the failure that caused it.
+inline constexpr char kRunAborted[] = "the run was aborted";
+inline bool abortedByOther(const Status &s) {
+  return s.message().find(std::string(kRunAborted) + " (") != std::string::npos;
+}
+
 enum class Reduction { Sum, Mean, Max, Min };
 const char *reductionName(Reduction r); ///< "sum", "mean", ...
 

@@ -365,8 +365,8 @@ private:
 
   Status abortedError(const std::string &what) const {
     return Status::error(
-        fmt::format("rank {}: {}{} failed: the run was aborted ({})", rank_,
-                    what, where(), state_.reason));
+        fmt::format("rank {}: {}{} failed: {} ({})", rank_,
+                    what, where(), kRunAborted, state_.reason));
   }
 
   Status fail(const std::string &what, const std::string &why) const {

@@ -319,7 +319,7 @@ public:
     {
       std::lock_guard<std::mutex> lock(s.world->mu);
       if (s.world->aborted)
-        return fail(fmt::format("the run was aborted ({})", s.world->reason));
+        return fail(fmt::format("{} ({})", kRunAborted, s.world->reason));
     }
     ncclComm_t comm = s.comm;
     bool isWorld = group.empty() || int(group.size()) == s.size;
@@ -381,8 +381,8 @@ Status NcclCommunicator::synchronize() {
       std::lock_guard<std::mutex> lock(s.world->mu);
       if (s.world->aborted)
         return Status::error(
-            fmt::format("rank {} (GPU {}): {} failed: the run was aborted ({})",
-                        s.rank, s.device, s.lastOp, s.world->reason));
+            fmt::format("rank {} (GPU {}): {} failed: {} ({})",
+                        s.rank, s.device, s.lastOp, kRunAborted, s.world->reason));
     }
     cudaError_t q = cudaEventQuery(s.done);
     if (q == cudaSuccess)

@@ -64,9 +64,7 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
   // A replica whose call failed because another aborted the run reports
   // that ("... failed: the run was aborted (<why>)"), and may get here
   // before the replica that aborted it: the cause replaces such a report.
-  auto knockOn = [](const Status &s) {
-    return s.message().find("the run was aborted (") != std::string::npos;
-  };
+  auto knockOn = comm::abortedByOther;
   auto fail = [&](const Status &s) {
     std::lock_guard<std::mutex> lock(mu);
     if (!failure || (knockOn(*failure) && !knockOn(s)))
