@@ -2,6 +2,7 @@
 #include "compiler/Training.h"
 
 #include "dialects/kiln/KilnOps.h"
+#include "dialects/kiln/Sharding.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "runtime/core/Data.h"
@@ -13,6 +14,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 
 #include <algorithm>
 #include <cmath>
@@ -294,12 +296,10 @@ bool writeNpy(const std::string &path, const Tensor &t, std::string &error) {
 }
 } // namespace
 
-bool exportReference(ModuleOp module, const std::string &dir, int steps,
-                     uint64_t seed, llvm::raw_ostream &log, std::string &error) {
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
-    error = "cannot create " + dir + ": " + ec.message();
-    return false;
-  }
+namespace {
+bool writeReference(ModuleOp module, const std::string &dir, int steps, uint64_t seed,
+                    llvm::raw_ostream &log, std::vector<std::string> &written,
+                    std::string &error) {
   auto fwd = module.lookupSymbol<func::FuncOp>("forward");
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   if (!fwd || !step) {
@@ -329,6 +329,7 @@ bool exportReference(ModuleOp module, const std::string &dir, int steps,
     return kind + "." + name + ".npy";
   };
   auto save = [&](const std::string &f, const Tensor &t) {
+    written.push_back(f);
     return writeNpy(dir + "/" + f, t, error);
   };
   for (size_t k = 0; k < paramNames.size(); ++k) {
@@ -396,9 +397,84 @@ bool exportReference(ModuleOp module, const std::string &dir, int steps,
   for (size_t k = 0; k < paramNames.size(); ++k)
     if (!save(file("final", paramNames[k]), params[k]))
       return false;
-  manifest += "]\n}\n";
-  std::ofstream(dir + "/manifest.json") << manifest;
+  manifest += "],\n  \"seed\": " + std::to_string(seed) + "\n}\n";
+  std::ofstream out(dir + "/manifest.json");
+  out << manifest;
+  out.close();
+  if (!out) {
+    error = "cannot write " + dir + "/manifest.json";
+    return false;
+  }
+  written.push_back("manifest.json");
   return true;
+}
+} // namespace
+
+std::string setOneDeviceLayout(ModuleOp module) {
+  std::string setAside;
+  auto note = [&](const std::string &what) {
+    setAside += (setAside.empty() ? "" : ", ") + what;
+  };
+  if (auto train = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr)) {
+    NamedAttrList t(train.getValue());
+    Builder b(module.getContext());
+    for (llvm::StringRef k : {"devices", "tp", "pp", "zero", "virtual_stages"}) {
+      auto a = t.get(k);
+      auto i = a ? dyn_cast<IntegerAttr>(a) : nullptr;
+      if (!i)
+        continue;
+      if (i.getInt() > (k == "zero" ? 0 : 1))
+        note(k.str() + " = " + std::to_string(i.getInt()));
+      t.erase(k);
+    }
+    if (auto p = t.get("pipeline")) {
+      note("pipeline = \"" + cast<StringAttr>(p).getValue().str() + "\"");
+      t.erase("pipeline");
+    }
+    // A pipeline's micro-batches are its gradient accumulation.
+    if (auto m = t.get("micro_batches")) {
+      t.set("grad_accum", m);
+      t.erase("micro_batches");
+    }
+    for (llvm::StringRef k : {"bucket_mb", "first_bucket_mb", "grad_reduce"})
+      t.erase(k);
+    module->setAttr(KilnDialect::kTrainAttr, t.getDictionary(module.getContext()));
+  }
+  if (module->hasAttr("kiln.stages_placed")) {
+    note("the model's stage blocks");
+    module->removeAttr("kiln.stages_placed");
+  }
+  module->walk([](Operation *op) { op->removeAttr(kStageAttr); });
+  setMesh(module, MeshShape{});
+  return setAside;
+}
+
+bool exportReference(ModuleOp module, const std::string &dir, int steps,
+                     uint64_t seed, llvm::raw_ostream &log, std::string &error) {
+  // Everything is written into `tmp` and moved into `dir` at the end.
+  std::string tmp = dir;
+  while (!tmp.empty() && llvm::sys::path::is_separator(tmp.back()))
+    tmp.pop_back();
+  tmp += ".partial-" + std::to_string(llvm::sys::Process::getProcessId());
+  llvm::sys::fs::remove_directories(tmp);
+  if (std::error_code ec = llvm::sys::fs::create_directories(tmp)) {
+    error = "cannot create " + tmp + ": " + ec.message();
+    return false;
+  }
+  std::vector<std::string> written;
+  bool ok = writeReference(module, tmp, steps, seed, log, written, error);
+  if (ok)
+    if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+      error = "cannot create " + dir + ": " + ec.message();
+      ok = false;
+    }
+  for (size_t k = 0; ok && k < written.size(); ++k)
+    if (std::error_code ec = llvm::sys::fs::rename(tmp + "/" + written[k], dir + "/" + written[k])) {
+      error = "cannot move " + written[k] + " into " + dir + ": " + ec.message();
+      ok = false;
+    }
+  llvm::sys::fs::remove_directories(tmp);
+  return ok;
 }
 
 } // namespace kiln

@@ -50,6 +50,19 @@ double gradCheck(mlir::ModuleOp module, const GradCheckOptions &options,
 std::vector<interp::Tensor> randomInputs(mlir::func::FuncOp fn,
                                          uint64_t seed, bool skipParams);
 
+/// Sets aside a multi-device layout (the train settings devices, tp, pp,
+/// zero, the pipeline schedule, the mesh and `stage N { ... }` placement)
+/// so the module compiles for one device, with the same model, batch and
+/// grad_accum (a pipeline's micro_batches); returns what was set aside, as
+/// "devices = 2, pp = 2" ("" for a one-device module). Call it before
+/// buildTrainProgram().
+std::string setOneDeviceLayout(mlir::ModuleOp module);
+
+/// Writes the reference into `dir` (created, or its files replaced) as a
+/// whole: the files are written into a sibling folder first and moved in at
+/// the end, so a failure leaves no partial reference. `seed` seeds the
+/// initial parameters (as the artifact's train seed does) and the batch; the
+/// manifest records it.
 bool exportReference(mlir::ModuleOp module, const std::string &dir, int steps,
                      uint64_t seed, llvm::raw_ostream &log,
                      std::string &error);

@@ -168,6 +168,10 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   mod->setAttr(KilnDialect::kModelAttr, b_.getStringAttr(m.name));
   mod->setAttr(KilnDialect::kSourceAttr, b_.getStringAttr(file_.name()));
   mod->setAttr(KilnDialect::kDimsAttr, dimBindings_.getDictionary(&ctx_));
+  // --batch overrides the train section's batch: the settings say the
+  // batch the model was compiled for.
+  if (ast_.hasTrain && opts_.batch)
+    trainAttrs_.set("batch", b_.getI64IntegerAttr(*opts_.batch));
   if (ast_.hasTrain)
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
   // devices = N > 1: a data-parallel mesh; with tp = T > 1, dp x tp =

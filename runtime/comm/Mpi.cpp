@@ -296,11 +296,17 @@ public:
         bool group = false;
         // MPI_Testall leaves completed requests alone while others are
         // pending: test each to see which peers did not answer.
+        bool all = true;
         for (size_t i = 0; i < reqs.size(); ++i) {
           int one = 0;
           if (reqs[i] != MPI_REQUEST_NULL)
-            MPI_Test(&reqs[i], &one, MPI_STATUS_IGNORE);
+            MPI_Test(&reqs[i], &one, &st[i]);
+          all = all && reqs[i] == MPI_REQUEST_NULL;
         }
+        // The last requests completed in these tests, at the deadline:
+        // the call did not time out (and there is no rank to name).
+        if (all)
+          return;
         for (size_t i = 0; i < reqs.size(); ++i)
           if (reqs[i] != MPI_REQUEST_NULL) {
             if (peers[i] < 0)
@@ -316,8 +322,10 @@ public:
             for (int r : w->ranks)
               if (r != s.rank)
                 others.push_back(r);
-          who = fmt::format("one of ranks {} did not take part",
-                            fmt::join(others, ", "));
+          who = others.empty()
+                    ? std::string("another rank of the group did not take part")
+                    : fmt::format("one of ranks {} did not take part",
+                                  fmt::join(others, ", "));
         } else {
           std::sort(missing.begin(), missing.end());
           who = fmt::format("rank(s) {} did not take part",

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -131,17 +132,55 @@ Expected<Artifact> Artifact::open(const std::string &path) {
   return parse(ss.str(), path);
 }
 
+namespace {
+bool endsWith(const std::string &s, const char *suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+/// The message for a file that is not an artifact at all: a model file
+/// (the usual slip: `kiln-run train model.kiln`), a checkpoint, or other.
+Status notAnArtifact(const std::string &b, const std::string &origin) {
+  std::string stem = origin;
+  if (size_t dot = stem.rfind('.'); dot != std::string::npos && stem.find('/', dot) == std::string::npos)
+    stem.resize(dot);
+  bool text = !b.empty() && std::all_of(b.begin(), b.begin() + long(std::min<size_t>(b.size(), 512)),
+                                        [](char c) {
+                                          return c == '\n' || c == '\t' || c == '\r' ||
+                                                 (unsigned char)c >= 0x20;
+                                        });
+  if (endsWith(origin, ".kiln") || endsWith(origin, ".mlir") ||
+      (text && (b.rfind("model ", 0) == 0 || b.find("\nmodel ") != std::string::npos ||
+                b.find("func.func") != std::string::npos)))
+    return Status::error(fmt::format(
+        "'{}' is a model file, not a compiled artifact: compile it first with "
+        "`kilnc {} -o {}.kpack`, then give {}.kpack",
+        origin, origin, stem, stem));
+  if (endsWith(origin, ".safetensors") || b.find("\"kiln.format\"") != std::string::npos)
+    return Status::error(fmt::format(
+        "'{}' is a checkpoint, not a compiled artifact: give the artifact (kilnc -o "
+        "MODEL.kpack) and this file with --checkpoint (eval, sample) or --resume (train)",
+        origin));
+  return Status::error(fmt::format(
+      "'{}' is not a Kiln artifact: it does not start with KILNPACK; give the .kpack file "
+      "`kilnc MODEL.kiln -o MODEL.kpack` wrote",
+      origin));
+}
+} // namespace
+
 Expected<Artifact> Artifact::parse(const std::string &b, const std::string &origin) {
   auto bad = [&](const std::string &why) {
     return Status::error(fmt::format(
         "'{}' is not a valid Kiln artifact: {}; recompile it with kilnc -o",
         origin, why));
   };
+  if (b.size() < kHeaderSize && (b.size() < 8 || std::memcmp(b.data(), kMagic, 8) != 0))
+    return notAnArtifact(b, origin);
   if (b.size() < kHeaderSize)
     return bad(fmt::format("it has {} bytes, less than the {}-byte header",
                            b.size(), kHeaderSize));
-  if (std::memcmp(b.data(), kMagic, 8) != 0)
-    return bad("it does not start with KILNPACK");
+  if (b.size() < 8 || std::memcmp(b.data(), kMagic, 8) != 0)
+    return notAnArtifact(b, origin);
   if (get32(b, kHeaderCrcAt) != ckpt::crc32(b.data(), kHeaderCrcAt))
     return bad("the header is damaged (CRC mismatch)");
   Artifact a;

@@ -201,9 +201,9 @@ public:
       std::vector<int64_t> got(a->shape.begin() + (a->shape.empty() ? 0 : 1), a->shape.end());
       if (a->shape.empty() || got != row)
         return Status::error(fmt::format(
-            "{}: shape [{}] does not fit input '{}' of shape [{}]: expected [N, {}]",
+            "{}: shape [{}] does not fit input '{}' of shape [{}]: expected [N{}{}]",
             path, fmt::join(a->shape, ", "), b.name, fmt::join(b.shape, ", "),
-            fmt::join(row, ", ")));
+            row.empty() ? "" : ", ", fmt::join(row, ", ")));
       bool wantFloat = b.dtype == DType::F32 || b.dtype == DType::F64;
       if (a->isFloat() != wantFloat)
         return Status::error(fmt::format(

@@ -46,6 +46,10 @@ Status noTrainStep(const Model &m, const TrainOptions &o) {
   return Status::ok();
 }
 
+/// A step time: "23.4" ms, "0.041" below a millisecond (a tiny model's
+/// steps would read "0.0").
+std::string msText(double ms) { return fmt::format(ms >= 1 ? "{:.1f}" : "{:.3f}", ms); }
+
 /// "42s", "3m07s", "1h05m".
 std::string duration(double s) {
   if (s < 60)
@@ -333,6 +337,14 @@ Expected<TrainResult> Trainer::run() {
       uint64_t(start_), po);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now(), tLog = t0;
+  // Evaluations and checkpoint saves between steps: not step time (the
+  // progress lines and the done line's ms/step are the steps' own).
+  double paused = 0, pausedLog = 0;
+  auto pause = [&](clock::time_point since) {
+    double d = std::chrono::duration<double>(clock::now() - since).count();
+    paused += d;
+    pausedLog += d;
+  };
   bool interrupted = false;
   int64_t sinceLog = 0;
   double lossSum = 0, lastVal = NAN;
@@ -473,7 +485,8 @@ Expected<TrainResult> Trainer::run() {
     bool last = step + 1 == steps_;
     if ((!o_.quiet || o_.onLog) && (sinceLog == o_.logInterval || last || step == start_)) {
       auto now = clock::now();
-      double dt = std::chrono::duration<double>(now - tLog).count() / double(sinceLog);
+      double dt = std::max(std::chrono::duration<double>(now - tLog).count() - pausedLog, 0.0) /
+                  double(sinceLog);
       double eta = dt * double(steps_ - step - 1);
       double meanLoss = lossCount ? lossSum / double(lossCount) : double(NAN);
       if (o_.onLog && leader())
@@ -481,21 +494,24 @@ Expected<TrainResult> Trainer::run() {
                           scale, skipped});
       if (!o_.quiet)
         say(Channel::Progress,
-            fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f}{} | {:.1f} "
+            fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f}{} | {} "
                         "ms/step | {:.1f}k {}/s | ETA {}",
                         step + 1, steps_, meanLoss, lr, norm,
                         skippedId_ >= 0 ? fmt::format(" | scale {:g} skipped {}", scale, skipped)
                                         : "",
-                        dt * 1e3, double(items_) / dt / 1e3, tokens_ ? "tok" : "samples",
+                        msText(dt * 1e3), double(items_) / dt / 1e3, tokens_ ? "tok" : "samples",
                         duration(eta)));
       tLog = now;
+      pausedLog = 0;
       sinceLog = 0;
       lossSum = 0;
       lossCount = 0;
     }
     if (val_ && evalInterval_ > 0 && ((step + 1) % evalInterval_ == 0 || last)) {
       SpanScope evalSpan(tracer, Span::Eval, "evaluation");
+      auto evalStart = clock::now();
       auto ev = evaluate(m, *val_, evalSteps_, step + 1);
+      pause(evalStart);
       if (!ev)
         return Status::error(fmt::format("rank {}: {}", o_.rank, ev.status().message()),
                              ev.status().kind());
@@ -522,10 +538,14 @@ Expected<TrainResult> Trainer::run() {
     }
     if (ckptEvery_ > 0 && (step + 1) % ckptEvery_ == 0 && !last) {
       SpanScope save(tracer, Span::Checkpoint, "checkpoint");
+      auto saveStart = clock::now();
       if (Status s = saveCheckpoint(m, ckptPath_, step + 1, seed_, leader()); !s)
         return s;
+      pause(saveStart);
     }
   }
+  double stepSeconds =
+      std::max(std::chrono::duration<double>(clock::now() - t0).count() - paused, 0.0);
   if (tracer)
     tracer->setEnabled(false);
   if (lossLog_) {
@@ -545,10 +565,10 @@ Expected<TrainResult> Trainer::run() {
   if (!o_.quiet && !r.interrupted) {
     int64_t ran = step - start_;
     say(Channel::Line,
-        fmt::format("done: {} steps in {} ({:.1f} ms/step, {:.1f}k {}/s); final loss {:.4f}{}; "
+        fmt::format("done: {} steps in {} ({} ms/step, {:.1f}k {}/s); final loss {:.4f}{}; "
                     "checkpoint {}",
-                    ran, duration(r.seconds), ran ? r.seconds / double(ran) * 1e3 : 0.0,
-                    ran ? double(items_) * double(ran) / r.seconds / 1e3 : 0.0,
+                    ran, duration(r.seconds), msText(ran ? stepSeconds / double(ran) * 1e3 : 0.0),
+                    ran && stepSeconds > 0 ? double(items_) * double(ran) / stepSeconds / 1e3 : 0.0,
                     tokens_ ? "tok" : "samples", loss,
                     std::isnan(lastVal) ? "" : fmt::format(", val loss {:.4f}", lastVal),
                     ckptPath_));

@@ -96,8 +96,10 @@ cl::opt<double> gradcheckInject(
     cl::desc("Testing aid: scale the first parameter's gradient by (1 + x) "
              "before the check"),
     cl::init(0.0), cl::Hidden, cl::cat(kilncCategory));
-cl::opt<uint64_t> seedOpt("seed", cl::desc("Seed for --gradcheck, --export-reference and the "
-                                           "artifact's initial parameters (default: the train section's)"),
+cl::opt<uint64_t> seedOpt("seed", cl::desc("Seed of the artifact's initial parameters and of "
+                                           "--export-reference (default: the train section's "
+                                           "seed, 0 without one), and of --gradcheck's inputs "
+                                           "(default 1)"),
                           cl::init(1), cl::cat(kilncCategory));
 cl::opt<std::string> exportReference(
     "export-reference",
@@ -720,6 +722,27 @@ int main(int argc, char **argv) {
     // The check runs the whole program, gradients too, in float64.
     kiln::convertToF64(module->lookupSymbol<mlir::func::FuncOp>("forward"));
   }
+  // The seed of the initial parameters: the artifact's and the reference's
+  // are the same, so a reference exported for another framework starts from
+  // the weights kiln-run trains.
+  uint64_t initSeed = 0;
+  if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr))
+    if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
+      initSeed = uint64_t(s.getInt());
+  if (seedOpt.getNumOccurrences())
+    initSeed = seedOpt;
+  if (!exportReference.empty()) {
+    // The interpreter runs one device: a multi-device model's reference is
+    // the one-device program of the same model (what its layouts are
+    // checked against).
+    std::string setAside = kiln::setOneDeviceLayout(*module);
+    if (!setAside.empty())
+      std::fprintf(stderr,
+                   "kilnc: note: --export-reference writes the one-device reference of "
+                   "the model (%s set aside; a data-parallel run's global batch is the "
+                   "devices' batches together)\n",
+                   setAside.c_str());
+  }
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
   if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module, gradcheck))) {
     std::fprintf(stderr, "%s", mlirDiags.c_str());
@@ -743,7 +766,7 @@ int main(int argc, char **argv) {
   }
   if (!exportReference.empty()) {
     std::string err;
-    if (!kiln::exportReference(*module, exportReference, referenceSteps, seedOpt,
+    if (!kiln::exportReference(*module, exportReference, referenceSteps, initSeed,
                                llvm::outs(), err)) {
       std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
       return 1;
@@ -809,7 +832,7 @@ int main(int argc, char **argv) {
       in.sourcePath = inputFile;
       in.sourceText = source.text();
       in.target = target;
-      in.seed = 0;
+      in.seed = initSeed;
       in.omitZeroInitializers = omitZeroInitializers;
       if (cuda) {
         kiln::CudaAssembleOptions ao;
@@ -825,11 +848,6 @@ int main(int argc, char **argv) {
         in.extraSections = std::move(assembled->sections);
         in.cudaManifest = std::move(assembled->manifest);
       }
-      if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>("kiln.train"))
-        if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
-          in.seed = uint64_t(s.getInt());
-      if (seedOpt.getNumOccurrences())
-        in.seed = seedOpt;
       auto sections = kiln::buildPackage(*module, *compiled, in);
       if (!sections) {
         std::fprintf(stderr, "kilnc: error: %s\n", sections.status().message().c_str());

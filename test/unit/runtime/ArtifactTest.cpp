@@ -70,6 +70,29 @@ TEST(Artifact, VersionAndMagicErrorsSayWhatToDo) {
   ASSERT_FALSE(notKiln);
   EXPECT_NE(notKiln.status().message().find("does not start with KILNPACK"),
             std::string::npos);
+  // A model file given where the artifact goes (`kiln-run train x.kiln`):
+  // compile it first, with the command.
+  auto model = Artifact::parse("// a comment\nmodel mlp(d = 4) {\n}\n", "dir/x.kiln");
+  ASSERT_FALSE(model);
+  EXPECT_NE(model.status().message().find(
+                "'dir/x.kiln' is a model file, not a compiled artifact: compile it first "
+                "with `kilnc dir/x.kiln -o dir/x.kpack`, then give dir/x.kpack"),
+            std::string::npos)
+      << model.status().message();
+  // Shorter than the header, too (an empty model file, a one-line one).
+  auto tiny = Artifact::parse("model m() {}", "m.txt");
+  ASSERT_FALSE(tiny);
+  EXPECT_NE(tiny.status().message().find("is a model file"), std::string::npos)
+      << tiny.status().message();
+  // A checkpoint: say where it goes.
+  std::string ckpt(8, '\0');
+  ckpt += "{\"__metadata__\":{\"kiln.format\":\"kiln-checkpoint-1\"}}";
+  ckpt.resize(200, ' ');
+  auto checkpoint = Artifact::parse(ckpt, "run.ckpt");
+  ASSERT_FALSE(checkpoint);
+  EXPECT_NE(checkpoint.status().message().find("is a checkpoint, not a compiled artifact"),
+            std::string::npos)
+      << checkpoint.status().message();
   // Another format: rewrite the version and fix the header CRC.
   auto withVersion = [&](uint32_t version) {
     std::string other = image;
