@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -426,6 +427,15 @@ std::string someNames(const std::vector<std::string> &names, size_t most = 3) {
   return s;
 }
 
+/// Names split at the last '.': the layer's prefix ("dense.linear.") and
+/// the tensor in it ("weight").
+std::pair<std::string, std::string> splitLayer(const std::string &name) {
+  size_t dot = name.rfind('.');
+  return dot == std::string::npos ? std::make_pair(std::string(), name)
+                                  : std::make_pair(name.substr(0, dot + 1),
+                                                   name.substr(dot + 1));
+}
+
 size_t editDistance(const std::string &a, const std::string &b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j)
@@ -448,13 +458,97 @@ std::vector<std::string> closestParams(const Model &m, const std::string &name, 
   std::vector<std::pair<size_t, std::string>> all;
   for (const Buffer &b : m.prog().buffers)
     if (b.role == Role::Param)
-      all.push_back({editDistance(name, b.name), b.name});
+      all.push_back({editDistance(name, b.name) +
+                         (splitLayer(name).second == splitLayer(b.name).second ? 0 : 1000),
+                     b.name});
   std::stable_sort(all.begin(), all.end(),
                    [](const auto &x, const auto &y) { return x.first < y.first; });
   std::vector<std::string> out;
   for (size_t k = 0; k < all.size() && k < most; ++k)
     out.push_back(all[k].second);
   return out;
+}
+} // namespace
+
+namespace {
+/// "layer10." after "layer9.": digit runs compare as numbers.
+bool naturalLess(const std::string &a, const std::string &b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit((unsigned char)a[i]) && std::isdigit((unsigned char)b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit((unsigned char)a[ie]))
+        ++ie;
+      while (je < b.size() && std::isdigit((unsigned char)b[je]))
+        ++je;
+      std::string x = a.substr(i, ie - i), y = b.substr(j, je - j);
+      x.erase(0, std::min(x.find_first_not_of('0'), x.size()));
+      y.erase(0, std::min(y.find_first_not_of('0'), y.size()));
+      if (x.size() != y.size())
+        return x.size() < y.size();
+      if (x != y)
+        return x < y;
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j])
+      return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+/// --init-rename rules that would map the file's unmatched tensors onto the
+/// parameters without one: both grouped into layers by prefix, the file's
+/// in natural order ("0.", "2.", "10."), the model's in parameter order;
+/// the i-th of each must hold the same tensor names with the same shapes.
+/// Empty when they do not pair up so (or a tensor was renamed already).
+std::vector<std::pair<std::string, std::string>> suggestRenames(
+    const std::map<std::string, const ckpt::Tensor *> &unmatched,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> &missing) {
+  using Layer = std::map<std::string, std::vector<int64_t>>; // tensor -> shape
+  std::vector<std::pair<std::string, Layer>> file, model;
+  auto add = [](std::vector<std::pair<std::string, Layer>> &layers, const std::string &name,
+                const std::vector<int64_t> &shape) {
+    auto [prefix, leaf] = splitLayer(name);
+    auto it = std::find_if(layers.begin(), layers.end(),
+                           [&](const auto &l) { return l.first == prefix; });
+    if (it == layers.end())
+      it = layers.insert(layers.end(), {prefix, Layer()});
+    it->second[leaf] = shape;
+  };
+  for (const auto &[name, t] : unmatched) {
+    if (name != t->name)
+      return {};
+    add(file, name, t->shape);
+  }
+  for (const auto &[name, shape] : missing)
+    add(model, name, shape);
+  std::stable_sort(file.begin(), file.end(),
+                   [](const auto &x, const auto &y) { return naturalLess(x.first, y.first); });
+  if (file.empty() || file.size() != model.size())
+    return {};
+  std::vector<std::pair<std::string, std::string>> rules;
+  for (size_t k = 0; k < file.size(); ++k) {
+    // A prefix-less name ("weight") cannot be renamed by a prefix rule.
+    if (file[k].second != model[k].second || file[k].first.empty())
+      return {};
+    if (file[k].first != model[k].first)
+      rules.push_back({file[k].first, model[k].first});
+  }
+  // Every rule must touch only its own layer's tensors (longest prefix
+  // wins, as the option applies them).
+  for (const auto &[name, t] : unmatched) {
+    const std::pair<std::string, std::string> *best = nullptr;
+    for (const auto &r : rules)
+      if (name.rfind(r.first, 0) == 0 && (!best || r.first.size() > best->first.size()))
+        best = &r;
+    if (best && best->first != splitLayer(name).first)
+      return {};
+  }
+  return rules;
 }
 } // namespace
 
@@ -475,7 +569,7 @@ Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &pat
                           "from its parameters with fresh optimizer state, use --init {} "
                           "instead",
                           path)
-            : fmt::format("use the artifact of the model that wrote it, or train this one "
+            : fmt::format("Use the artifact of the model that wrote it, or train this one "
                           "from its parameters with kiln-run train {} --init {}",
                           m.pkg.path, path);
     return Status::error(fmt::format("{}: {}; {}, and {} is model '{}'. {}", path, why, whose,
@@ -513,9 +607,12 @@ Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &pat
     if (!isLowCopy(t.name) && !isScalerState(t.name) &&
         std::find(known.begin(), known.end(), t.name) == known.end())
       extra.push_back(t.name);
+  bool allState = std::all_of(extra.begin(), extra.end(), isOptimizerState);
   if (!extra.empty())
-    return refuse(fmt::format("holds {} tensor{} the model has no place for ({})", extra.size(),
-                              extra.size() == 1 ? "" : "s", someNames(extra)));
+    return refuse(fmt::format("holds {} tensor{} the model has no place for ({}){}",
+                              extra.size(), extra.size() == 1 ? "" : "s", someNames(extra),
+                              allState ? ": the state of another optimizer than this model's"
+                                       : ""));
   auto hash = c->metadata.find("source_sha256");
   if (!quiet && hash != c->metadata.end() && hash->second != m.pkg.sourceHash)
     emit(out, Channel::Warning,
@@ -588,6 +685,7 @@ Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w,
   std::map<std::string, int> converted; // dtype -> tensors
   int loaded = 0;
   std::vector<std::string> missing;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> missingShapes;
   for (size_t id = 0; id < m.prog().buffers.size(); ++id) {
     const Buffer &b = m.prog().buffers[id];
     if (b.role != Role::Param)
@@ -596,6 +694,7 @@ Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w,
     auto found = byName.find(b.name);
     if (found == byName.end()) {
       missing.push_back(fmt::format("'{}' ({})", b.name, fmt::join(shape, "x")));
+      missingShapes.push_back({b.name, shape});
       continue;
     }
     const ckpt::Tensor &t = *found->second;
@@ -657,6 +756,18 @@ Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w,
         "no tensor for parameter{} {}; name the file's tensors as the model's parameters "
         "(kilnc MODEL.kiln lists them) or map them with --init-rename FROM=TO",
         missing.size() == 1 ? "" : "s", fmt::join(missing, ", ")));
+  // Another framework's names for the same layers (nn.Sequential's "0.",
+  // "2.", ...): the rules that map them, when there is exactly one way.
+  std::vector<std::pair<std::string, std::string>> rules =
+      suggestRenames(byName, missingShapes);
+  if (!rules.empty()) {
+    std::string flags;
+    for (const auto &[from, to] : rules)
+      flags += fmt::format(" --init-rename {}={}", from, to);
+    problems.push_back(fmt::format(
+        "the file's layers match the model's in order and shape under other names: add{}",
+        flags));
+  }
   // What is left matched no parameter.
   for (const auto &[name, t] : byName) {
     std::vector<std::string> near = closestParams(m, name, 3);
