@@ -452,8 +452,8 @@ size_t editDistance(const std::string &a, const std::string &b) {
   return row[b.size()];
 }
 
-/// The model's parameter names closest to `name` (edit distance), at most
-/// `most`.
+/// The model's parameter names closest to `name`, at most `most`: those
+/// with the same last part ("weight") first, then by edit distance.
 std::vector<std::string> closestParams(const Model &m, const std::string &name, size_t most) {
   std::vector<std::pair<size_t, std::string>> all;
   for (const Buffer &b : m.prog().buffers)
@@ -619,6 +619,15 @@ Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &pat
          fmt::format("{} was written by a different version of the model file; the tensors "
                      "match, continuing", path));
   return c;
+}
+
+Status initWithResume(const std::string &init, const std::string &resume) {
+  if (init.empty() || resume.empty())
+    return Status::ok();
+  return Status::error(fmt::format(
+      "--init {} and --resume {} together: --resume continues a run (parameters, optimizer "
+      "state, step), --init starts one from parameters; give one of them",
+      init, resume));
 }
 
 Expected<std::pair<std::string, std::string>> parseInitRename(const std::string &value) {

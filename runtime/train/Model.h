@@ -158,6 +158,8 @@ struct InitWeights {
   /// NAME ending in '*' is a prefix.
   std::vector<std::string> ignore;
 };
+/// The error for --init and --resume given together (ok when not).
+Status initWithResume(const std::string &init, const std::string &resume);
 /// Parses `FROM=TO` (--init-rename's value).
 Expected<std::pair<std::string, std::string>> parseInitRename(const std::string &value);
 /// The model's initial values with every parameter (Role::Param) replaced

@@ -145,11 +145,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
   // checkpoint's (setPersistent), the optimizer's state the initial one.
   std::optional<ckpt::Checkpoint> init;
   if (!o.init.path.empty()) {
-    if (!o.resume.empty())
-      return Status::error(fmt::format(
-          "--init {} and --resume {} together: --resume continues a run (parameters, "
-          "optimizer state, step), --init starts one from parameters; give one of them",
-          o.init.path, o.resume));
+    if (Status s = initWithResume(o.init.path, o.resume); !s)
+      return s;
     auto c = readInitWeights(m, o.init, o.quiet || o.rank != 0, out);
     if (!c)
       return c.status();

@@ -226,11 +226,8 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
   if (f.inOrder && f.shuffleBuffer > 0)
     return Status::error("--shuffle-buffer shuffles .npy rows, --in-order keeps file order: "
                          "give one of them");
-  if (!f.init.path.empty() && !f.resume.empty())
-    return Status::error(fmt::format(
-        "--init {} and --resume {} together: --resume continues a run (parameters, optimizer "
-        "state, step), --init starts one from parameters; give one of them",
-        f.init.path, f.resume));
+  if (Status s = train::initWithResume(f.init.path, f.resume); !s)
+    return s;
   if (f.init.path.empty() && (!f.init.renames.empty() || !f.init.ignore.empty()))
     return Status::error("--init-rename and --init-ignore apply to --init FILE: give it");
   if (f.traceFrom >= 0 && f.trace.empty())
