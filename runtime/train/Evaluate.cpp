@@ -87,7 +87,8 @@ Expected<EvalReport> evaluateModel(Model &m, const EvalOptions &o, const Backend
                                    const Sink &out) {
   std::optional<ckpt::Checkpoint> params;
   if (!o.checkpoint.empty()) {
-    auto c = readCheckpoint(m, o.checkpoint, o.quiet, out);
+    auto c = readCheckpoint(m, o.checkpoint, o.quiet, out,
+                            CheckpointUse::Parameters);
     if (!c)
       return c.status();
     params = std::move(*c);

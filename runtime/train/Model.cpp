@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
+#include <map>
 #include <sys/stat.h>
 
 namespace kiln::train {
@@ -399,37 +401,413 @@ Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint6
   return ckpt::write(path, c);
 }
 
+namespace {
+/// A buffer's logical shape (a sharded buffer holds a block of it).
+std::vector<int64_t> logicalShape(const Model &m, size_t id) {
+  return id < m.shards.size() ? m.shards[id].logicalShape
+                              : shardOf(m.prog().buffers[id]).logicalShape;
+}
+
+/// Optimizer state a Kiln checkpoint holds beside the parameters: a slot of
+/// the optimizer ("m:P", "v:P", "momentum:P"), a low copy, the scaler's.
+bool isOptimizerState(const std::string &name) {
+  for (const char *slot : {"m:", "v:", "momentum:", kLowPrefix})
+    if (name.rfind(slot, 0) == 0)
+      return true;
+  return isScalerState(name);
+}
+
+/// "'a', 'b', 'c' and 2 more".
+std::string someNames(const std::vector<std::string> &names, size_t most = 3) {
+  std::string s;
+  for (size_t k = 0; k < names.size() && k < most; ++k)
+    s += fmt::format("{}'{}'", k == 0 ? "" : ", ", names[k]);
+  if (names.size() > most)
+    s += fmt::format(" and {} more", names.size() - most);
+  return s;
+}
+
+/// Names split at the last '.': the layer's prefix ("dense.linear.") and
+/// the tensor in it ("weight").
+std::pair<std::string, std::string> splitLayer(const std::string &name) {
+  size_t dot = name.rfind('.');
+  return dot == std::string::npos ? std::make_pair(std::string(), name)
+                                  : std::make_pair(name.substr(0, dot + 1),
+                                                   name.substr(dot + 1));
+}
+
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// The model's parameter names closest to `name`, at most `most`: those
+/// with the same last part ("weight") first, then by edit distance.
+std::vector<std::string> closestParams(const Model &m, const std::string &name, size_t most) {
+  std::vector<std::pair<size_t, std::string>> all;
+  for (const Buffer &b : m.prog().buffers)
+    if (b.role == Role::Param)
+      all.push_back({editDistance(name, b.name) +
+                         (splitLayer(name).second == splitLayer(b.name).second ? 0 : 1000),
+                     b.name});
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto &x, const auto &y) { return x.first < y.first; });
+  std::vector<std::string> out;
+  for (size_t k = 0; k < all.size() && k < most; ++k)
+    out.push_back(all[k].second);
+  return out;
+}
+} // namespace
+
+namespace {
+/// "layer10." after "layer9.": digit runs compare as numbers.
+bool naturalLess(const std::string &a, const std::string &b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit((unsigned char)a[i]) && std::isdigit((unsigned char)b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit((unsigned char)a[ie]))
+        ++ie;
+      while (je < b.size() && std::isdigit((unsigned char)b[je]))
+        ++je;
+      std::string x = a.substr(i, ie - i), y = b.substr(j, je - j);
+      x.erase(0, std::min(x.find_first_not_of('0'), x.size()));
+      y.erase(0, std::min(y.find_first_not_of('0'), y.size()));
+      if (x.size() != y.size())
+        return x.size() < y.size();
+      if (x != y)
+        return x < y;
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j])
+      return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+/// --init-rename rules that would map the file's unmatched tensors onto the
+/// parameters without one: both grouped into layers by prefix, the file's
+/// in natural order ("0.", "2.", "10."), the model's in parameter order;
+/// the i-th of each must hold the same tensor names with the same shapes.
+/// Empty when they do not pair up so (or a tensor was renamed already).
+std::vector<std::pair<std::string, std::string>> suggestRenames(
+    const std::map<std::string, const ckpt::Tensor *> &unmatched,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> &missing) {
+  using Layer = std::map<std::string, std::vector<int64_t>>; // tensor -> shape
+  std::vector<std::pair<std::string, Layer>> file, model;
+  auto add = [](std::vector<std::pair<std::string, Layer>> &layers, const std::string &name,
+                const std::vector<int64_t> &shape) {
+    auto [prefix, leaf] = splitLayer(name);
+    auto it = std::find_if(layers.begin(), layers.end(),
+                           [&](const auto &l) { return l.first == prefix; });
+    if (it == layers.end())
+      it = layers.insert(layers.end(), {prefix, Layer()});
+    it->second[leaf] = shape;
+  };
+  for (const auto &[name, t] : unmatched) {
+    if (name != t->name)
+      return {};
+    add(file, name, t->shape);
+  }
+  for (const auto &[name, shape] : missing)
+    add(model, name, shape);
+  std::stable_sort(file.begin(), file.end(),
+                   [](const auto &x, const auto &y) { return naturalLess(x.first, y.first); });
+  if (file.empty() || file.size() != model.size())
+    return {};
+  std::vector<std::pair<std::string, std::string>> rules;
+  for (size_t k = 0; k < file.size(); ++k) {
+    // A prefix-less name ("weight") cannot be renamed by a prefix rule.
+    if (file[k].second != model[k].second || file[k].first.empty())
+      return {};
+    if (file[k].first != model[k].first)
+      rules.push_back({file[k].first, model[k].first});
+  }
+  // Every rule must touch only its own layer's tensors (longest prefix
+  // wins, as the option applies them).
+  for (const auto &[name, t] : unmatched) {
+    const std::pair<std::string, std::string> *best = nullptr;
+    for (const auto &r : rules)
+      if (name.rfind(r.first, 0) == 0 && (!best || r.first.size() > best->first.size()))
+        best = &r;
+    if (best && best->first != splitLayer(name).first)
+      return {};
+  }
+  return rules;
+}
+} // namespace
+
 Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &path, bool quiet,
-                                          const Sink &out) {
+                                          const Sink &out, CheckpointUse use) {
   auto c = ckpt::read(path);
   if (!c)
     return c.status();
+  auto meta = c->metadata.find("model");
+  std::string theirs = meta == c->metadata.end() ? "" : meta->second;
+  // Refused: why, then both models and what to do instead.
+  auto refuse = [&](const std::string &why) {
+    std::string whose = theirs.empty() ? "it names no model"
+                                       : fmt::format("it was written by model '{}'", theirs);
+    std::string advice =
+        use == CheckpointUse::Resume
+            ? fmt::format("--resume continues a run of the same model and optimizer; to start "
+                          "from its parameters with fresh optimizer state, use --init {} "
+                          "instead",
+                          path)
+            : fmt::format("Use the artifact of the model that wrote it, or train this one "
+                          "from its parameters with kiln-run train {} --init {}",
+                          m.pkg.path, path);
+    return Status::error(fmt::format("{}: {}; {}, and {} is model '{}'. {}", path, why, whose,
+                                     m.pkg.path, m.pkg.model, advice));
+  };
+  if (!theirs.empty() && !m.pkg.model.empty() && theirs != m.pkg.model)
+    return refuse("a checkpoint of another model");
   // As checkPersistent(), against the logical shapes (sharded buffers hold
   // a block, the checkpoint the whole tensor).
+  std::vector<std::string> missing, known;
   for (size_t id = 0; id < m.prog().buffers.size(); ++id) {
     const Buffer &b = m.prog().buffers[id];
     if (b.role != Role::Param && b.role != Role::State)
       continue;
-    std::vector<int64_t> shape =
-        id < m.shards.size() ? m.shards[id].logicalShape : shardOf(b).logicalShape;
+    known.push_back(b.name);
+    std::vector<int64_t> shape = logicalShape(m, id);
     const ckpt::Tensor *t = c->find(b.name);
     if (!t && (isLowCopy(b.name) || isScalerState(b.name)))
       continue; // derived on load, or the scaler's initial state
-    if (!t)
-      return Status::error(fmt::format(
-          "{}: has no tensor '{}', which the model needs; was it written for "
-          "another model?", path, b.name));
+    if (!t) {
+      missing.push_back(b.name);
+      continue;
+    }
     if (t->dtype != safetensorsDType(b.dtype) || t->shape != shape)
-      return Status::error(fmt::format(
-          "{}: tensor '{}' is {} {}, the model needs {} {}; was it written for "
-          "another model or configuration?", path, b.name, t->dtype, fmt::join(t->shape, "x"),
-          safetensorsDType(b.dtype), fmt::join(shape, "x")));
+      return refuse(fmt::format("tensor '{}' is {} {}, the model needs {} {}", b.name, t->dtype,
+                                fmt::join(t->shape, "x"), safetensorsDType(b.dtype),
+                                fmt::join(shape, "x")));
   }
+  if (!missing.empty())
+    return refuse(fmt::format("has no tensor {}, which the model needs", someNames(missing)));
+  // Tensors the model has no place for: another optimizer's state (an Adam
+  // model's moments resumed into an SGD build) or another model's.
+  std::vector<std::string> extra;
+  for (const ckpt::Tensor &t : c->tensors)
+    if (!isLowCopy(t.name) && !isScalerState(t.name) &&
+        std::find(known.begin(), known.end(), t.name) == known.end())
+      extra.push_back(t.name);
+  bool allState = std::all_of(extra.begin(), extra.end(), isOptimizerState);
+  if (!extra.empty())
+    return refuse(fmt::format("holds {} tensor{} the model has no place for ({}){}",
+                              extra.size(), extra.size() == 1 ? "" : "s", someNames(extra),
+                              allState ? ": the state of another optimizer than this model's"
+                                       : ""));
   auto hash = c->metadata.find("source_sha256");
   if (!quiet && hash != c->metadata.end() && hash->second != m.pkg.sourceHash)
     emit(out, Channel::Warning,
-         fmt::format("{} was written by a different version of the model file; the shapes "
+         fmt::format("{} was written by a different version of the model file; the tensors "
                      "match, continuing", path));
+  return c;
+}
+
+Status initWithResume(const std::string &init, const std::string &resume) {
+  if (init.empty() || resume.empty())
+    return Status::ok();
+  return Status::error(fmt::format(
+      "--init {} and --resume {} together: --resume continues a run (parameters, optimizer "
+      "state, step), --init starts one from parameters; give one of them",
+      init, resume));
+}
+
+Expected<std::pair<std::string, std::string>> parseInitRename(const std::string &value) {
+  size_t eq = value.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return Status::error(fmt::format(
+        "--init-rename needs FROM=TO (a prefix of the file's tensor names and what it becomes, "
+        "e.g. --init-rename 0.=dense.linear.), got '{}'",
+        value));
+  return std::make_pair(value.substr(0, eq), value.substr(eq + 1));
+}
+
+Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w, bool quiet,
+                                           const Sink &out) {
+  auto file = ckpt::read(w.path);
+  if (!file)
+    return file.status();
+  const std::string &path = w.path;
+  bool kilnCheckpoint = file->metadata.count("kiln.format") > 0;
+  auto ignored = [&](const std::string &name) {
+    for (const std::string &g : w.ignore)
+      if (g == name || (!g.empty() && g.back() == '*' &&
+                        name.compare(0, g.size() - 1, g, 0, g.size() - 1) == 0))
+        return true;
+    return false;
+  };
+  auto renamed = [&](const std::string &name) {
+    const std::pair<std::string, std::string> *best = nullptr;
+    for (const auto &r : w.renames)
+      if (name.rfind(r.first, 0) == 0 && (!best || r.first.size() > best->first.size()))
+        best = &r;
+    return best ? best->second + name.substr(best->first.size()) : name;
+  };
+  // The file's tensors by the name they match (after --init-rename).
+  std::map<std::string, const ckpt::Tensor *> byName;
+  std::vector<std::string> problems;
+  auto shown = [&](const std::string &fileName, const std::string &name) {
+    return fileName == name ? fmt::format("'{}'", name)
+                            : fmt::format("'{}' (renamed from '{}')", name, fileName);
+  };
+  int skippedState = 0, skippedIgnored = 0;
+  for (const ckpt::Tensor &t : file->tensors) {
+    if (ignored(t.name)) {
+      ++skippedIgnored;
+      continue;
+    }
+    if (kilnCheckpoint && isOptimizerState(t.name)) {
+      ++skippedState; // --init starts the optimizer afresh
+      continue;
+    }
+    std::string name = renamed(t.name);
+    auto [at, fresh] = byName.insert({name, &t});
+    if (!fresh)
+      problems.push_back(fmt::format(
+          "tensors '{}' and '{}' both become '{}'; change the --init-rename rules",
+          at->second->name, t.name, name));
+  }
+  ckpt::Checkpoint c = m.pkg.initial;
+  c.metadata.clear(); // step 0, no model: a fresh run
+  // Low copies: derived from the loaded parameters by setPersistent.
+  c.tensors.erase(std::remove_if(c.tensors.begin(), c.tensors.end(),
+                                 [](const ckpt::Tensor &t) { return isLowCopy(t.name); }),
+                  c.tensors.end());
+  std::map<std::string, int> converted; // dtype -> tensors
+  int loaded = 0;
+  std::vector<std::string> missing;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> missingShapes;
+  for (size_t id = 0; id < m.prog().buffers.size(); ++id) {
+    const Buffer &b = m.prog().buffers[id];
+    if (b.role != Role::Param)
+      continue;
+    std::vector<int64_t> shape = logicalShape(m, id);
+    auto found = byName.find(b.name);
+    if (found == byName.end()) {
+      missing.push_back(fmt::format("'{}' ({})", b.name, fmt::join(shape, "x")));
+      missingShapes.push_back({b.name, shape});
+      continue;
+    }
+    const ckpt::Tensor &t = *found->second;
+    std::string what = shown(t.name, b.name);
+    byName.erase(found);
+    if (t.shape != shape) {
+      bool transposed = t.shape.size() == 2 && shape.size() == 2 && t.shape[0] == shape[1] &&
+                        t.shape[1] == shape[0];
+      problems.push_back(fmt::format(
+          "tensor {} is {}, the model's parameter is {}{}", what, fmt::join(t.shape, "x"),
+          fmt::join(shape, "x"),
+          transposed ? ": it is the transpose (Kiln's linear weights are [out, in], as "
+                       "PyTorch's nn.Linear; a [in, out] kernel, e.g. Flax's or Keras', must "
+                       "be saved transposed)"
+                     : "; was the file written for another configuration of the model?"));
+      continue;
+    }
+    std::string want = safetensorsDType(b.dtype);
+    ckpt::Tensor *dst = nullptr;
+    for (ckpt::Tensor &d : c.tensors)
+      if (d.name == b.name)
+        dst = &d;
+    if (!dst)
+      return Status::internal(fmt::format("{}: no initial value for '{}'", m.pkg.path, b.name));
+    dst->shape = shape;
+    if (t.dtype == want) {
+      dst->bytes = t.bytes;
+    } else if (b.dtype == DType::F32 &&
+               (t.dtype == "F64" || t.dtype == "F16" || t.dtype == "BF16")) {
+      size_t n = t.bytes.size() / size_t(ckpt::dtypeWidth(t.dtype));
+      dst->bytes.assign(n * 4, '\0');
+      for (size_t k = 0; k < n; ++k) {
+        float f;
+        if (t.dtype == "F64") {
+          double d;
+          std::memcpy(&d, t.bytes.data() + k * 8, 8);
+          f = float(d);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, t.bytes.data() + k * 2, 2);
+          f = halfToFloat(t.dtype == "F16" ? DType::F16 : DType::BF16, h);
+        }
+        std::memcpy(&dst->bytes[k * 4], &f, 4);
+      }
+      ++converted[t.dtype];
+    } else {
+      problems.push_back(fmt::format("tensor {} is {}, the model's parameter is {}{}", what,
+                                     t.dtype, want,
+                                     b.dtype == DType::F32
+                                         ? " (F64, F16 and BF16 are converted; save it as "
+                                           "floating point)"
+                                         : ""));
+      continue;
+    }
+    ++loaded;
+  }
+  if (!missing.empty())
+    problems.push_back(fmt::format(
+        "no tensor for parameter{} {}; name the file's tensors as the model's parameters "
+        "(kilnc MODEL.kiln lists them) or map them with --init-rename FROM=TO",
+        missing.size() == 1 ? "" : "s", fmt::join(missing, ", ")));
+  // Another framework's names for the same layers (nn.Sequential's "0.",
+  // "2.", ...): the rules that map them, when there is exactly one way.
+  std::vector<std::pair<std::string, std::string>> rules =
+      suggestRenames(byName, missingShapes);
+  if (!rules.empty()) {
+    std::string flags;
+    for (const auto &[from, to] : rules)
+      flags += fmt::format(" --init-rename {}={}", from, to);
+    problems.push_back(fmt::format(
+        "the file's layers match the model's in order and shape under other names: add{}",
+        flags));
+  }
+  // What is left matched no parameter.
+  for (const auto &[name, t] : byName) {
+    std::vector<std::string> near = closestParams(m, name, 3);
+    problems.push_back(fmt::format(
+        "tensor {} is not a parameter of the model (closest: {}); map it with --init-rename "
+        "FROM=TO, or leave it out with --init-ignore {}",
+        shown(t->name, name), someNames(near), t->name));
+  }
+  if (!problems.empty()) {
+    std::string text = fmt::format("--init {} does not fit model '{}' ({}):", path,
+                                   m.pkg.model, m.pkg.path);
+    for (const std::string &p : problems)
+      text += "\n  " + p;
+    return Status::error(text);
+  }
+  if (!quiet) {
+    for (const auto &[dtype, n] : converted)
+      emit(out, Channel::Note,
+           fmt::format("--init {}: converted {} {} tensor{} to float32", path, n, dtype,
+                       n == 1 ? "" : "s"));
+    std::string skipped;
+    if (skippedState)
+      skipped += fmt::format("; skipped its {} optimizer-state tensor{}", skippedState,
+                             skippedState == 1 ? "" : "s");
+    if (skippedIgnored)
+      skipped += fmt::format("; ignored {} tensor{} (--init-ignore)", skippedIgnored,
+                             skippedIgnored == 1 ? "" : "s");
+    emit(out, Channel::Note,
+         fmt::format("initialized the {} parameter{} of {} from {}{}; optimizer state fresh",
+                     loaded, loaded == 1 ? "" : "s", m.pkg.model, path, skipped));
+  }
   return c;
 }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::train {
@@ -128,11 +129,52 @@ std::string defaultCheckpoint(const std::string &artifact);
 /// does nothing.
 Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint64_t seed,
                       bool write = true);
+/// What a checkpoint is read for: to continue training (`--resume`), or
+/// for its parameters (eval, sample). Only the advice in errors differs.
+enum class CheckpointUse { Resume, Parameters };
 /// Reads a checkpoint and checks it against the model's logical shapes
-/// (before any code is generated; any device count); Model::setPersistent applies it once the arena exists. A
-/// checkpoint of a different model-file version is a warning (unless quiet).
+/// (before any code is generated; any device count); Model::setPersistent
+/// applies it once the arena exists. A checkpoint of another model (its
+/// `model` metadata names a different one), one that lacks a tensor the
+/// model has, or holds one the model has not (an Adam model's moments
+/// resumed into an SGD build), derived low copies and the loss scaler's
+/// state aside, is refused, naming both models and pointing to `--init`
+/// (fresh optimizer state). Only when the tensors match is a checkpoint of
+/// a different model-file version a warning (unless quiet).
 Expected<ckpt::Checkpoint> readCheckpoint(const Model &m, const std::string &path, bool quiet,
-                                          const Sink &out);
+                                          const Sink &out,
+                                          CheckpointUse use = CheckpointUse::Resume);
+
+/// `kiln-run train --init FILE` (docs/runtime.md "Starting from existing
+/// weights"): every parameter from a safetensors file, by name, with fresh
+/// optimizer state.
+struct InitWeights {
+  std::string path; ///< the safetensors file
+  /// --init-rename FROM=TO: a file tensor whose name starts with FROM is
+  /// matched as TO followed by the rest of its name (the longest FROM that
+  /// fits wins; a name no rule fits is matched as it is).
+  std::vector<std::pair<std::string, std::string>> renames;
+  /// --init-ignore NAME: file tensors (their names in the file) left out;
+  /// NAME ending in '*' is a prefix.
+  std::vector<std::string> ignore;
+};
+/// The error for --init and --resume given together (ok when not).
+Status initWithResume(const std::string &init, const std::string &resume);
+/// Parses `FROM=TO` (--init-rename's value).
+Expected<std::pair<std::string, std::string>> parseInitRename(const std::string &value);
+/// The model's initial values with every parameter (Role::Param) replaced
+/// by the tensor of `w.path` that matches its name, converted to float32
+/// from F64, F16 or BF16 (a note says so unless quiet); the optimizer
+/// state, loss scaler and step stay the artifact's initial ones, and the
+/// mixed-precision low copies are left out so that Model::setPersistent
+/// derives them from the loaded parameters. A Kiln checkpoint's optimizer
+/// state tensors (m:, v:, momentum:, lowp:, the scaler's) are skipped. A
+/// parameter without a tensor, a tensor that is no parameter, and one of
+/// the wrong shape or dtype are one error listing each, with what to do.
+/// Checked against the logical shapes before any code is generated; apply
+/// it with Model::setPersistent (any device count, sharded or not).
+Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w, bool quiet,
+                                           const Sink &out);
 /// The step a checkpoint continues from (0 when it does not say).
 int64_t checkpointStep(const ckpt::Checkpoint &c);
 

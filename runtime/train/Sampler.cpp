@@ -26,7 +26,8 @@ Expected<std::string> sample(Model &m, const SampleOptions &o, const BackendFact
                                           "shape [batch, context, vocab])");
   std::optional<ckpt::Checkpoint> params;
   if (!o.checkpoint.empty()) {
-    auto c = readCheckpoint(m, o.checkpoint, false, out);
+    auto c = readCheckpoint(m, o.checkpoint, false, out,
+                            CheckpointUse::Parameters);
     if (!c)
       return c.status();
     params = std::move(*c);

@@ -145,8 +145,22 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
       return c.status();
     resume = std::move(*c);
   }
+  // --init: the parameters of a file, through the same sharding as a
+  // checkpoint's (setPersistent), the optimizer's state the initial one.
+  std::optional<ckpt::Checkpoint> init;
+  if (!o.init.path.empty()) {
+    if (Status s = initWithResume(o.init.path, o.resume); !s)
+      return s;
+    auto c = readInitWeights(m, o.init, o.quiet || o.rank != 0, out);
+    if (!c)
+      return c.status();
+    init = std::move(*c);
+  }
   if (Status s = m.compile(make, o.profile); !s)
     return s;
+  if (init)
+    if (Status s = m.setPersistent(*init); !s)
+      return s;
   return create(m, o, std::move(*train), std::move(val), resume ? &*resume : nullptr,
                 std::move(out));
 }

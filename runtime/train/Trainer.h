@@ -18,7 +18,8 @@
 // and gathers ZeRO-sharded state for checkpoints (Replicas.h runs them).
 //
 //   Trainer::open()    what `kiln-run train` does: data and resume
-//                      checkpoint from the options, then the backend
+//                      checkpoint (or --init weights) from the options,
+//                      then the backend
 //   Trainer::create()  for a caller that made the backend and data itself
 //   run()              the steps, then the final checkpoint
 //
@@ -86,6 +87,9 @@ struct TrainOptions {
   std::string data, valData;    ///< token file or .npy directory
   std::string checkpoint;       ///< default MODEL.ckpt.safetensors
   std::string resume;           ///< a checkpoint to continue from
+  /// --init: parameters from a safetensors file, optimizer state fresh
+  /// (readInitWeights); not with `resume`.
+  InitWeights init;
   std::string lossLog;          ///< "step loss grad_norm" per line
   std::optional<uint64_t> seed; ///< data seed (default: the train section's)
   bool inOrder = false;         ///< .npy data in file order, not shuffled
@@ -162,9 +166,9 @@ struct DataFault {
 
 class Trainer {
 public:
-  /// Opens the data and the resume checkpoint named in `o` (errors before
-  /// any kernel is compiled), creates the backend with `make`, then as
-  /// create().
+  /// Opens the data and the resume checkpoint (or the --init weights)
+  /// named in `o` (errors before any kernel is compiled), creates the
+  /// backend with `make`, writes the --init parameters, then as create().
   static Expected<std::unique_ptr<Trainer>> open(Model &m, const TrainOptions &o,
                                                  const BackendFactory &make, Sink out);
   /// `m` has its backend (Model::compile/attach); `val` may be null.

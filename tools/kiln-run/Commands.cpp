@@ -98,6 +98,7 @@ struct Flags {
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
   int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
   std::vector<std::string> args; ///< as given (train: the resume hint repeats them)
+  train::InitWeights init; ///< --init FILE, --init-rename FROM=TO, --init-ignore NAME
   std::string trace;    ///< --trace FILE (train)
   int64_t traceFrom = -1, traceTo = -1; ///< --trace-steps A:B; -1: the default window
 };
@@ -184,6 +185,17 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     else if (a == "--val-data") s = value(f.valData);
     else if (a == "--checkpoint") s = value(f.checkpoint);
     else if (a == "--resume") s = value(f.resume);
+    else if (a == "--init") s = value(f.init.path);
+    else if (a == "--init-rename") {
+      if ((s = value(v))) {
+        auto r = train::parseInitRename(v);
+        if (!r)
+          s = r.status();
+        else
+          f.init.renames.push_back(*r);
+      }
+    }
+    else if (a == "--init-ignore") { if ((s = value(v))) f.init.ignore.push_back(v); }
     else if (a == "--cache-dir") s = value(f.cacheDir);
     else if (a == "--vocab") s = value(f.vocab);
     else if (a == "--prompt") { s = value(f.prompt); f.promptGiven = true; }
@@ -214,6 +226,10 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
   if (f.inOrder && f.shuffleBuffer > 0)
     return Status::error("--shuffle-buffer shuffles .npy rows, --in-order keeps file order: "
                          "give one of them");
+  if (Status s = train::initWithResume(f.init.path, f.resume); !s)
+    return s;
+  if (f.init.path.empty() && (!f.init.renames.empty() || !f.init.ignore.empty()))
+    return Status::error("--init-rename and --init-ignore apply to --init FILE: give it");
   if (f.traceFrom >= 0 && f.trace.empty())
     return Status::error("--trace-steps needs --trace FILE (where the trace goes)");
   if (f.artifact.empty())
@@ -308,8 +324,9 @@ void setProgram(const std::string &argv0) { gProgram = argv0.empty() ? "kiln-run
 namespace {
 
 /// The command that continues an interrupted run: the same arguments
-/// (any --resume replaced) after `launcher` ("" or "mpirun -np 2 "), and
-/// --resume CKPT; arguments with shell characters are single-quoted.
+/// (any --resume replaced, --init and its options left out: the
+/// checkpoint holds the parameters) after `launcher` ("" or "mpirun -np 2
+/// "), and --resume CKPT; arguments with shell characters are single-quoted.
 std::string resumeCommand(const Flags &f, const std::string &launcher, const std::string &ckpt) {
   auto quote = [](const std::string &a) {
     bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
@@ -323,7 +340,8 @@ std::string resumeCommand(const Flags &f, const std::string &launcher, const std
   };
   std::string cmd = launcher + quote(gProgram) + " train";
   for (size_t i = 0; i < f.args.size(); ++i) {
-    if (f.args[i] == "--resume") {
+    if (f.args[i] == "--resume" || f.args[i] == "--init" || f.args[i] == "--init-rename" ||
+        f.args[i] == "--init-ignore") {
       ++i;
       continue;
     }
@@ -634,6 +652,7 @@ int trainCommand(const std::vector<std::string> &args) {
   o.valData = f.valData;
   o.checkpoint = f.checkpoint;
   o.resume = f.resume;
+  o.init = f.init;
   o.lossLog = f.lossLog;
   o.seed = seedOf(f);
   o.inOrder = f.inOrder;
