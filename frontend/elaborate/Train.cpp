@@ -129,8 +129,8 @@ void Elaborator::evalTrain() {
   };
   const double req = std::nan("");
   static const char *known =
-      "batch, steps, epochs, last_batch, optimizer, schedule, precision, precision_mode, fp32_layers, "
-      "loss_scale, seed, grad_clip, "
+      "batch, steps, epochs, last_batch, optimizer, schedule, precision, "
+      "precision_mode, fp32_layers, loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, tp, pp, micro_batches, "
       "pipeline, virtual_stages, zero, bucket_mb, first_bucket_mb, grad_reduce";
