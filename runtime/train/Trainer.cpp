@@ -256,7 +256,9 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   if (!o.quiet) {
     t->say(Channel::Note, fmt::format("training {} from {} for steps {}..{}{} on {}", m.pkg.model,
                                       o.artifact, t->start_, t->steps_,
-                                      t->epochs_ ? fmt::format(" ({} epochs)", t->epochs_) : "",
+                                      t->epochs_ ? fmt::format(" ({} epoch{})", t->epochs_,
+                                                               t->epochs_ == 1 ? "" : "s")
+                                                 : "",
                                       m.exec->describe()));
     std::string epoch = t->train_->epochNote();
     t->say(Channel::Line, fmt::format("  data: {}{}", t->train_->describe(),
