@@ -129,14 +129,15 @@ void Elaborator::evalTrain() {
   };
   const double req = std::nan("");
   static const char *known =
-      "batch, steps, optimizer, schedule, precision, precision_mode, fp32_layers, "
-      "loss_scale, seed, grad_clip, "
+      "batch, steps, epochs, last_batch, optimizer, schedule, precision, "
+      "precision_mode, fp32_layers, loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, tp, pp, micro_batches, "
       "pipeline, virtual_stages, zero, bucket_mb, first_bucket_mb, grad_reduce";
   int64_t devices = 1;
   std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum, vstages;
   std::optional<std::pair<std::string, SourceLoc>> pipeline;
+  std::optional<std::pair<int64_t, SourceLoc>> steps, epochs;
   // A positive integer setting up to `max`, recorded as its train attribute.
   auto bounded = [&](const TrainEntry &t, int64_t max) -> std::pair<int64_t, SourceLoc> {
     Val v = eval(*t.value, paramEnv_);
@@ -302,6 +303,17 @@ void Elaborator::evalTrain() {
       if (v.kind != Val::Kind::Str || v.s.empty())
         fail(v.loc, "train setting '" + k + "' must be a path string");
       trainAttrs_.set(k, b_.getStringAttr(v.s));
+    } else if (k == "last_batch") {
+      // Where an epoch's batches end (docs/runtime.md "Epochs").
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (p != "drop" && p != "wrap")
+        fail(e.loc, "last_batch must be \"drop\" (an epoch is its whole global batches; "
+                    "the rows left over are not read) or \"wrap\" (batches run on into the "
+                    "next epoch); a smaller last batch is not possible, the step's batch "
+                    "is fixed");
+      trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "recompute") {
       Val v = eval(*t.value, paramEnv_);
       if (v.kind != Val::Kind::Bool)
@@ -313,7 +325,7 @@ void Elaborator::evalTrain() {
       if (!(d >= 0))
         fail(v.loc, "grad_clip must be >= 0 (0 disables clipping)");
       trainAttrs_.set(k, b_.getF64FloatAttr(d));
-    } else if (k == "batch" || k == "steps" || k == "seed" ||
+    } else if (k == "batch" || k == "steps" || k == "epochs" || k == "seed" ||
                k == "grad_accum" || k == "eval_interval" ||
                k == "eval_steps" || k == "log_interval" ||
                k == "checkpoint_interval") {
@@ -324,6 +336,8 @@ void Elaborator::evalTrain() {
       int64_t n = posInt(v, k, min);
       if (k == "grad_accum")
         accum = {n, v.loc};
+      if (k == "steps" || k == "epochs")
+        (k == "steps" ? steps : epochs) = {n, v.loc};
       if (k == "batch") {
         if (n > kMaxDimSize)
           fail(v.loc, "batch is too large");
@@ -347,6 +361,25 @@ void Elaborator::evalTrain() {
                   " (known: " + known + ")");
     }
   }
+  if (steps && epochs) {
+    const auto &later = steps->second.line > epochs->second.line ? steps : epochs;
+    const auto &first = &later == &steps ? epochs : steps;
+    fail(later->second,
+         "steps = " + std::to_string(steps->first) + " and epochs = " +
+             std::to_string(epochs->first) + " (line " + std::to_string(first->second.line) +
+             ") both set the run's length; give one of them (kiln-run train prints the "
+             "steps per epoch of the data)");
+  }
+  // cosine() decays over `steps` unless told otherwise; the frontend does
+  // not know the rows, so epochs cannot stand in for them.
+  if (epochs)
+    if (auto sched = dyn_cast_or_null<DictionaryAttr>(trainAttrs_.get("schedule")))
+      if (auto n = sched.getAs<StringAttr>("name");
+          n && n.getValue() == "cosine" && !sched.get("decay_steps"))
+        fail(epochs->second, "with epochs = " + std::to_string(epochs->first) +
+                                 ", cosine() needs decay_steps (it defaults to steps, which "
+                                 "epochs replaces): give decay_steps = the run's steps, "
+                                 "epochs x the steps per epoch kiln-run train prints");
   if (micro && accum && micro->first != accum->first)
     fail(accum->second, "grad_accum = " + std::to_string(accum->first) +
                             " and micro_batches = " + std::to_string(micro->first) +

@@ -92,6 +92,8 @@ Expected<Package> openPackage(const std::string &path) {
     };
     pkg.train.batch = geti("batch");
     pkg.train.steps = geti("steps");
+    pkg.train.epochs = geti("epochs");
+    pkg.train.lastBatch = t.value("last_batch", "");
     pkg.train.evalInterval = geti("eval_interval");
     pkg.train.evalSteps = geti("eval_steps");
     pkg.train.seed = geti("seed");

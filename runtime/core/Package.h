@@ -25,6 +25,10 @@ struct TrainConfig {
   int64_t batch = 0, steps = 0, evalInterval = 0, evalSteps = 0, seed = 0;
   /// log_interval and checkpoint_interval; -1 where the section has none.
   int64_t logInterval = -1, checkpointInterval = -1;
+  /// epochs (0: none; the section then has steps or neither) and
+  /// last_batch ("drop", "wrap"; "" where the section has none).
+  int64_t epochs = 0;
+  std::string lastBatch;
   std::string data, valData;
 };
 

@@ -174,16 +174,18 @@ private:
 /// .npy arrays, one per data input (DIR/<input name>.npy), the same number
 /// of rows each; batch i of a shuffled source takes rows of a permutation
 /// drawn per epoch from (seed, epoch); an ordered source (evaluation) reads
-/// rows in file order.
+/// rows in file order. Where batches cross epochs: LastBatch.
 class NpySource : public DataSource {
 public:
   static Expected<std::unique_ptr<DataSource>> open(const std::string &dir,
                                                     const Model &m,
                                                     const std::vector<int> &inputs,
                                                     uint64_t seed, bool shuffle,
-                                                    DataShard shard, int64_t shuffleBuffer) {
+                                                    DataShard shard, int64_t shuffleBuffer,
+                                                    LastBatch last) {
     auto src = std::make_unique<NpySource>();
     src->seed_ = seed;
+    src->last_ = last;
     src->shard_ = shard;
     src->shuffle_ = shuffle;
     src->shuffleBuffer_ = shuffle ? shuffleBuffer : 0;
@@ -235,13 +237,19 @@ public:
     out.bytes.resize(arrays_.size());
     std::shared_ptr<const std::vector<int64_t>> perm;
     int64_t permEpoch = -1;
+    // This replica's block of the global batch: positions
+    // (i * count + shard) * batch_ + r of the row stream (wrap), or of
+    // epoch i / E's order with i = i mod E (drop: E whole batches an epoch).
+    uint64_t step = index, epoch = 0;
+    if (last_ == LastBatch::Drop) {
+      uint64_t e = uint64_t(epochBatches());
+      epoch = index / e;
+      step = index % e;
+    }
+    uint64_t first = (step * uint64_t(shard_.count) + uint64_t(shard_.index)) * uint64_t(batch_);
     for (int64_t r = 0; r < batch_; ++r) {
-      // Position (index * count + shard) * batch_ + r of the row stream:
-      // this replica's block of the global batch.
-      int64_t row = rowAt((index * uint64_t(shard_.count) + uint64_t(shard_.index)) *
-                              uint64_t(batch_) +
-                          uint64_t(r),
-                          perm, permEpoch);
+      uint64_t p = first + uint64_t(r);
+      int64_t row = rowAt(epoch + p / uint64_t(rows_), p % uint64_t(rows_), perm, permEpoch);
       for (size_t k = 0; k < arrays_.size(); ++k) {
         const data::NpyArray &a = arrays_[k];
         int64_t n = rowElems_[k];
@@ -267,14 +275,42 @@ public:
                            : ", shuffled per epoch",
                        shardNote(shard_, batch_));
   }
-  int64_t epochBatches() const override { return rows_ / (batch_ * shard_.count); }
+  int64_t epochBatches() const override { return rows_ / global(); }
+  int64_t epochSteps(int64_t epochs) const override {
+    if (last_ == LastBatch::Drop)
+      return clamp(__int128(epochs) * epochBatches());
+    return clamp((__int128(epochs) * rows_ + global() - 1) / global());
+  }
+  int64_t epochsDone(int64_t steps) const override {
+    if (last_ == LastBatch::Drop)
+      return steps / epochBatches();
+    return clamp(__int128(steps) * global() / rows_);
+  }
+  std::string epochNote() const override {
+    int64_t g = global(), left = rows_ % g;
+    std::string batch = shard_.count > 1 ? fmt::format("{} ({} replicas x {})", g, shard_.count,
+                                                       batch_)
+                                         : fmt::format("{}", g);
+    if (left == 0)
+      return fmt::format("{} steps per epoch at global batch {}", rows_ / g, batch);
+    if (last_ == LastBatch::Drop)
+      return fmt::format("{} steps per epoch at global batch {}, the last {} row{} of each "
+                         "epoch's order not read (last_batch \"drop\")",
+                         rows_ / g, batch, left, left == 1 ? "" : "s");
+    return fmt::format("{:.6g} steps per epoch at global batch {}: a step may take the last "
+                       "rows of one epoch and the first of the next (last_batch \"wrap\")",
+                       double(rows_) / double(g), batch);
+  }
 
 private:
-  /// The row at `position` of the row stream; `perm` caches the epoch's
-  /// order between calls of one batch.
-  int64_t rowAt(uint64_t position, std::shared_ptr<const std::vector<int64_t>> &perm,
+  int64_t global() const { return batch_ * shard_.count; }
+  static int64_t clamp(__int128 v) {
+    return v > __int128(INT64_MAX) ? INT64_MAX : int64_t(v);
+  }
+  /// The row at position `at` of `epoch`'s order; `perm` caches the
+  /// epoch's order between calls of one batch.
+  int64_t rowAt(uint64_t epoch, uint64_t at, std::shared_ptr<const std::vector<int64_t>> &perm,
                 int64_t &permEpoch) const {
-    uint64_t epoch = position / uint64_t(rows_), at = position % uint64_t(rows_);
     if (!shuffle_)
       return int64_t(at);
     if (permEpoch != int64_t(epoch)) {
@@ -333,16 +369,28 @@ private:
   DataShard shard_;
   bool shuffle_ = true;
   int64_t shuffleBuffer_ = 0; ///< 0: a uniform permutation per epoch
+  LastBatch last_ = LastBatch::Wrap;
   mutable std::mutex mu_;
   mutable std::vector<std::pair<uint64_t, std::shared_ptr<const std::vector<int64_t>>>> perms_;
 };
 
 } // namespace
 
+const char *lastBatchName(LastBatch l) { return l == LastBatch::Drop ? "drop" : "wrap"; }
+
+std::optional<LastBatch> parseLastBatch(const std::string &s) {
+  if (s == "wrap")
+    return LastBatch::Wrap;
+  if (s == "drop")
+    return LastBatch::Drop;
+  return std::nullopt;
+}
+
 Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Model &m,
                                                const std::string &fn, uint64_t seed,
                                                bool shuffle, const char *what,
-                                               DataShard shard, int64_t shuffleBuffer) {
+                                               DataShard shard, int64_t shuffleBuffer,
+                                               LastBatch last) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     return Status::internal(fmt::format("openData: replica {} of {}", shard.index, shard.count));
   if (path.empty())
@@ -376,7 +424,7 @@ Expected<std::unique_ptr<DataSource>> openData(const std::string &path, const Mo
               "examples/data/tinyshakespeare.txt data/shakespeare_char"
             : ""));
   if (isDirectory(path))
-    return NpySource::open(path, m, inputs, seed, shuffle, shard, shuffleBuffer);
+    return NpySource::open(path, m, inputs, seed, shuffle, shard, shuffleBuffer, last);
   return TokenSource::open(path, m, inputs, seed, shard);
 }
 

@@ -21,15 +21,16 @@ namespace {
 /// The options with the train section's values filled in.
 struct Resolved {
   uint64_t seed = 0;
-  int64_t steps = 0, evalInterval = 0, evalSteps = 0, ckptEvery = 0, logInterval = 10;
+  int64_t evalInterval = 0, evalSteps = 0, ckptEvery = 0, logInterval = 10;
   std::string ckptPath;
+  LastBatch lastBatch = LastBatch::Wrap;
 };
 
 Resolved resolve(const Model &m, const TrainOptions &o) {
   const TrainConfig &tc = m.pkg.train;
   Resolved r;
   r.seed = o.seed ? *o.seed : uint64_t(tc.seed);
-  r.steps = o.steps > 0 ? o.steps : std::max<int64_t>(tc.steps, 1);
+  r.lastBatch = o.lastBatch ? *o.lastBatch : parseLastBatch(tc.lastBatch).value_or(LastBatch::Wrap);
   r.evalInterval = o.evalInterval >= 0 ? o.evalInterval : tc.evalInterval;
   r.evalSteps = o.evalSteps > 0 ? o.evalSteps : (tc.evalSteps > 0 ? tc.evalSteps : 20);
   r.ckptPath = o.checkpoint.empty() ? defaultCheckpoint(o.artifact) : o.checkpoint;
@@ -38,6 +39,33 @@ Resolved resolve(const Model &m, const TrainOptions &o) {
                                              : r.evalInterval;
   r.logInterval = o.logInterval > 0 ? o.logInterval : tc.logInterval > 0 ? tc.logInterval : 10;
   return r;
+}
+
+/// The run's length: the step it trains to and, training by epochs, how
+/// many (0: by steps). --steps, else --epochs, else the section's epochs,
+/// else its steps (the frontend refuses a section with both).
+struct Length {
+  int64_t steps = 0, epochs = 0;
+};
+
+Expected<Length> runLength(const Model &m, const TrainOptions &o, const DataSource &train) {
+  const TrainConfig &tc = m.pkg.train;
+  if (o.steps > 0 && o.epochs > 0)
+    return Status::error(fmt::format(
+        "--steps {} and --epochs {} both set the run's length; give one of them", o.steps,
+        o.epochs));
+  if (o.steps > 0)
+    return Length{o.steps, 0};
+  int64_t epochs = o.epochs > 0 ? o.epochs : tc.epochs;
+  if (epochs <= 0)
+    return Length{std::max<int64_t>(tc.steps, 1), 0};
+  std::string given = o.epochs > 0 ? fmt::format("--epochs {}", o.epochs)
+                                   : fmt::format("the train section's epochs = {}", epochs);
+  if (train.epochBatches() == 0)
+    return Status::error(fmt::format(
+        "{}: the training data {} is token windows drawn at random, which have no epochs; "
+        "give --steps N instead", given, train.describe()));
+  return Length{std::max<int64_t>(train.epochSteps(epochs), 1), epochs};
 }
 
 Status noTrainStep(const Model &m, const TrainOptions &o) {
@@ -117,15 +145,22 @@ Expected<std::unique_ptr<Trainer>> Trainer::open(Model &m, const TrainOptions &o
   }
   std::string trainPath = resolvePath(o.data.empty() ? tc.data : o.data, m.pkg);
   auto train = openData(trainPath, m, "train_step", r.seed, /*shuffle=*/!o.inOrder, "training",
-                        dataShard(m), o.shuffleBuffer);
+                        dataShard(m), o.shuffleBuffer, r.lastBatch);
   if (!train)
     return train.status();
-  // Token data is read as random windows: no file order to keep or shuffle.
-  if (o.rank == 0 && (o.inOrder || o.shuffleBuffer > 0) && (*train)->epochBatches() == 0)
+  // (Before any kernel is compiled: --epochs of token data.)
+  if (auto len = runLength(m, o, **train); !len)
+    return len.status();
+  // Token data is read as random windows: no file order to keep or shuffle,
+  // no epochs to end.
+  if (o.rank == 0 && (o.inOrder || o.shuffleBuffer > 0 || o.lastBatch) &&
+      (*train)->epochBatches() == 0)
     emit(out, Channel::Warning,
          fmt::format("{} does nothing for token data ({} is read as random windows); it "
                      "applies to a directory of .npy arrays",
-                     o.inOrder ? "--in-order" : "--shuffle-buffer", trainPath));
+                     o.inOrder ? "--in-order" : o.shuffleBuffer > 0 ? "--shuffle-buffer"
+                                                                    : "--last-batch",
+                     trainPath));
   std::shared_ptr<const DataSource> val;
   std::string valPath = resolvePath(o.valData.empty() ? tc.valData : o.valData, m.pkg);
   if (!valPath.empty() && r.evalInterval > 0) {
@@ -177,8 +212,12 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->o_ = o;
   t->out_ = std::move(out);
   Resolved r = resolve(m, o);
+  auto len = runLength(m, o, *train);
+  if (!len)
+    return len.status();
   t->seed_ = r.seed;
-  t->steps_ = r.steps;
+  t->steps_ = len->steps;
+  t->epochs_ = len->epochs;
   t->evalInterval_ = r.evalInterval;
   t->evalSteps_ = r.evalSteps;
   t->ckptEvery_ = r.ckptEvery;
@@ -198,9 +237,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
     t->start_ = checkpointStep(*resume);
     if (t->start_ >= t->steps_)
       return Status::error(fmt::format(
-          "{} is at step {}, and this run trains to step {}: nothing is left to train; give "
-          "--steps above {} to continue it",
-          o.resume, t->start_, t->steps_, t->start_));
+          "{} is at step {}, and this run trains to step {}{}: nothing is left to train; give "
+          "--steps above {}{} to continue it",
+          o.resume, t->start_, t->steps_,
+          t->epochs_ ? fmt::format(" ({} epochs)", t->epochs_) : "", t->start_,
+          t->epochs_ ? fmt::format(" or --epochs above {}", t->epochs_) : ""));
     if (!o.quiet)
       t->say(Channel::Note, fmt::format("resumed from {} at step {}", o.resume, t->start_));
   }
@@ -231,9 +272,15 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->items_ *= dataShard(m).count; // progress counts the global batch
 
   if (!o.quiet) {
-    t->say(Channel::Note, fmt::format("training {} from {} for steps {}..{} on {}", m.pkg.model,
-                                      o.artifact, t->start_, t->steps_, m.exec->describe()));
-    t->say(Channel::Line, fmt::format("  data: {}", t->train_->describe()));
+    t->say(Channel::Note, fmt::format("training {} from {} for steps {}..{}{} on {}", m.pkg.model,
+                                      o.artifact, t->start_, t->steps_,
+                                      t->epochs_ ? fmt::format(" ({} epoch{})", t->epochs_,
+                                                               t->epochs_ == 1 ? "" : "s")
+                                                 : "",
+                                      m.exec->describe()));
+    std::string epoch = t->train_->epochNote();
+    t->say(Channel::Line, fmt::format("  data: {}{}", t->train_->describe(),
+                                      epoch.empty() ? "" : "; " + epoch));
     if (t->val_)
       t->say(Channel::Line, fmt::format("  validation: {}, {} batch{} every {} steps",
                                         t->val_->describe(), t->evalSteps_,
@@ -520,6 +567,13 @@ Expected<TrainResult> Trainer::run() {
       sinceLog = 0;
       lossSum = 0;
       lossCount = 0;
+    }
+    // Training by epochs: a line as each ends (a wrapping batch ends an
+    // epoch in the step that reads its last row).
+    if (epochs_ > 0 && !o_.quiet) {
+      int64_t done = train.epochsDone(step + 1);
+      if (done > train.epochsDone(step))
+        say(Channel::Progress, fmt::format("epoch {}/{} done at step {}", done, epochs_, step + 1));
     }
     if (val_ && evalInterval_ > 0 && ((step + 1) % evalInterval_ == 0 || last)) {
       SpanScope evalSpan(tracer, Span::Eval, "evaluation");

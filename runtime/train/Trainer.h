@@ -80,6 +80,12 @@ struct EvalPoint {
 struct TrainOptions {
   std::string artifact; ///< the artifact's path: messages, the default checkpoint
   int64_t steps = -1;   ///< train up to this step (exclusive)
+  /// Train this many epochs of .npy data (steps: DataSource::epochSteps);
+  /// exclusive with `steps`. Default: the train section's steps or epochs.
+  int64_t epochs = -1;
+  /// Where an epoch's batches end (default: the train section's
+  /// last_batch, else LastBatch::Wrap).
+  std::optional<LastBatch> lastBatch;
   int64_t logInterval = -1; ///< default: the train section's, else 10
   int64_t evalInterval = -1; ///< 0: never evaluate
   int64_t evalSteps = -1;    ///< batches per evaluation (default 20)
@@ -207,6 +213,7 @@ private:
   std::shared_ptr<const DataSource> train_, val_;
   uint64_t seed_ = 0;
   int64_t start_ = 0, steps_ = 0, evalInterval_ = 0, evalSteps_ = 0, ckptEvery_ = 0;
+  int64_t epochs_ = 0; ///< training by epochs: how many (0: by steps)
   std::string ckptPath_;
   std::vector<int> inputs_;
   int replicaIn_ = -1;

@@ -78,6 +78,8 @@ void print(Channel c, const std::string &text) {
 struct Flags {
   std::string artifact;
   int64_t steps = -1, logInterval = -1, evalInterval = -1, evalSteps = -1;
+  int64_t epochs = -1; ///< --epochs (train): the steps of this many epochs
+  std::string lastBatch; ///< --last-batch drop|wrap; "": the train section's
   int64_t checkpointEvery = -1, tokens = 200, topK = 0;
   int threads = 0;
   int interOpThreads = 1; ///< --inter-op-threads (CPU)
@@ -137,6 +139,13 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     Status s = Status::ok();
     int64_t n = 0;
     if (a == "--steps") { if ((s = value(v))) s = intArg(a, v, 1, f.steps); }
+    else if (a == "--epochs") { if ((s = value(v))) s = intArg(a, v, 1, f.epochs); }
+    else if (a == "--last-batch") {
+      if ((s = value(f.lastBatch)) && !train::parseLastBatch(f.lastBatch))
+        s = Status::error(fmt::format(
+            "--last-batch needs drop (each epoch's last partial batch is not read) or wrap "
+            "(batches run on into the next epoch), got '{}'", f.lastBatch));
+    }
     else if (a == "--log-interval") { if ((s = value(v))) s = intArg(a, v, 1, f.logInterval); }
     else if (a == "--eval-interval") { if ((s = value(v))) s = intArg(a, v, 0, f.evalInterval); }
     else if (a == "--eval-steps") { if ((s = value(v))) s = intArg(a, v, 1, f.evalSteps); }
@@ -223,6 +232,9 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     if (!s)
       return s;
   }
+  if (f.steps > 0 && f.epochs > 0)
+    return Status::error("--steps and --epochs both set the run's length: give one of them "
+                         "(the data line says how many steps an epoch is)");
   if (f.inOrder && f.shuffleBuffer > 0)
     return Status::error("--shuffle-buffer shuffles .npy rows, --in-order keeps file order: "
                          "give one of them");
@@ -644,6 +656,9 @@ int trainCommand(const std::vector<std::string> &args) {
   train::TrainOptions o;
   o.artifact = f.artifact;
   o.steps = f.steps;
+  o.epochs = f.epochs;
+  if (!f.lastBatch.empty())
+    o.lastBatch = train::parseLastBatch(f.lastBatch);
   o.logInterval = f.logInterval;
   o.evalInterval = f.evalInterval;
   o.evalSteps = f.evalSteps;
