@@ -138,6 +138,10 @@ private:
         b.setInsertionPointAfter(def);
         auto c = b.create<ConstantOp>(def->getLoc(), DenseElementsAttr::get(type, x));
         c->setAttr(kPrecisionRuleAttr, b.getStringAttr(rule));
+        // A value the low type cannot hold: the precision report names it.
+        if (lost)
+          c->setAttr(kPrecisionRoundedFromAttr,
+                     b.getF64FloatAttr(splat.getSplatValue<APFloat>().convertToDouble()));
         if (Attribute block = def->getAttr(KilnDialect::kBlockAttr))
           c->setAttr(KilnDialect::kBlockAttr, block);
         casts_[key] = c.getResult();
