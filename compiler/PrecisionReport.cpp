@@ -278,10 +278,7 @@ void printPrecisionReportJson(const PrecisionReport &r, llvm::raw_ostream &os) {
         j.object([&] {
           j.attribute("loc", c.loc);
           j.attribute("from", c.from);
-          if (std::isfinite(c.to))
-            j.attribute("to", c.to);
-          else // JSON has no infinity
-            j.attribute("to", c.to > 0 ? "inf" : "-inf");
+          j.attribute("to", c.to);
           j.attribute("producer", c.producer);
           j.attribute("consumers", c.consumers);
           if (!c.rule.empty())
