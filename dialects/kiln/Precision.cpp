@@ -123,7 +123,7 @@ std::string lossScaleInitError(llvm::StringRef precision, double init) {
     return "";
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "loss_scale init %.9g is too large for fp16: the gradients it scales are "
+                "loss_scale init %.10g is too large for fp16: the gradients it scales are "
                 "stored in float16 (largest 65504), and at this scale even a gradient of "
                 "2^-14 (float16's smallest normal number) overflows, so the first steps "
                 "are all skipped; use at most 65504 * 2^14 = %.0f (the default, 65536, "
