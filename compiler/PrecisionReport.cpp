@@ -103,11 +103,15 @@ PrecisionReport collectPrecisionReport(ModuleOp module) {
     return r;
   fn.walk([&](Operation *op) {
     if (auto k = dyn_cast<ConstantOp>(op)) {
-      auto from = op->getAttrOfType<FloatAttr>(kPrecisionRoundedFromAttr);
+      auto info = op->getAttrOfType<DictionaryAttr>(kPrecisionRoundedFromAttr);
+      auto from = info ? info.getAs<FloatAttr>("value") : FloatAttr();
+      auto where = info ? info.getAs<StringAttr>("loc") : StringAttr();
       auto splat = dyn_cast<SplatElementsAttr>(k.getValue());
       if (from && splat && isa<FloatType>(splat.getElementType())) {
         PrecisionReport::Rounded e;
-        e.loc = shortLoc(op->getLoc());
+        std::string l = where ? where.str() : locString(op->getLoc());
+        size_t slash = l.rfind('/');
+        e.loc = slash == std::string::npos ? l : l.substr(slash + 1);
         e.from = from.getValueAsDouble();
         e.to = splat.getSplatValue<APFloat>().convertToDouble();
         e.type = typeStr(k.getType(), /*shape=*/false);
@@ -220,8 +224,10 @@ void printPrecisionReport(const PrecisionReport &r, llvm::raw_ostream &os) {
   for (const auto &c : r.casts)
     os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  [{}]\n", c.loc,
                       c.from, c.to, c.producer, c.consumers, c.rule);
-  os << fmt::format("\nconstants rounded: {} whose value the low type changes\n",
-                    r.rounded.size());
+  // (Only when there are some: most models' constants survive rounding.)
+  if (!r.rounded.empty())
+    os << fmt::format("\nconstants rounded: {} whose value the low type changes\n",
+                      r.rounded.size());
   for (const auto &c : r.rounded)
     os << fmt::format("  {:<32} {:.9g} -> {:.9g} in {} (read by {}){}\n", c.loc,
                       c.from, c.to, c.type, c.consumers, roundedNote(c));

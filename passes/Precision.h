@@ -25,7 +25,8 @@ inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
 
 /// On a splat kiln.constant the pass rounded to the low type (a scalar of
 /// the model read by a low-precision op) whose value changed: the value it
-/// had before (an F64Attr; `1 - 1e-7` is 0.99999988 in f32, 1.0 in f16).
+/// had before and where the model wrote it, a DictionaryAttr {value: F64
+/// (`1 - 1e-7` is 0.99999988 in f32, 1.0 in f16), loc: "file:line:col"}.
 /// The precision report lists them.
 inline constexpr llvm::StringLiteral kPrecisionRoundedFromAttr = "kiln.precision.rounded_from";
 
