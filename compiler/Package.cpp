@@ -68,8 +68,9 @@ struct IndexRange {
 };
 
 /// Valid ranges of the integer inputs (by name) that reach the targets of a
-/// kiln.cross_entropy ([0, classes): the logits' last dimension), the
-/// indices of a kiln.gather ([0, the table's size along the axis)) or of a
+/// kiln.cross_entropy ([0, classes): the logits' last dimension), an
+/// equality kiln.compare against a kiln.iota (the one-hot of nll_loss:
+/// [0, the iota's size along its dimension)), the indices of a kiln.gather ([0, the table's size along the axis)) or of a
 /// kiln.scatter_add, directly or through ops that move elements without
 /// changing them (reshape, broadcast_in_dim, transpose, slice, concat, an
 /// integer cast) and into fusion bodies. An input that reaches several takes
@@ -109,6 +110,16 @@ std::map<std::string, IndexRange> inputIndexRanges(ModuleOp module) {
           } else if (auto sa = dyn_cast<ScatterAddOp>(op); sa && use.getOperandNumber() == 1) {
             hi = bound(sa.getResult(), sa.getAxis());
             from = fmt::format("kiln.scatter_add indices (a table of {} rows)", hi);
+          } else if (auto cmp = dyn_cast<CompareOp>(op);
+                     cmp && cmp.getDirection() == CompareDirection::eq) {
+            // A one-hot against the class index (nll_loss, cross_entropy
+            // on probabilities: docs/language.md): targets in [0, classes).
+            Value other = cmp->getOperand(1 - use.getOperandNumber());
+            auto iota = other.getDefiningOp<IotaOp>();
+            if (!iota)
+              continue;
+            hi = bound(other, iota.getDim());
+            from = fmt::format("class indices against kiln.iota ({} classes)", hi);
           } else if (auto f = dyn_cast<FusionOp>(op)) {
             follow(f.getBlock().getArgument(use.getOperandNumber()));
             continue;

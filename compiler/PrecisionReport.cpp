@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace kiln {
@@ -75,6 +77,19 @@ bool isLow(Type t) {
   return rt && (rt.getElementType().isBF16() || rt.getElementType().isF16());
 }
 
+/// What a rounding did to a constant, when it is more than a small error.
+std::string roundedNote(const PrecisionReport::Rounded &c) {
+  if (std::isinf(c.to))
+    return ": overflows to infinity";
+  if (c.to == 0 && c.from != 0)
+    return ": underflows to 0";
+  if ((c.to == 1 || c.to == -1) && c.from != c.to)
+    return fmt::format(": becomes exactly {:g} (keep the op in fp32: precision = fp32 "
+                       "on the call, or fp32_layers)",
+                       c.to);
+  return "";
+}
+
 } // namespace
 
 PrecisionReport collectPrecisionReport(ModuleOp module) {
@@ -87,7 +102,25 @@ PrecisionReport collectPrecisionReport(ModuleOp module) {
   if (!fn)
     return r;
   fn.walk([&](Operation *op) {
-    if (op == fn.getOperation() || isa<func::ReturnOp, ConstantOp>(op))
+    if (auto k = dyn_cast<ConstantOp>(op)) {
+      auto info = op->getAttrOfType<DictionaryAttr>(kPrecisionRoundedFromAttr);
+      auto from = info ? info.getAs<FloatAttr>("value") : FloatAttr();
+      auto where = info ? info.getAs<StringAttr>("loc") : StringAttr();
+      auto splat = dyn_cast<SplatElementsAttr>(k.getValue());
+      if (from && splat && isa<FloatType>(splat.getElementType())) {
+        PrecisionReport::Rounded e;
+        std::string l = where ? where.str() : locString(op->getLoc());
+        size_t slash = l.rfind('/');
+        e.loc = slash == std::string::npos ? l : l.substr(slash + 1);
+        e.from = from.getValueAsDouble();
+        e.to = splat.getSplatValue<APFloat>().convertToDouble();
+        e.type = typeStr(k.getType(), /*shape=*/false);
+        e.consumers = consumersOf(k.getResult());
+        r.rounded.push_back(std::move(e));
+      }
+      return;
+    }
+    if (op == fn.getOperation() || isa<func::ReturnOp>(op))
       return;
     auto rule = op->getAttrOfType<StringAttr>(kPrecisionRuleAttr);
     if (auto c = dyn_cast<CastOp>(op)) {
@@ -191,6 +224,13 @@ void printPrecisionReport(const PrecisionReport &r, llvm::raw_ostream &os) {
   for (const auto &c : r.casts)
     os << fmt::format("  {:<32} {:>14} -> {:<5} {} -> {}  [{}]\n", c.loc,
                       c.from, c.to, c.producer, c.consumers, c.rule);
+  // (Only when there are some: most models' constants survive rounding.)
+  if (!r.rounded.empty())
+    os << fmt::format("\nconstants rounded: {} whose value the low type changes\n",
+                      r.rounded.size());
+  for (const auto &c : r.rounded)
+    os << fmt::format("  {:<32} {:.9g} -> {:.9g} in {} (read by {}){}\n", c.loc,
+                      c.from, c.to, c.type, c.consumers, roundedNote(c));
   os << fmt::format("\nkept in fp32 (the result, or the statistics inside the "
                     "kernel): {} ops\n",
                     r.kept.size());
@@ -266,6 +306,19 @@ void printPrecisionReportJson(const PrecisionReport &r, llvm::raw_ostream &os) {
           j.attribute("type", k.type);
           j.attribute("rule", k.rule);
           j.attribute("statistics_only", k.statistics);
+        });
+    });
+    j.attributeArray("rounded_constants", [&] {
+      for (const auto &c : r.rounded)
+        j.object([&] {
+          j.attribute("loc", c.loc);
+          j.attribute("from", c.from);
+          if (std::isfinite(c.to))
+            j.attribute("to", c.to);
+          else // JSON has no infinity
+            j.attribute("to", c.to > 0 ? "inf" : "-inf");
+          j.attribute("type", c.type);
+          j.attribute("consumers", c.consumers);
         });
     });
     j.attributeBegin("user_casts");

@@ -4,7 +4,8 @@
 // `kilnc --precision-report`: read off @forward after kiln-mixed-precision
 // (passes/Precision.h is the contract): every rounding point (a kiln.cast
 // carrying kiln.precision.rule) with its model line, from and to type,
-// producer, consumers and rule; every op the policy kept in fp32 (or whose
+// producer, consumers and rule; every constant whose value the low type
+// changes; every op the policy kept in fp32 (or whose
 // statistics it keeps in fp32) with its rule; the user's own casts
 // (respected); the counts; and the activation memory of the mixed train
 // step against the same model's fp32 step, as --emit=plan counts it
@@ -39,6 +40,16 @@ struct PrecisionReport {
     bool statistics = false; ///< low in and out, fp32 statistics inside
   };
   std::vector<Cast> casts, userCasts;
+  /// Constants of the model whose value the low type changed (the pass's
+  /// kiln.precision.rounded_from): `1 - 1e-7` becomes 1 in fp16.
+  struct Rounded {
+    std::string loc;  ///< model file:line:col
+    double from = 0;  ///< the value before (f32)
+    double to = 0;    ///< the value in `type`
+    std::string type; ///< "f16", "bf16"
+    std::string consumers;
+  };
+  std::vector<Rounded> rounded;
   std::vector<Kept> kept;
   /// Compute ops of @forward (no casts or constants) by result type.
   int64_t lowOps = 0, fp32Ops = 0;

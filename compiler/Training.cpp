@@ -75,8 +75,10 @@ bool isParam(func::FuncOp fn, unsigned i) {
   return bool(fn.getArgAttr(i, KilnDialect::kParamAttr));
 }
 
-/// Largest valid value + 1 for an integer value, from its users
-/// (INT64_MAX when no user bounds it).
+/// Largest valid value + 1 for an integer value, from its users: gather
+/// rows, cross_entropy classes, an iota's size along its dimension for an
+/// equality compare against it (nll_loss's one-hot) (INT64_MAX when no
+/// user bounds it).
 int64_t indexBoundOf(Value v) {
   int64_t bound = INT64_MAX;
   for (Operation *user : v.getUsers()) {
@@ -84,7 +86,14 @@ int64_t indexBoundOf(Value v) {
       bound = std::min(bound, g.getOperand().getType().getDimSize(g.getAxis()));
     else if (auto ce = dyn_cast<CrossEntropyOp>(user))
       bound = std::min(bound, ce.getLogits().getType().getShape().back());
-    else if (isa<ReshapeOp, SliceOp, TransposeOp, BroadcastInDimOp>(user))
+    else if (auto cmp = dyn_cast<CompareOp>(user);
+             cmp && cmp.getDirection() == CompareDirection::eq) {
+      // The one-hot of nll_loss: class indices against a kiln.iota.
+      Value other = cmp->getOperand(cmp->getOperand(0) == v ? 1 : 0);
+      if (auto iota = other.getDefiningOp<IotaOp>())
+        bound = std::min(bound, cast<RankedTensorType>(other.getType())
+                                    .getDimSize(iota.getDim()));
+    } else if (isa<ReshapeOp, SliceOp, TransposeOp, BroadcastInDimOp>(user))
       bound = std::min(bound, indexBoundOf(user->getResult(0)));
   }
   return bound;

@@ -46,7 +46,7 @@ double gradCheck(mlir::ModuleOp module, const GradCheckOptions &options,
 
 /// Random inputs for @forward's data arguments: floats ~ N(0, 1), integer
 /// inputs uniform over the range their users accept (table rows for gather,
-/// classes for cross_entropy), dropout seeds fixed.
+/// classes for cross_entropy and nll_loss), dropout seeds fixed.
 std::vector<interp::Tensor> randomInputs(mlir::func::FuncOp fn,
                                          uint64_t seed, bool skipParams);
 

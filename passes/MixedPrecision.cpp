@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
+#include "passes/Fusion.h"
 #include "passes/Precision.h"
 
 #include "dialects/kiln/KilnDialect.h"
@@ -138,6 +139,15 @@ private:
         b.setInsertionPointAfter(def);
         auto c = b.create<ConstantOp>(def->getLoc(), DenseElementsAttr::get(type, x));
         c->setAttr(kPrecisionRuleAttr, b.getStringAttr(rule));
+        // A value the low type cannot hold: the precision report names it.
+        // (Its model line goes with it: constants lose their locations when
+        // later passes hoist and merge them.)
+        if (lost)
+          c->setAttr(kPrecisionRoundedFromAttr,
+                     b.getDictionaryAttr(
+                         {b.getNamedAttr("value", b.getF64FloatAttr(
+                                                      splat.getSplatValue<APFloat>().convertToDouble())),
+                          b.getNamedAttr("loc", b.getStringAttr(locString(def->getLoc())))}));
         if (Attribute block = def->getAttr(KilnDialect::kBlockAttr))
           c->setAttr(KilnDialect::kBlockAttr, block);
         casts_[key] = c.getResult();

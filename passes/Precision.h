@@ -23,6 +23,13 @@ inline constexpr llvm::StringLiteral kPrecisionRuleAttr = "kiln.precision.rule";
 /// On the module: the policy applied ("bf16" or "fp16"); absent for fp32.
 inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
 
+/// On a splat kiln.constant the pass rounded to the low type (a scalar of
+/// the model read by a low-precision op) whose value changed: the value it
+/// had before and where the model wrote it, a DictionaryAttr {value: F64
+/// (`1 - 1e-7` is 0.99999988 in f32, 1.0 in f16), loc: "file:line:col"}.
+/// The precision report lists them.
+inline constexpr llvm::StringLiteral kPrecisionRoundedFromAttr = "kiln.precision.rounded_from";
+
 /// On the module: "kiln" (default: low-precision storage, fp32 statistics
 /// inside kernels) or "autocast" (rounding points where PyTorch autocast puts
 /// them, for op-by-op comparison).

@@ -244,10 +244,18 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   // Mixed precision (passes/MixedPrecision.cpp, passes/Precision.h): the
-  // policy rule on an op, the override tag from the frontend, and the
-  // module's precision and mode.
+  // policy rule on an op, the override tag from the frontend, a rounded
+  // constant's value before, and the module's precision and mode.
   if (name == "kiln.precision.rule" || name == "kiln.precision.fp32")
     return verifyNonEmptyString(op, attr);
+  // A constant the pass rounded, and its value before (the report's).
+  if (name == "kiln.precision.rounded_from") {
+    auto d = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!d || !d.getAs<FloatAttr>("value") || !d.getAs<StringAttr>("loc") || !isa<ConstantOp>(op))
+      return op->emitError() << "'kiln.precision.rounded_from' must be {value = F64, loc = "
+                                "\"file:line:col\"} on a kiln.constant";
+    return success();
+  }
   if (name == "kiln.precision" || name == "kiln.precision.mode") {
     auto s = dyn_cast<StringAttr>(attr.getValue());
     llvm::StringRef v = s ? s.getValue() : "";

@@ -13,6 +13,8 @@
 
 #include "llvm/ADT/STLExtras.h"
 
+#include <cstdio>
+
 namespace kiln {
 
 namespace {
@@ -113,6 +115,21 @@ llvm::StringRef precisionClassName(PrecisionClass c) {
   case C::Keep: return "keep";
   }
   return "?";
+}
+
+std::string lossScaleInitError(llvm::StringRef precision, double init) {
+  double max = maxInitialLossScale(precision);
+  if (!(init > max) || precision != "fp16")
+    return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "loss_scale init %.10g is too large for fp16: the gradients it scales are "
+                "stored in float16 (largest 65504), and at this scale even a gradient of "
+                "2^-14 (float16's smallest normal number) overflows, so the first steps "
+                "are all skipped; use at most 65504 * 2^14 = %.0f (the default, 65536, "
+                "is GradScaler's), or precision = bf16",
+                init, max);
+  return buf;
 }
 
 } // namespace kiln

@@ -17,6 +17,8 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <string>
+
 namespace kiln {
 
 /// How an op's floating-point operands and results are typed.
@@ -66,6 +68,22 @@ inline constexpr llvm::StringLiteral kRuleMasterWeightCopy = "master-weight-copy
 inline constexpr llvm::StringLiteral kRuleUserOverride = "user-fp32-override";
 inline constexpr llvm::StringLiteral kRuleOutputFp32 = "output-fp32";
 inline constexpr llvm::StringLiteral kRuleUserTyped = "user-typed";
+
+/// The largest initial loss scale (`loss_scale = dynamic(init = S)`, a
+/// static scale) for a step in `precision` (docs/training.md "The largest
+/// initial scale"). The scale multiplies the loss in fp32; the gradients it
+/// scales are stored in the low type. Under fp16 a gradient as small as
+/// float16's smallest normal number (2^-14, about 6.1e-5) must still be
+/// finite once scaled: S * 2^-14 <= 65504, so S <= 65504 * 2^14 (about
+/// 1.07e9, just under 2^30). PyTorch's GradScaler default and Kiln's, 2^16,
+/// is far inside. bf16 (and fp32) have float32's exponent range: any finite
+/// float32 scale.
+inline double maxInitialLossScale(llvm::StringRef precision) {
+  return precision == "fp16" ? 65504.0 * 16384.0 : 3.4e38;
+}
+
+/// Why `init` is refused under fp16 and what to do ("" when it is not).
+std::string lossScaleInitError(llvm::StringRef precision, double init);
 
 } // namespace kiln
 

@@ -620,34 +620,107 @@ void Elaborator::registerTensorBuiltins() {
                                  x.value),
                   x.shape, t.dtype, e.loc);
   };
-  B["cross_entropy"] = [this](const Expr &e, Env &env) {
-    Args a = bindArgs(e, env, {"logits", "targets", "reduction"}, 2);
-    Val logits = expectFloatTensor(tensorArg(a, 0), "the logits of cross_entropy()");
-    Val targets = tensorArg(a, 1);
+  // The class-index losses (docs/language.md "Losses"): the checks they
+  // share, and the reduction argument.
+  auto lossArgs = [this](const char *fn, const char *what, const Val &x,
+                         const Val &targets) {
     if (!isInteger(targets.dtype))
-      fail(targets.loc, "cross_entropy() targets must be an integer tensor "
-                        "(class indices), got " + describe(targets));
-    if (logits.shape.empty())
-      fail(logits.loc, "cross_entropy() logits need a class dimension");
-    Shape want(logits.shape.begin(), logits.shape.end() - 1);
+      fail(targets.loc, std::string(fn) + "() targets must be an integer "
+                        "tensor (class indices), got " + describe(targets));
+    if (x.shape.empty())
+      fail(x.loc, std::string(fn) + "() " + what + " need a class dimension");
+    Shape want(x.shape.begin(), x.shape.end() - 1);
     if (targets.shape != want)
-      fail(targets.loc, "cross_entropy() targets have shape " +
-                            str(targets.shape) + " but logits " +
-                            str(logits.shape) + " need targets " + str(want));
-    LossReduction red = LossReduction::mean;
-    if (a.has(2)) {
-      const Val &r = arg(a, 2);
-      if (r.kind != Val::Kind::Str ||
-          (r.s != "mean" && r.s != "sum" && r.s != "none"))
-        fail(r.loc, "reduction must be \"mean\", \"sum\" or \"none\"");
-      red = r.s == "mean" ? LossReduction::mean
-            : r.s == "sum" ? LossReduction::sum : LossReduction::none;
+      fail(targets.loc, std::string(fn) + "() targets have shape " +
+                            str(targets.shape) + " but " + what + " " +
+                            str(x.shape) + " need targets " + str(want));
+  };
+  auto reductionArg = [this](const Args &a, size_t i) {
+    if (!a.has(i))
+      return LossReduction::mean;
+    const Val &r = arg(a, i);
+    if (r.kind != Val::Kind::Str ||
+        (r.s != "mean" && r.s != "sum" && r.s != "none"))
+      fail(r.loc, "reduction must be \"mean\", \"sum\" or \"none\"");
+    return r.s == "mean" ? LossReduction::mean
+           : r.s == "sum" ? LossReduction::sum : LossReduction::none;
+  };
+  // -lp[..., t] per position (PyTorch's F.nll_loss), picked with a one-hot
+  // select (kiln.iota == targets, as kiln.cross_entropy decomposes), then
+  // reduced. The ops stay fp32 under bf16/fp16, as kiln.cross_entropy does
+  // (rule loss-fp32): they are tagged as an fp32 override named after the
+  // call. The compare against the iota gives the targets' input its range
+  // in the artifact (compiler/Package.cpp).
+  auto nll = [this](const std::string &fn, Val lp, const Val &targets,
+                    LossReduction red, SourceLoc l) {
+    std::string outerFp32 = tagger_.fp32;
+    if (tagger_.fp32.empty())
+      tagger_.fp32 = fn + " at line " + std::to_string(l.line);
+    int64_t cls = int64_t(lp.shape.size()) - 1;
+    RankedTensorType it = tensorType(lp.shape, targets.dtype, l);
+    mlir::Value classes = create<IotaOp>(l, it, b_.getI64IntegerAttr(cls));
+    SmallVector<int64_t> lead;
+    for (int64_t d = 0; d < cls; ++d)
+      lead.push_back(d);
+    mlir::Value tb = create<BroadcastInDimOp>(l, it, targets.value, lead);
+    mlir::Value hot = create<CompareOp>(l, CompareDirection::eq, classes, tb);
+    Val zero = splat(lp.shape, lp.dtype, 0.0, l);
+    Val picked = tensor(create<SelectOp>(l, hot, lp.value, zero.value),
+                        lp.shape, lp.dtype, l);
+    Val sum = reduce("sum", picked, {cls}, false, l);
+    Val per = tensor(create<NegOp>(l, sum.value), sum.shape, sum.dtype, l);
+    std::vector<int64_t> all;
+    for (int64_t d = 0; d < cls; ++d)
+      all.push_back(d);
+    Val out = per;
+    if (red != LossReduction::none)
+      out = all.empty() ? per
+                        : reduce(red == LossReduction::mean ? "mean" : "sum",
+                                 per, all, false, l);
+    tagger_.fp32 = outerFp32;
+    return out;
+  };
+  B["cross_entropy"] = [this, lossArgs, reductionArg, nll](const Expr &e,
+                                                          Env &env) {
+    Args a = bindArgs(e, env, {"logits", "targets", "reduction", "from_logits"}, 2);
+    bool fromLogits = boolArg(a, 3, true);
+    Val logits = expectFloatTensor(
+        tensorArg(a, 0), fromLogits ? "the logits of cross_entropy()"
+                                    : "the probabilities of cross_entropy()");
+    Val targets = tensorArg(a, 1);
+    lossArgs("cross_entropy", fromLogits ? "logits" : "probabilities", logits,
+             targets);
+    LossReduction red = reductionArg(a, 2);
+    if (!fromLogits) {
+      // Probabilities (Keras' SparseCategoricalCrossentropy(from_logits =
+      // False)): clipped to [eps, 1 - eps] with Keras' epsilon 1e-7, then
+      // log, then nll; in fp32 (an fp32 override, as nll above).
+      std::string outerFp32 = tagger_.fp32;
+      if (tagger_.fp32.empty())
+        tagger_.fp32 = "cross_entropy at line " + std::to_string(e.loc.line);
+      constexpr double kEps = 1e-7;
+      Val lo = splat(logits.shape, logits.dtype, kEps, e.loc);
+      Val hi = splat(logits.shape, logits.dtype, 1.0 - kEps, e.loc);
+      mlir::Value c = create<MinOp>(
+          e.loc, create<MaxOp>(e.loc, logits.value, lo.value), hi.value);
+      Val lp = tensor(create<LogOp>(e.loc, c), logits.shape, logits.dtype, e.loc);
+      Val out = nll("cross_entropy", lp, targets, red, e.loc);
+      tagger_.fp32 = outerFp32;
+      return out;
     }
+    Shape want(logits.shape.begin(), logits.shape.end() - 1);
     Shape out = red == LossReduction::none ? want : Shape{};
     countOp(e.loc);
     auto op = b_.create<CrossEntropyOp>(loc(e.loc), logits.value,
                                         targets.value, red);
     return tensor(op.getResult(), out, logits.dtype, e.loc);
+  };
+  B["nll_loss"] = [this, lossArgs, reductionArg, nll](const Expr &e, Env &env) {
+    Args a = bindArgs(e, env, {"log_probs", "targets", "reduction"}, 2);
+    Val lp = expectFloatTensor(tensorArg(a, 0), "the log-probabilities of nll_loss()");
+    Val targets = tensorArg(a, 1);
+    lossArgs("nll_loss", "log-probabilities", lp, targets);
+    return nll("nll_loss", lp, targets, reductionArg(a, 2), e.loc);
   };
   B["dropout"] = [this](const Expr &e, Env &env) {
     Args a = bindArgs(e, env, {"x", "p"}, 2);

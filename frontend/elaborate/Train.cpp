@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/elaborate/Elaborator.h"
+#include "dialects/kiln/Precision.h"
 
 #include <cmath>
 #include <optional>
@@ -138,6 +139,10 @@ void Elaborator::evalTrain() {
   std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum, vstages;
   std::optional<std::pair<std::string, SourceLoc>> pipeline;
   std::optional<std::pair<int64_t, SourceLoc>> steps, epochs;
+  // The train section's precision and the loss scale's init, where it was
+  // set: an init beyond the low type's range is refused after the loop.
+  std::string precision;
+  std::optional<std::pair<double, SourceLoc>> scaleInit;
   // A positive integer setting up to `max`, recorded as its train attribute.
   auto bounded = [&](const TrainEntry &t, int64_t max) -> std::pair<int64_t, SourceLoc> {
     Val v = eval(*t.value, paramEnv_);
@@ -231,6 +236,7 @@ void Elaborator::evalTrain() {
                           ? e.text : "";
       if (p != "fp32" && p != "bf16" && p != "fp16")
         fail(e.loc, "precision must be fp32, bf16 or fp16");
+      precision = p;
       trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "grad_reduce") {
       // The element type of the gradient all-reduce (docs/parallel.md).
@@ -277,6 +283,12 @@ void Elaborator::evalTrain() {
         fail(e.loc, "growth_factor of loss_scale must be >= 1");
       if (!(f("backoff_factor") > 0 && f("backoff_factor") <= 1))
         fail(e.loc, "backoff_factor of loss_scale must be in (0, 1]");
+      if (o.get("init")) {
+        scaleInit = {init, e.loc};
+        // Where it was set, for kilnc --precision fp16 (tools/kilnc).
+        o.set("line", b_.getI64IntegerAttr(e.loc.line));
+        o.set("col", b_.getI64IntegerAttr(e.loc.col));
+      }
       trainAttrs_.set(k, o.getDictionary(&ctx_));
     } else if (k == "fp32_layers") {
       // Layer names, repeat iterations ("h.3") or def scopes kept in fp32
@@ -401,6 +413,11 @@ void Elaborator::evalTrain() {
                            (t * stages > 1
                                 ? std::string(" data-parallel replicas (N / (pp x tp) > 1)")
                                 : ""));
+  // A scale so large that fp16 gradients overflow at once (docs/training.md
+  // "The largest initial scale"); kilnc --precision fp16 checks it again.
+  if (scaleInit)
+    if (std::string why = lossScaleInitError(precision, scaleInit->first); !why.empty())
+      fail(scaleInit->second, why);
   if (vstages && (!pipeline || pipeline->first != "interleaved"))
     fail(vstages->second, "virtual_stages is the interleaved schedule's model chunks per "
                           "device; set pipeline = \"interleaved\" too (or drop it)");

@@ -415,6 +415,20 @@ Expected<TrainResult> Trainer::run() {
   // (a checkpoint carries them across a resume).
   float scale = NAN;
   int64_t skipped = -1, skippedBefore = 0, lossCount = 0;
+  // Steps skipped in a row; whether the warning about them was given.
+  int64_t inARow = 0;
+  bool warnedInARow = false;
+  // What to do when the scaler cannot find a scale that fits (the same on
+  // every rank: every rank reads the same skipped count).
+  auto scalerAdvice = [&] {
+    return fmt::format(
+        "the loss scale never became small enough for the gradients to fit the low-precision "
+        "type (scale now {:g}).\n  Lower loss_scale's init in the train section (the default "
+        "is dynamic(init = 65536)), train in bf16 (precision = bf16: float32's range, no "
+        "scaler), or look for inf/NaN in the data or the model (a log of 0, a division by "
+        "0)",
+        scale);
+  };
   if (skippedId_ >= 0) {
     // (State of the last pipeline stage, maybe: read there, broadcast.)
     skipped = skippedBefore = int64_t(m.stageScalar(skippedId_));
@@ -515,6 +529,7 @@ Expected<TrainResult> Trainer::run() {
       skippedNow = now > skipped;
       skipped = now;
       scale = m.stageScalar(scaleId_);
+      inARow = skippedNow ? inARow + 1 : 0;
     }
     stepSpan.span().step = step;
     stepSpan.finish(); // the step ends when its results are back
@@ -537,6 +552,27 @@ Expected<TrainResult> Trainer::run() {
           "overwritten.\n  Lower the learning rate, set grad_clip in the train section, or "
           "resume from the last checkpoint with --resume.",
           step + 1, steps_, text(loss), text(norm), ckptPath_));
+    }
+    if (inARow == kWarnSkippedInARow && !warnedInARow) {
+      warnedInARow = true;
+      say(Channel::Warning,
+          fmt::format("step {}/{}: the loss scaler skipped the last {} steps in a row "
+                      "(gradients not finite), scale now {:g}; {}",
+                      step + 1, steps_, inARow, scale,
+                      o_.maxSkippedSteps > 0
+                          ? fmt::format("the run fails at {} in a row (--max-skipped-steps)",
+                                        o_.maxSkippedSteps)
+                          : std::string("--max-skipped-steps 0: the run goes on")));
+    }
+    if (o_.maxSkippedSteps > 0 && inARow >= o_.maxSkippedSteps) {
+      if (lossLog_) {
+        std::fclose(lossLog_);
+        lossLog_ = nullptr;
+      }
+      return Status::error(fmt::format(
+          "rank {}: step {}/{}: {} steps in a row skipped by the loss scaler "
+          "(--max-skipped-steps {}); training stopped and {} was not overwritten: {}",
+          o_.rank, step + 1, steps_, inARow, o_.maxSkippedSteps, ckptPath_, scalerAdvice()));
     }
     if (std::isfinite(loss)) {
       lossSum += loss;
@@ -620,6 +656,14 @@ Expected<TrainResult> Trainer::run() {
     std::fclose(lossLog_);
     lossLog_ = nullptr;
   }
+  // A run none of whose steps changed the parameters trained nothing.
+  if (skippedId_ >= 0 && o_.maxSkippedSteps > 0 && !interrupted && step > start_ &&
+      skipped - skippedBefore == step - start_)
+    return Status::error(fmt::format(
+        "rank {}: every step of the run ({} of {}) was skipped by the loss scaler; the "
+        "parameters did not change and {} was not overwritten: {} (--max-skipped-steps 0 "
+        "lets such a run end normally)",
+        o_.rank, step - start_, step - start_, ckptPath_, scalerAdvice()));
   if (Status s = saveCheckpoint(m, ckptPath_, step, seed_, leader()); !s)
     return s;
   TrainResult r;

@@ -135,7 +135,15 @@ struct TrainOptions {
   int prefetch = 3, dataWorkers = 1;
   int64_t shuffleBuffer = 0;
   double dataTimeout = 600;
+  /// Loss scaling (docs/training.md "When every step is skipped"): the run
+  /// fails when this many steps in a row were skipped (overflowing
+  /// gradients), or when every step of a run was; 0: never fails on skips
+  /// (the warning at kWarnSkippedInARow in a row stays).
+  int64_t maxSkippedSteps = 100;
 };
+
+/// Steps in a row the loss scaler skipped before the trainer warns (once).
+inline constexpr int64_t kWarnSkippedInARow = 10;
 
 struct TrainResult {
   int64_t start = 0;  ///< the first step this run took

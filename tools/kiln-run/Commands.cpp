@@ -99,6 +99,7 @@ struct Flags {
   bool logPlacement = false; ///< --log-placement: where each step runs, first
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
   int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
+  int64_t maxSkippedSteps = 100; ///< --max-skipped-steps (loss scaling; 0: never fail)
   std::vector<std::string> args; ///< as given (train: the resume hint repeats them)
   train::InitWeights init; ///< --init FILE, --init-rename FROM=TO, --init-ignore NAME
   std::string trace;    ///< --trace FILE (train)
@@ -147,6 +148,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
             "(batches run on into the next epoch), got '{}'", f.lastBatch));
     }
     else if (a == "--log-interval") { if ((s = value(v))) s = intArg(a, v, 1, f.logInterval); }
+    else if (a == "--max-skipped-steps") { if ((s = value(v))) s = intArg(a, v, 0, f.maxSkippedSteps); }
     else if (a == "--eval-interval") { if ((s = value(v))) s = intArg(a, v, 0, f.evalInterval); }
     else if (a == "--eval-steps") { if ((s = value(v))) s = intArg(a, v, 1, f.evalSteps); }
     else if (a == "--checkpoint-every") { if ((s = value(v))) s = intArg(a, v, 0, f.checkpointEvery); }
@@ -660,6 +662,7 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!f.lastBatch.empty())
     o.lastBatch = train::parseLastBatch(f.lastBatch);
   o.logInterval = f.logInterval;
+  o.maxSkippedSteps = f.maxSkippedSteps;
   o.evalInterval = f.evalInterval;
   o.evalSteps = f.evalSteps;
   o.checkpointEvery = f.checkpointEvery;

@@ -25,6 +25,7 @@
 #include "tools/kilnc/Planner.h"
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/Precision.h"
 #include "dialects/kiln/Sharding.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -562,6 +563,23 @@ int main(int argc, char **argv) {
       if (precisionOpt != "fp32" && precisionOpt != "bf16" && precisionOpt != "fp16")
         return userError("--precision=" + precisionOpt + ": use fp32, bf16 or fp16");
       t.set("precision", b.getStringAttr(precisionOpt));
+      // The model's loss scale may be too large for fp16 (docs/training.md
+      // "The largest initial scale"); the frontend checked it against the
+      // train section's precision only.
+      if (auto ls = t.getDictionary(&context).getAs<mlir::DictionaryAttr>("loss_scale"))
+        if (auto init = ls.getAs<mlir::FloatAttr>("init")) {
+          std::string why =
+              kiln::lossScaleInitError(precisionOpt, init.getValueAsDouble());
+          if (!why.empty()) {
+            auto line = ls.getAs<mlir::IntegerAttr>("line");
+            auto col = ls.getAs<mlir::IntegerAttr>("col");
+            std::string where = inputFile;
+            if (line && col)
+              where += ":" + std::to_string(line.getInt()) + ":" + std::to_string(col.getInt());
+            return userError(where + ": the train section's loss_scale with --precision fp16: " +
+                             why);
+          }
+        }
     }
     if (precisionModeOpt.getNumOccurrences()) {
       if (precisionModeOpt != "kiln" && precisionModeOpt != "autocast")
