@@ -389,14 +389,15 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
                int devices) {
   auto [from, to] = train::traceWindow(o.traceFrom, o.traceTo, start, next);
   std::vector<std::pair<std::string, std::string>> info = {
-      {"tool", "\"kiln-run train\""},
-      {"artifact", train::jsonString(f.artifact)},
-      {"model", train::jsonString(m.pkg.model)},
-      {"model_file", train::jsonString(m.pkg.sourcePath)},
+      {"tool", "\"kiln-run train\""}, {"model", train::jsonString(m.pkg.model)}};
+  for (auto &kv : train::traceSourceInfo(f.artifact, m.pkg.sourcePath, m.pkg.sourceAbsPath,
+                                         m.pkg.sourceHash))
+    info.push_back(kv);
+  info.insert(info.end(), {
       {"steps", fmt::format("[{},{}]", from, to)},
       {"devices", fmt::format("{}", devices)},
       {"clock", "\"host steady clock, microseconds since the earliest tracer's origin; "
-                "ranks on one host share it, several hosts are not aligned\""}};
+                "ranks on one host share it, several hosts are not aligned\""}});
   if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
     return fail(s);
   if (from == to)
