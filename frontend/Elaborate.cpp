@@ -168,8 +168,10 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   mod->setAttr(KilnDialect::kModelAttr, b_.getStringAttr(m.name));
   mod->setAttr(KilnDialect::kSourceAttr, b_.getStringAttr(file_.name()));
   mod->setAttr(KilnDialect::kDimsAttr, dimBindings_.getDictionary(&ctx_));
-  if (ast_.hasTrain)
+  if (ast_.hasTrain) {
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
+    mod->setAttr(KilnDialect::kTrainLocsAttr, trainLocs_.getDictionary(&ctx_));
+  }
   // devices = N > 1: a data-parallel mesh; with tp = T > 1, dp x tp =
   // (N / T) x T (docs/parallel.md).
   auto intSetting = [&](llvm::StringRef k) {

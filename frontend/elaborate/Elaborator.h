@@ -217,6 +217,9 @@ private:
   bool leadingDim_ = false;
   NamedAttrList dimBindings_;
   NamedAttrList trainAttrs_;
+  /// Where the train section and each of its settings were written
+  /// (the module's kiln.train_locs).
+  NamedAttrList trainLocs_;
   // Mixed-precision overrides (docs/language.md "Keeping parts in fp32").
   /// The `precision = fp32` argument of the call being dispatched: bindArgs
   /// and callDef skip it.
