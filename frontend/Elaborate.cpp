@@ -170,7 +170,13 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   mod->setAttr(KilnDialect::kDimsAttr, dimBindings_.getDictionary(&ctx_));
   if (ast_.hasTrain) {
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
-    mod->setAttr(KilnDialect::kTrainLocsAttr, trainLocs_.getDictionary(&ctx_));
+    // Where the train section and each setting were written, for the ops
+    // kiln-train-step builds for them (passes/TrainStep.cpp): the module's
+    // location, the header's fused with a NameLoc per setting (not printed
+    // without debug info, so the IR listings stay as they were).
+    SmallVector<Location> locs{mod.getLoc()};
+    locs.append(trainLocs_.begin(), trainLocs_.end());
+    mod->setLoc(FusedLoc::get(&ctx_, locs, b_.getStringAttr("kiln.train_locs")));
   }
   // devices = N > 1: a data-parallel mesh; with tp = T > 1, dp x tp =
   // (N / T) x T (docs/parallel.md).

@@ -318,20 +318,29 @@ private:
 
   /// Where the ops built for a train setting come from: named `what`
   /// ("optimizer (adamw)"), at the first of `keys` the train section
-  /// wrote (kiln.train_locs), else at the train section, else at the
-  /// model's header. So a profile and the fusion report show the
-  /// optimizer's kernels at the optimizer's line, not the model's first.
+  /// wrote, else at the train section, else at the model's header (the
+  /// frontend fuses a NameLoc per setting into the module's location,
+  /// tagged "kiln.train_locs"). So a profile and the fusion report show
+  /// the optimizer's kernels at the optimizer's line, not the model's first.
   Location settingLoc(const std::string &what, ArrayRef<StringRef> keys) {
     Location at = loc();
-    if (auto d = m_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainLocsAttr)) {
-      LocationAttr found;
+    auto fused = dyn_cast<FusedLoc>(m_.getLoc());
+    auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata()) : StringAttr();
+    if (tag && tag.getValue() == "kiln.train_locs") {
+      auto find = [&](StringRef key) -> std::optional<Location> {
+        for (Location l : fused.getLocations())
+          if (auto n = dyn_cast<NameLoc>(l); n && n.getName().getValue() == key)
+            return n.getChildLoc();
+        return std::nullopt;
+      };
+      std::optional<Location> found;
       for (StringRef k : keys)
         if (!found)
-          found = d.getAs<LocationAttr>(k);
+          found = find(k);
       if (!found)
-        found = d.getAs<LocationAttr>("train");
+        found = find("train");
       if (found)
-        at = found;
+        at = *found;
     }
     return NameLoc::get(b_.getStringAttr(what), at);
   }
@@ -695,8 +704,10 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   }
 
   // Learning rate at this step.
+  // The step as a float: Adam's t, and the schedule's input.
+  Location optimizerLoc = settingLoc("optimizer (" + cfg_.optimizer + ")", {"optimizer"});
+  Value it = b_.create<CastOp>(optimizerLoc, s.f32(), step);
   s.loc = settingLoc("learning rate (" + cfg_.schedule + ")", {"schedule", "optimizer"});
-  Value it = b_.create<CastOp>(s.loc, s.f32(), step);
   Value lr = s.cst(cfg_.lr);
   if (cfg_.schedule == "linear_warmup" && cfg_.warmup > 0) {
     lr = s.mul(lr, s.min(s.cst(1.0), s.div(s.add(it, s.cst(1.0)),
@@ -713,7 +724,6 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   }
 
   // Optimizer.
-  Location optimizerLoc = settingLoc("optimizer (" + cfg_.optimizer + ")", {"optimizer"});
   s.loc = optimizerLoc;
   SmallVector<Value> newParams;
   std::vector<SmallVector<Value>> newState(slotNames.size());

@@ -213,12 +213,6 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
   llvm::StringRef name = attr.getName().getValue();
   if (name == kModelAttr || name == kSourceAttr || name == kBlockAttr)
     return verifyNonEmptyString(op, attr);
-  if (name == kTrainLocsAttr) {
-    auto d = dyn_cast<DictionaryAttr>(attr.getValue());
-    if (!d || !llvm::all_of(d, [](NamedAttribute a) { return isa<LocationAttr>(a.getValue()); }))
-      return op->emitError() << "'" << name << "' must be a dictionary of locations";
-    return success();
-  }
   if (name == kTrainAttr || name == kDimsAttr) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitError() << "'" << name << "' must be a dictionary";

@@ -34,10 +34,6 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kOutputAttr = "kiln.output";
     static constexpr ::llvm::StringLiteral kModelAttr = "kiln.model";
     static constexpr ::llvm::StringLiteral kTrainAttr = "kiln.train";
-    /// On the module: where the train section and each setting were
-    /// written ({train = loc(..), optimizer = loc(..), ...}); the ops
-    /// kiln-train-step builds for a setting carry its location.
-    static constexpr ::llvm::StringLiteral kTrainLocsAttr = "kiln.train_locs";
     static constexpr ::llvm::StringLiteral kSourceAttr = "kiln.source";
     static constexpr ::llvm::StringLiteral kDimsAttr = "kiln.dims";
     /// On ops: the repeat iteration that built them ("h.3"); recomputation

@@ -527,7 +527,7 @@ Status writeTraceFile(const std::string &path, const std::vector<std::string> &p
 }
 
 Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src) {
-  int n = c.size(), me = c.rank();
+  int n = c.size();
   c.setContext("gathering the trace (--trace)");
   int64_t mine = src.tracer ? originNanos(*src.tracer) : 0;
   std::vector<int64_t> origins(size_t(n), 0);
@@ -535,7 +535,11 @@ Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSourc
     return s;
   int64_t earliest = *std::min_element(origins.begin(), origins.end());
   src.shift = double(mine - earliest) / 1e9;
-  std::string text = renderTraceEvents(src);
+  return gatherText(c, renderTraceEvents(src));
+}
+
+Expected<std::vector<std::string>> gatherText(comm::Communicator &c, std::string text) {
+  int n = c.size(), me = c.rank();
   int64_t len = int64_t(text.size());
   std::vector<int64_t> lens(size_t(n), 0);
   if (Status s = c.allGather(&len, lens.data(), 1, ElementType::I64); !s)

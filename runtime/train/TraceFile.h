@@ -107,6 +107,10 @@ traceSourceInfo(const std::string &artifact, const std::string &sourcePath,
 /// `c` (every rank calls it); its calls fail after c's timeout.
 Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src);
 
+/// Every rank's `text` to rank 0, in rank order (the other ranks get an
+/// empty list). Collective over `c`.
+Expected<std::vector<std::string>> gatherText(comm::Communicator &c, std::string text);
+
 } // namespace kiln::train
 
 #endif // KILN_RUNTIME_TRAIN_TRACEFILE_H
