@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/SHA256.h"
 
 #include <fmt/format.h>
@@ -267,6 +268,13 @@ buildPackage(ModuleOp module, const CompiledProgram &compiled, const PackageInpu
     m["model"] = name.str();
   m["source"] = {{"path", in.sourcePath},
                  {"sha256", hex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(in.sourceText)))}};
+  // The path as given is relative to where kilnc ran; the absolute one lets
+  // a tool run elsewhere (check-trace.py) find the file.
+  if (!in.sourcePath.empty() && llvm::sys::fs::exists(in.sourcePath)) {
+    llvm::SmallString<256> abs;
+    if (!llvm::sys::fs::real_path(in.sourcePath, abs))
+      m["source"]["abs_path"] = std::string(abs.str());
+  }
   m["init_seed"] = in.seed;
   if (auto dims = module->getAttrOfType<DictionaryAttr>(KilnDialect::kDimsAttr))
     m["dims"] = toJson(dims);

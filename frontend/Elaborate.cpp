@@ -172,8 +172,16 @@ OwningOpRef<ModuleOp> Elaborator::run() {
   // batch the model was compiled for.
   if (ast_.hasTrain && opts_.batch)
     trainAttrs_.set("batch", b_.getI64IntegerAttr(*opts_.batch));
-  if (ast_.hasTrain)
+  if (ast_.hasTrain) {
     mod->setAttr(KilnDialect::kTrainAttr, trainAttrs_.getDictionary(&ctx_));
+    // Where the train section and each setting were written, for the ops
+    // kiln-train-step builds for them (passes/TrainStep.cpp): the module's
+    // location, the header's fused with a NameLoc per setting (not printed
+    // without debug info, so the IR listings stay as they were).
+    SmallVector<Location> locs{mod.getLoc()};
+    locs.append(trainLocs_.begin(), trainLocs_.end());
+    mod->setLoc(FusedLoc::get(&ctx_, locs, b_.getStringAttr("kiln.train_locs")));
+  }
   // devices = N > 1: a data-parallel mesh; with tp = T > 1, dp x tp =
   // (N / T) x T (docs/parallel.md).
   auto intSetting = [&](llvm::StringRef k) {

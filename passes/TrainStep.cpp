@@ -306,12 +306,44 @@ private:
 
   /// The low copy of a parameter value, tagged as the pass tags its casts.
   Value lowCopy(Value w, size_t i, StringRef rule = kMasterWeightCopyRule) {
-    auto c = b_.create<CastOp>(loc(), lowType_[i], w);
+    return lowCopy(w, i, loc(), rule);
+  }
+  Value lowCopy(Value w, size_t i, Location at, StringRef rule = kMasterWeightCopyRule) {
+    auto c = b_.create<CastOp>(at, lowType_[i], w);
     c->setAttr(kPrecisionRuleAttr, b_.getStringAttr(rule));
     return c;
   }
 
   Location loc() { return fwd_.getLoc(); }
+
+  /// Where the ops built for a train setting come from: named `what`
+  /// ("optimizer (adamw)"), at the first of `keys` the train section
+  /// wrote, else at the train section, else at the model's header (the
+  /// frontend fuses a NameLoc per setting into the module's location,
+  /// tagged "kiln.train_locs"). So a profile and the fusion report show
+  /// the optimizer's kernels at the optimizer's line, not the model's first.
+  Location settingLoc(const std::string &what, ArrayRef<StringRef> keys) {
+    Location at = loc();
+    auto fused = dyn_cast<FusedLoc>(m_.getLoc());
+    auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata()) : StringAttr();
+    if (tag && tag.getValue() == "kiln.train_locs") {
+      auto find = [&](StringRef key) -> std::optional<Location> {
+        for (Location l : fused.getLocations())
+          if (auto n = dyn_cast<NameLoc>(l); n && n.getName().getValue() == key)
+            return n.getChildLoc();
+        return std::nullopt;
+      };
+      std::optional<Location> found;
+      for (StringRef k : keys)
+        if (!found)
+          found = find(k);
+      if (!found)
+        found = find("train");
+      if (found)
+        at = *found;
+    }
+    return NameLoc::get(b_.getStringAttr(what), at);
+  }
 
   /// Optimizer state slots per parameter.
   std::vector<std::string> slots() const {
@@ -648,6 +680,8 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   // tensor parallelism the parameters split over tp come first: their sum
   // of squares is one partial sum over tp, which kiln-tensor-parallel then
   // all-reduces once (a single-device program keeps parameter order).
+  s.loc = settingLoc(cfg_.gradClip > 0 ? "gradient norm and clipping" : "gradient norm",
+                     {"grad_clip", "optimizer"});
   Value sq;
   int64_t tpSize = getMesh(m_).axisSize("tp");
   bool tp = tpSize > 1;
@@ -670,7 +704,10 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   }
 
   // Learning rate at this step.
-  Value it = b_.create<CastOp>(loc(), s.f32(), step);
+  // The step as a float: Adam's t, and the schedule's input.
+  Location optimizerLoc = settingLoc("optimizer (" + cfg_.optimizer + ")", {"optimizer"});
+  Value it = b_.create<CastOp>(optimizerLoc, s.f32(), step);
+  s.loc = settingLoc("learning rate (" + cfg_.schedule + ")", {"schedule", "optimizer"});
   Value lr = s.cst(cfg_.lr);
   if (cfg_.schedule == "linear_warmup" && cfg_.warmup > 0) {
     lr = s.mul(lr, s.min(s.cst(1.0), s.div(s.add(it, s.cst(1.0)),
@@ -680,13 +717,14 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     Value warm = s.mul(s.cst(cfg_.lr), s.div(s.add(it, s.cst(1.0)), s.cst(w + 1.0)));
     Value ratio = s.div(s.sub(it, s.cst(w)), s.cst(std::max(1.0, d - w)));
     Value coeff = s.mul(s.cst(0.5), s.add(s.cst(1.0),
-                                          b_.create<CosOp>(loc(), s.mul(s.cst(M_PI), ratio))));
+                                          b_.create<CosOp>(s.loc, s.mul(s.cst(M_PI), ratio))));
     Value decay = s.add(s.cst(cfg_.minLr), s.mul(coeff, s.cst(cfg_.lr - cfg_.minLr)));
     Value after = s.select(s.gt(it, s.cst(d)), s.cst(cfg_.minLr), decay);
     lr = s.select(s.lt(it, s.cst(w)), warm, after);
   }
 
   // Optimizer.
+  s.loc = optimizerLoc;
   SmallVector<Value> newParams;
   std::vector<SmallVector<Value>> newState(slotNames.size());
   // Adam's t counts applied steps: a step the loss scaler skipped does not
@@ -733,6 +771,7 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   // but the scaler; GradScaler's update of the scale.
   SmallVector<Value> scalerOut;
   if (scaler_) {
+    s.loc = settingLoc("loss scaling", {"loss_scale", "precision"});
     Value inf = s.cst(std::numeric_limits<double>::infinity());
     for (auto [i, p] : llvm::enumerate(params_)) {
       Value ok = s.lt(s.splat(norm, p.type), s.splat(inf, p.type));
@@ -742,7 +781,7 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
     }
     Value ok = s.lt(norm, inf);
     Value good1 = s.add(goodSteps, s.cst(1.0));
-    Value grow = b_.create<CompareOp>(loc(), CompareDirection::ge, good1,
+    Value grow = b_.create<CompareOp>(s.loc, CompareDirection::ge, good1,
                                       s.cst(double(cfg_.growthInterval)));
     Value grown = s.mul(scale, s.cst(cfg_.growthFactor));
     grown = s.select(s.lt(grown, inf), grown, scale); // never to infinity
@@ -767,7 +806,7 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   // puts each in its parameter's update kernel.
   for (auto [i, p] : llvm::enumerate(params_))
     if (lowps[i]) {
-      results.push_back(lowCopy(newParams[i], i));
+      results.push_back(lowCopy(newParams[i], i, optimizerLoc));
       names.push_back("lowp:" + p.name);
     }
   if (scaler_) {

@@ -217,6 +217,10 @@ private:
   bool leadingDim_ = false;
   NamedAttrList dimBindings_;
   NamedAttrList trainAttrs_;
+  /// Where the train section and each of its settings were written: a
+  /// NameLoc per setting ("train" for the section), fused into the
+  /// module's location.
+  SmallVector<Location> trainLocs_;
   // Mixed-precision overrides (docs/language.md "Keeping parts in fp32").
   /// The `precision = fp32` argument of the call being dispatched: bindArgs
   /// and callDef skip it.

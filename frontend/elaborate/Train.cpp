@@ -152,8 +152,16 @@ void Elaborator::evalTrain() {
     trainAttrs_.set(t.key, b_.getI64IntegerAttr(n));
     return {n, v.loc};
   };
+  if (ast_.hasTrain)
+    trainLocs_.push_back(NameLoc::get(
+        b_.getStringAttr("train"),
+        FileLineColLoc::get(&ctx_, file_.name(), ast_.trainLoc.line, ast_.trainLoc.col)));
   for (const TrainEntry &t : ast_.train) {
     const std::string &k = t.key;
+    // Where each setting was written: kiln-train-step gives the ops it
+    // builds for a setting (the optimizer's update, the schedule) its line.
+    trainLocs_.push_back(NameLoc::get(
+        b_.getStringAttr(k), FileLineColLoc::get(&ctx_, file_.name(), t.loc.line, t.loc.col)));
     if (k == "pp" || k == "micro_batches") {
       // Pipeline parallelism (docs/parallel.md): pp stages, each step's
       // batch cut into micro_batches micro-batches of `batch` rows (the

@@ -84,6 +84,7 @@ Expected<Package> openPackage(const std::string &path) {
   if (m.contains("source") && m["source"].is_object()) {
     pkg.sourcePath = m["source"].value("path", "");
     pkg.sourceHash = m["source"].value("sha256", "");
+    pkg.sourceAbsPath = m["source"].value("abs_path", "");
   }
   if (m.contains("train") && m["train"].is_object()) {
     const json &t = m["train"];

@@ -45,6 +45,7 @@ struct Package {
   std::string model;       ///< model name
   std::string sourcePath;  ///< the model file it was compiled from
   std::string sourceHash;  ///< sha256 of that file
+  std::string sourceAbsPath; ///< its absolute path (empty in artifacts older than it)
   std::string manifestJson;
   TrainConfig train;
   /// Valid ranges of integer inputs, by input name (the manifest's

@@ -517,6 +517,52 @@ std::string formatOverview(const Breakdown &b, const std::vector<KernelStat> &st
   return o;
 }
 
+int meshCoordinate(const program::Mesh &m, const std::string &axis, int rank) {
+  int a = m.axis(axis);
+  if (a < 0)
+    return -1;
+  int64_t inner = 1; // devices per step along the axis (row-major)
+  for (size_t i = size_t(a) + 1; i < m.axes.size(); ++i)
+    inner *= m.axes[i].size;
+  return int((rank / inner) % std::max<int64_t>(1, m.axes[size_t(a)].size));
+}
+
+std::string stageHeader() {
+  return "pipeline stages (each device's own spans, mean per step; bubble = exposed waits for "
+         "sends, receives and collectives + idle):\n"
+         "  stage  rank      step ms   compute ms  share    waits ms    idle ms   bubble  top "
+         "kernels (ms/step)\n";
+}
+
+std::string formatStageRow(const std::vector<Span> &spans, const program::Program &p, int rank,
+                           int stage, size_t top) {
+  Breakdown b = breakdown(spans);
+  if (b.steps == 0)
+    return fmt::format("  {:>5}  {:>4}  no profiled steps\n", stage, rank);
+  std::vector<KernelStat> stats = kernelStats(spans, p, b, MachinePeak{});
+  double S = b.step, steps = double(std::max<int64_t>(b.steps, 1));
+  double compute = b.gemm + b.kernel + b.copy;
+  std::string tops;
+  size_t shown = 0;
+  for (const KernelStat &k : stats) {
+    if (k.kind != "kernel" && k.kind != "gemm" && k.kind != "copy")
+      continue;
+    if (shown++ == top)
+      break;
+    // "path/to/m.kiln:12:5" -> "m.kiln:12".
+    std::string line = k.lines.empty() ? "" : k.lines[0];
+    if (size_t c = line.rfind(':'); c != std::string::npos && line.rfind(':', c - 1) != std::string::npos)
+      line.resize(c);
+    if (size_t slash = line.rfind('/'); slash != std::string::npos)
+      line = line.substr(slash + 1);
+    tops += fmt::format("{}{} {:.3f}{}", tops.empty() ? "" : ", ", k.name, k.seconds * 1e3 / steps,
+                        line.empty() ? "" : " (" + line + ")");
+  }
+  return fmt::format("  {:>5}  {:>4}  {:>11.3f}  {:>11.3f}  {:>5}  {:>10.3f} {:>10.3f}  {:>6}  {}\n",
+                     stage, rank, S * 1e3, compute * 1e3, pct(compute, S), b.commExposed * 1e3,
+                     b.idle * 1e3, pct(b.commExposed + b.idle, S), tops);
+}
+
 Status writeStatsCsv(const std::string &path, const std::vector<KernelStat> &stats) {
   std::FILE *f = std::fopen(path.c_str(), "w");
   if (!f)

@@ -132,6 +132,22 @@ std::string recommend(const Breakdown &b, const std::vector<KernelStat> &stats,
 std::string formatOverview(const Breakdown &b, const std::vector<KernelStat> &stats,
                            const MachinePeak &peak, const std::string &who, size_t top = 15);
 
+/// A pipeline-parallel run's per-stage breakdown (docs/profiling.md
+/// "Pipeline stages"): one device's row, from its own spans, for rank 0 to
+/// print under the overview: its stage, mean step, compute (GEMMs, kernels,
+/// copies) and its share, the exposed waits (for the neighbour's sends and
+/// receives, and collectives) and idle time, their sum as the bubble, and
+/// its `top` kernels by time per step.
+std::string formatStageRow(const std::vector<Span> &spans, const program::Program &p, int rank,
+                           int stage, size_t top = 3);
+
+/// The header of the rows formatStageRow() makes.
+std::string stageHeader();
+
+/// Device `rank`'s position along mesh axis `axis` ("pp"), or -1 when the
+/// mesh has no such axis.
+int meshCoordinate(const program::Mesh &m, const std::string &axis, int rank);
+
 /// Writes every row with every column to `path` as CSV (a header row,
 /// numbers unformatted, lists ';'-separated).
 Status writeStatsCsv(const std::string &path, const std::vector<KernelStat> &stats);

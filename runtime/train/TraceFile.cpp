@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdlib.h>
 #include <tuple>
 
 namespace kiln::train {
@@ -100,6 +101,32 @@ std::string jsonString(const std::string &s) {
     }
   }
   return out + "\"";
+}
+
+std::string absolutePath(const std::string &path) {
+  if (path.empty())
+    return path;
+  char *resolved = ::realpath(path.c_str(), nullptr);
+  if (!resolved)
+    return path;
+  std::string out = resolved;
+  std::free(resolved);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>>
+traceSourceInfo(const std::string &artifact, const std::string &sourcePath,
+                const std::string &sourceAbsPath, const std::string &sourceHash) {
+  // An artifact from before kilnc recorded the absolute path: the path as
+  // compiled, made absolute when it names a file from here.
+  std::string model = !sourceAbsPath.empty() ? sourceAbsPath : absolutePath(sourcePath);
+  size_t slash = model.rfind('/');
+  std::string name = slash == std::string::npos ? model : model.substr(slash + 1);
+  return {{"artifact", jsonString(absolutePath(artifact))},
+          {"model_file", jsonString(model)},
+          {"model_file_name", jsonString(name)},
+          {"model_file_sha256", jsonString(sourceHash)},
+          {"model_file_as_compiled", jsonString(sourcePath)}};
 }
 
 int64_t originNanos(const Tracer &t) {
@@ -500,7 +527,7 @@ Status writeTraceFile(const std::string &path, const std::vector<std::string> &p
 }
 
 Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src) {
-  int n = c.size(), me = c.rank();
+  int n = c.size();
   c.setContext("gathering the trace (--trace)");
   int64_t mine = src.tracer ? originNanos(*src.tracer) : 0;
   std::vector<int64_t> origins(size_t(n), 0);
@@ -508,7 +535,11 @@ Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSourc
     return s;
   int64_t earliest = *std::min_element(origins.begin(), origins.end());
   src.shift = double(mine - earliest) / 1e9;
-  std::string text = renderTraceEvents(src);
+  return gatherText(c, renderTraceEvents(src));
+}
+
+Expected<std::vector<std::string>> gatherText(comm::Communicator &c, std::string text) {
+  int n = c.size(), me = c.rank();
   int64_t len = int64_t(text.size());
   std::vector<int64_t> lens(size_t(n), 0);
   if (Status s = c.allGather(&len, lens.data(), 1, ElementType::I64); !s)

@@ -86,11 +86,30 @@ Status writeTraceFile(const std::string &path, const std::vector<std::string> &p
 /// A JSON string literal of `s` (quotes included).
 std::string jsonString(const std::string &s);
 
+/// `path` made absolute (symbolic links resolved) when it names an
+/// existing file; otherwise as given.
+std::string absolutePath(const std::string &path);
+
+/// The otherData entries that say where the trace's model file and
+/// artifact are, so a checker run from any folder finds them: `artifact`
+/// (absolute), `model_file` (the model file's absolute path, which kilnc
+/// records in the artifact; the path as compiled where the artifact
+/// predates that), `model_file_name`, `model_file_sha256` (of its
+/// contents) and `model_file_as_compiled` (the path kilnc was given, which
+/// the kernels' model lines name).
+std::vector<std::pair<std::string, std::string>>
+traceSourceInfo(const std::string &artifact, const std::string &sourcePath,
+                const std::string &sourceAbsPath, const std::string &sourceHash);
+
 /// Multi-process runs: every rank renders its events (shifted to the
 /// earliest rank's origin, exchanged through `c`) and rank 0 receives them
 /// all, in rank order; the other ranks get an empty list. Collective over
 /// `c` (every rank calls it); its calls fail after c's timeout.
 Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src);
+
+/// Every rank's `text` to rank 0, in rank order (the other ranks get an
+/// empty list). Collective over `c`.
+Expected<std::vector<std::string>> gatherText(comm::Communicator &c, std::string text);
 
 } // namespace kiln::train
 

@@ -14,8 +14,11 @@ Kiln promises about it:
   - every train_step plan-step slice lies inside its step's slice;
   - every kernel slice is named "FILE:LINE op", and every line it lists
     (args.lines) exists in the model file (--allow-generated: except the
-    compiler's own constants, "(compiler) constant" with no ops) (--model, default
-    otherData.model_file) and is not blank;
+    compiler's own constants, "(compiler) constant" with no ops) and is not
+    blank. The model file: --model FILE, else the first with the recorded
+    sha256 (otherData.model_file_sha256) of otherData.model_file (its
+    absolute path), a file of its name beside the trace, beside the
+    artifact (otherData.artifact), and the source the artifact embeds;
   - GEMM slices carry a shape and GFLOP/s; collective slices carry bytes > 0
     and GB/s; with --collectives every process has a communication track
     holding collective slices.
@@ -31,10 +34,12 @@ access cannot.
 """
 import argparse
 import collections
+import hashlib
 import json
 import math
 import os
 import re
+import struct
 import sys
 
 METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index",
@@ -55,11 +60,104 @@ def is_num(x):
     return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x))
 
 
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def embedded_source(artifact):
+    """The model source a .kpack carries (its provenance section's "source",
+    docs/artifact.md), None, or the OSError reading it. Layout as runtime/core/Artifact.h: a 64-byte
+    header, 64-byte entries (kind u32, name[40], offset u64, size u64, crc)."""
+    try:
+        with open(artifact, "rb") as f:
+            b = f.read()
+    except OSError as e:
+        return e
+    if b[:8] != b"KILNPACK" or len(b) < 32:
+        return None
+    count = struct.unpack_from("<I", b, 12)[0]
+    table = struct.unpack_from("<Q", b, 24)[0]
+    for i in range(count):
+        e = table + 64 * i
+        if e + 64 > len(b):
+            return None
+        name = b[e + 4:e + 44].rstrip(b"\0").decode(errors="replace")
+        off, size = struct.unpack_from("<QQ", b, e + 44)
+        if name == "provenance":
+            try:
+                source = json.loads(b[off:off + size]).get("source")
+            except ValueError:
+                return None
+            return source.encode() if isinstance(source, str) else None
+    return None
+
+
+def find_model(given, other, trace):
+    """The model file the kernels' lines are checked against: (what it was
+    read from, its text, None), or (None, None, why not).
+
+    --model FILE when given; else, the first whose contents have the
+    recorded sha256 (otherData.model_file_sha256; any, in older traces
+    without it): the recorded absolute path (otherData.model_file), a file
+    of its name (otherData.model_file_name) beside the trace, then beside the
+    artifact (otherData.artifact), then the source the artifact embeds."""
+    if given:
+        try:
+            with open(given, "rb") as f:
+                return given, f.read().decode(errors="replace"), None
+        except OSError as e:
+            return None, None, f"cannot read the model file --model {given!r}: {e}"
+    recorded = other.get("model_file")
+    name = other.get("model_file_name") or (os.path.basename(recorded) if recorded else None)
+    want = other.get("model_file_sha256") or None
+    artifact = other.get("artifact")
+    tried = []
+    candidates = []
+    if isinstance(recorded, str) and recorded:
+        candidates.append(("the recorded path", recorded))
+    if name:
+        candidates.append(("beside the trace",
+                           os.path.join(os.path.dirname(os.path.abspath(trace)), name)))
+        if isinstance(artifact, str) and artifact:
+            candidates.append(("beside the artifact",
+                               os.path.join(os.path.dirname(os.path.abspath(artifact)), name)))
+    seen = set()
+    for how, path in candidates:
+        if os.path.abspath(path) in seen:
+            continue
+        seen.add(os.path.abspath(path))
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            tried.append(f"{path} ({how}): not there")
+            continue
+        if want and sha256(data) != want:
+            tried.append(f"{path} ({how}): other contents (sha256 {sha256(data)[:12]}...)")
+            continue
+        return path, data.decode(errors="replace"), None
+    if isinstance(artifact, str) and artifact:
+        data = embedded_source(artifact)
+        if isinstance(data, bytes) and (not want or sha256(data) == want):
+            return f"the source embedded in {artifact}", data.decode(errors="replace"), None
+        tried.append(f"{artifact} (the artifact): " + (
+            "not there" if isinstance(data, FileNotFoundError) else
+            f"cannot read it ({data})" if isinstance(data, OSError) else
+            "no embedded source" if data is None else "its embedded source has other contents"))
+    return None, None, (
+        f"cannot find the model file {name or recorded!r}"
+        + (f" (sha256 {want[:12]}...)" if want else "") + ": "
+        + ("; ".join(tried) if tried else "the trace names none (otherData.model_file)")
+        + "; pass --model FILE")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--steps", help="the window A:B (default: otherData.steps)")
-    ap.add_argument("--model", help="the model file (default: otherData.model_file)")
+    ap.add_argument("--model", help="the model file (default: found from otherData: model_file, a file "
+                         "of its name beside the trace or the artifact, the artifact's "
+                         "embedded source)")
     ap.add_argument("--processes", type=int, help="the number of processes (devices) expected")
     ap.add_argument("--collectives", action="store_true",
                     help="every process must have collective slices on a communication track")
@@ -188,14 +286,15 @@ def main():
                 f"({hi - lo} steps)")
 
     # Plan steps inside their step; names and args by kind.
-    model = a.model or other.get("model_file")
-    try:
-        with open(model) as f:
-            model_lines = f.read().split("\n")
-    except (OSError, TypeError) as e:
-        bad(f"cannot read the model file {model!r}: {e}")
+    model, text, why = find_model(a.model, other, a.trace)
+    if text is None:
+        bad(why)
         model_lines = None
-    base = os.path.basename(model) if model else ""
+    else:
+        print(f"  model file: {model}")
+        model_lines = text.split("\n")
+    base = os.path.basename(a.model or other.get("model_file_name") or
+                            other.get("model_file") or "")
     checked_lines = set()
     for e in slices:
         cat, args, where = e.get("cat"), e["args"], f"{names[e['pid']]}: '{e['name']}'"

@@ -387,6 +387,13 @@ void startProfile(const Flags &f, train::TrainOptions &o, Profiler &p, int threa
     print(Channel::Warning, peak.status().message());
 }
 
+/// --profile of a pipeline-parallel program: every device records its
+/// spans, and rank 0 prints a row per stage under the overview.
+bool profileStages(const Flags &f, const program::Program &p) {
+  int a = p.mesh.axis("pp");
+  return f.profile && a >= 0 && p.mesh.axes[size_t(a)].size > 1;
+}
+
 /// The overview and the kernel stats of the profiled steps; 0 or the exit
 /// code (--stats-csv not written).
 int printOverview(const Flags &f, const Profiler &p, const program::Program &prog,
@@ -421,14 +428,15 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
                int devices) {
   auto [from, to] = train::traceWindow(o.traceFrom, o.traceTo, start, next);
   std::vector<std::pair<std::string, std::string>> info = {
-      {"tool", "\"kiln-run train\""},
-      {"artifact", train::jsonString(f.artifact)},
-      {"model", train::jsonString(m.pkg.model)},
-      {"model_file", train::jsonString(m.pkg.sourcePath)},
+      {"tool", "\"kiln-run train\""}, {"model", train::jsonString(m.pkg.model)}};
+  for (auto &kv : train::traceSourceInfo(f.artifact, m.pkg.sourcePath, m.pkg.sourceAbsPath,
+                                         m.pkg.sourceHash))
+    info.push_back(kv);
+  info.insert(info.end(), {
       {"steps", fmt::format("[{},{}]", from, to)},
       {"devices", fmt::format("{}", devices)},
       {"clock", "\"host steady clock, microseconds since the earliest tracer's origin; "
-                "ranks on one host share it, several hosts are not aligned\""}};
+                "ranks on one host share it, several hosts are not aligned\""}});
   if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
     return fail(s);
   if (from == to)
@@ -563,7 +571,8 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   // o.tracer names, when something else set it already).
   std::vector<std::unique_ptr<Tracer>> ownTracers;
   std::vector<Tracer *> tracers;
-  if (!f.trace.empty())
+  bool stages = profileStages(f, model.prog());
+  if (!f.trace.empty() || stages)
     for (comm::Communicator *c : ro.comms) {
       Tracer *t = c->rank() == 0 ? o.tracer : nullptr;
       if (!t) {
@@ -585,7 +594,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     }
     return rc;
   }
-  if (!tracers.empty()) {
+  if (!f.trace.empty()) {
     std::vector<std::string> pieces;
     if (launch.multiProcess()) {
       // Every rank's events to rank 0, under the communicator's deadline.
@@ -625,9 +634,37 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
                  resumeCommand(f, launcher, r->result.checkpoint));
     return 130;
   }
-  if (f.profile && ro.comms[0]->rank() == 0)
-    return printOverview(f, prof, r->models[0]->prog(),
-                         fmt::format("rank 0 of {} on {}", devices, how));
+  // Pipeline stages: each device's row, from its own spans (every rank's
+  // to rank 0 under mpirun).
+  std::vector<std::string> stageRows;
+  if (stages) {
+    for (size_t i = 0; i < tracers.size(); ++i) {
+      int rank = tracers[i]->rank;
+      stageRows.push_back(train::formatStageRow(
+          tracers[i]->spans(), r->models[i]->prog(), rank,
+          train::meshCoordinate(r->models[i]->prog().mesh, "pp", rank)));
+    }
+    if (launch.multiProcess()) {
+      r->models[0]->comm->setContext("gathering the pipeline stages' profiles (--profile)");
+      auto got = train::gatherText(*r->models[0]->comm, stageRows.empty() ? "" : stageRows[0]);
+      if (!got) {
+        int rc = fail(got.status());
+        owned[0]->abort("stopping the other ranks after the error above");
+        return rc;
+      }
+      stageRows = std::move(*got);
+    }
+  }
+  if (f.profile && ro.comms[0]->rank() == 0) {
+    int rc = printOverview(f, prof, r->models[0]->prog(),
+                           fmt::format("rank 0 of {} on {}", devices, how));
+    if (stages) {
+      fmt::print("{}", train::stageHeader());
+      for (const std::string &row : stageRows)
+        fmt::print("{}", row);
+    }
+    return rc;
+  }
   return 0;
 }
 
@@ -719,6 +756,8 @@ int trainCommand(const std::vector<std::string> &args) {
                    f.threadsSet ? f.threads
                                 : std::max(1, int(std::thread::hardware_concurrency()) /
                                                   std::max(1, sharing)));
+    else if (profileStages(f, model->prog()))
+      train::profileWindow(o); // every stage records the same steps
     traceWindow();
     gInterrupted = false;
     catchStops();

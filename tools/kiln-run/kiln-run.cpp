@@ -71,7 +71,6 @@ const char *kUsage =
     "      matched as TO + the rest (PyTorch nn.Sequential: --init-rename\n"
     "      0.=dense.linear.); --init-ignore NAME (repeatable; NAME* a prefix):\n"
     "      leave a file tensor out. Linear weights are [out, in], as nn.Linear's.\n"
-    "      saves one and exits (130). --resume continues bit for bit.\n"
     "      Loss scaling (fp16): a warning after 10 steps in a row skipped (gradients\n"
     "      not finite); exit 1 after --max-skipped-steps N in a row (default 100)\n"
     "      or when every step of the run was skipped (N = 0: neither fails).\n"
