@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The compiled CPU train step against the reference interpreter.
 
-  compiled_vs_reference.py KILNC KILN_RUN MODEL WORKDIR [--steps N] [--seed S]
+  compiled_vs_reference.py KILNC KILN_RUN MODEL WORKDIR [--steps N] [--seed S | --no-seed]
                            [--loss-rtol R] [--param-rtol R] [kilnc options...]
 
 1. kilnc --export-reference: the interpreter (float64 accumulation, float32
    rounding after every op) runs N train steps on one random batch and writes
    the per-step losses and the final parameters.
+   --no-seed passes no --seed to either command: both take the train
+   section's seed (kilnc's documented default), and must agree.
 2. kilnc -o model.kpack with the same seed (same initial parameters), then
    kiln-run train on that batch (one .npy per input, --in-order) for N steps,
    with a loss log and a final checkpoint.
@@ -49,20 +51,23 @@ def main():
     ap.add_argument("workdir")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--no-seed", action="store_true",
+                    help="no --seed for kilnc: the artifact and the reference take the train section's")
     ap.add_argument("--loss-rtol", type=float, default=1e-5)
     ap.add_argument("--param-rtol", type=float, default=1e-4)
     ap.add_argument("--compare-unfused", action="store_true",
                     help="also run a --no-fusion build and compare it with the fused one")
     args, extra = ap.parse_known_args()
+    seed = [] if args.no_seed else ["--seed", str(args.seed)]
     w = args.workdir
     shutil.rmtree(w, ignore_errors=True)
     os.makedirs(w)
     ref = os.path.join(w, "ref")
     subprocess.run([args.kilnc, args.model, "--export-reference", ref, "--reference-steps",
-                    str(args.steps), "--seed", str(args.seed)] + extra, check=True,
+                    str(args.steps)] + seed + extra, check=True,
                    stdout=subprocess.DEVNULL)
     kpack = os.path.join(w, "model.kpack")
-    subprocess.run([args.kilnc, args.model, "-o", kpack, "--seed", str(args.seed)] + extra,
+    subprocess.run([args.kilnc, args.model, "-o", kpack] + seed + extra,
                    check=True)
     manifest = json.load(open(os.path.join(ref, "manifest.json")))
     data = os.path.join(w, "data")
@@ -100,8 +105,7 @@ def main():
     print(f"{'ok  ' if worst <= args.param_rtol else 'FAIL'} final parameters: worst rel err {worst:.2e} over {len(manifest['params'])} tensors")
     if args.compare_unfused:
         unfused = os.path.join(w, "unfused.kpack")
-        subprocess.run([args.kilnc, args.model, "-o", unfused, "--seed", str(args.seed),
-                        "--no-fusion"] + extra, check=True)
+        subprocess.run([args.kilnc, args.model, "-o", unfused, "--no-fusion"] + seed + extra, check=True)
         log2, ckpt2 = os.path.join(w, "unfused.log"), os.path.join(w, "unfused.safetensors")
         subprocess.run([args.kiln_run, "train", unfused, "--data", data, "--in-order", "--steps",
                         str(args.steps), "--loss-log", log2, "--checkpoint", ckpt2, "--threads",
