@@ -52,7 +52,7 @@ CONFIGS += [
 # Counters where more is worse: the guard fails when one of them grows.
 WORSE_IF_MORE = ["steps", "kernels", "gemms", "copies", "flops", "bytes", "collectives",
                  "collective_bytes", "peak_bytes", "cuda_launches", "arena_bytes",
-                 "persistent_bytes"]
+                 "persistent_bytes", "gpu_ms_h100_sxm", "gpu_ms_h200", "gpu_ms_a100_sxm"]
 # Counters with no better direction (more fused ops can mean better fusion
 # or more work): a change is shown and wants --update, never fails.
 NEUTRAL = ["fused_ops", "devices", "queues"]

@@ -86,7 +86,7 @@ LogicalResult KernelEmitter::emitColumns(std::vector<gpu::Launch> &launches) {
   bool keptTrailing = true;
   for (auto [i, d] : llvm::enumerate(redDims))
     keptTrailing &= d == int64_t(i);
-  if (fullOuts.empty() && keptTrailing && n >= 512 && k <= 65536 && (k == 1 || k >= 32))
+  if (columnTiles_ && fullOuts.empty() && keptTrailing && n >= 512 && k <= 65536 && (k == 1 || k >= 32))
     return emitColumnTiles(reds, k, n, keptSizes, redSizes, reducedOuts, fullIndex,
                            reducedIndex, launches);
   // A thread per kept index when there are many and each column is short;

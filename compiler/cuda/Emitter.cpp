@@ -269,7 +269,7 @@ static void decomposeForCuda(ModuleOp module) {
 }
 
 FailureOr<CudaProgram> emitCuda(ModuleOp neutral, const program::Program &program,
-                                std::string &error) {
+                                std::string &error, const CudaEmitOptions &options) {
   OwningOpRef<ModuleOp> copy = cast<ModuleOp>(neutral->clone());
   decomposeForCuda(*copy);
   CudaProgram out;
@@ -284,7 +284,7 @@ FailureOr<CudaProgram> emitCuda(ModuleOp neutral, const program::Program &progra
       error = "kernel " + k.symbol + " has no target-neutral form";
       return failure();
     }
-    cudagen::KernelEmitter e(fn, k.symbol, error);
+    cudagen::KernelEmitter e(fn, k.symbol, error, options.columnTiles);
     std::string code;
     if (failed(e.run(code, out.kernels[i])))
       return failure();

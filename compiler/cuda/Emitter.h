@@ -49,10 +49,18 @@ struct CudaProgram {
   std::vector<std::vector<gpu::Launch>> kernels;
 };
 
+/// Choices between kernel forms, kept so a GPU run can time old against new.
+struct CudaEmitOptions {
+  /// Column reductions in the coalesced `columns(tiles[, split])` form where
+  /// it applies; false: the older `columns(block per column)` form
+  /// (kilnc --cuda-columns=block).
+  bool columnTiles = true;
+};
+
 /// Emits CUDA C++ for `neutral` (CompiledProgram::neutralKernels). Fails
 /// with `error` naming the kernel and the op that has no CUDA form.
 mlir::FailureOr<CudaProgram> emitCuda(mlir::ModuleOp neutral, const program::Program &program,
-                                      std::string &error);
+                                      std::string &error, const CudaEmitOptions &options = {});
 
 } // namespace kiln
 

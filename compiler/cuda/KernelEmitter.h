@@ -72,8 +72,9 @@ std::string helpers();
 /// One kernel's CUDA code.
 class KernelEmitter {
 public:
-  KernelEmitter(func::FuncOp fn, std::string name, std::string &error)
-      : fn_(fn), name_(std::move(name)), error_(error) {}
+  KernelEmitter(func::FuncOp fn, std::string name, std::string &error,
+                bool columnTiles = true)
+      : fn_(fn), name_(std::move(name)), error_(error), columnTiles_(columnTiles) {}
 
   LogicalResult run(std::string &code, std::vector<gpu::Launch> &launches);
 
@@ -184,6 +185,7 @@ private:
   func::FuncOp fn_;
   std::string name_;
   std::string &error_;
+  bool columnTiles_; ///< CudaEmitOptions::columnTiles
   FusionOp fusion_;
   Block *body_block_ = nullptr;
   llvm::DenseMap<Value, unsigned> argOf_;   ///< fusion block arg -> kernel arg

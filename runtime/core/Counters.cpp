@@ -1,7 +1,11 @@
 //===- Counters.cpp - What one call of an entry point costs, by count -----===//
 #include "runtime/core/Counters.h"
 
+#include "runtime/core/GpuCost.h"
+
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +99,14 @@ Counters countPlan(const Program &p,
         break;
       }
     }
+    if (cudaLaunches)
+      for (const gpu::DeviceSpec &d : gpu::DeviceSpec::table()) {
+        std::string key;
+        for (char ch : d.name)
+          key += ch == '-' ? '_' : char(std::tolower(static_cast<unsigned char>(ch)));
+        double ms = gpu::predict(p, f, *cudaLaunches, d).seconds * 1e3;
+        c.gpuMs.emplace_back(key, std::round(ms * 1e3) / 1e3);
+      }
     out.functions.push_back(std::move(c));
   }
   return out;
@@ -115,6 +127,8 @@ std::string Counters::toJson() const {
               {"fused_ops", c.fusedOps}};
     if (c.cudaLaunches >= 0)
       f["cuda_launches"] = c.cudaLaunches;
+    for (const auto &[device, ms] : c.gpuMs)
+      f["gpu_ms_" + device] = ms;
     fs[c.function] = std::move(f);
   }
   json j = {{"devices", devices},

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::program {
@@ -48,6 +49,10 @@ struct FunctionCounters {
   /// GEMM's epilogue runs in the library call where it has one, the CUDA
   /// backend's default), or -1 when the plan has no CUDA launches.
   int64_t cudaLaunches = -1;
+  /// With CUDA launches: the GPU cost model's predicted milliseconds per call
+  /// on each device of its table (runtime/core/GpuCost.h), rounded to 1 us,
+  /// as ("h100_sxm", ms) pairs in the table's order.
+  std::vector<std::pair<std::string, double>> gpuMs;
 };
 
 struct Counters {

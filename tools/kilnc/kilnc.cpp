@@ -21,6 +21,7 @@
 #include "compiler/cuda/Emitter.h"
 #include "frontend/Frontend.h"
 #include "runtime/core/Counters.h"
+#include "runtime/core/GpuCost.h"
 #include "runtime/core/Log.h"
 #include "tools/kilnc/Planner.h"
 
@@ -124,6 +125,27 @@ cl::opt<bool> printKernelIR(
     cl::desc("Print the CPU kernel module after every pass of its lowering (kiln -> linalg -> "
              "bufferized memrefs -> loops -> LLVM dialect) to stderr"),
     cl::init(false), cl::cat(kilncCategory));
+cl::opt<std::string> gpuCost(
+    "gpu-cost", cl::value_desc("DEVICE"),
+    cl::desc("With --target=cuda: print the GPU cost model's prediction of one train step on "
+             "DEVICE (H100-SXM, H200, A100-SXM): its GEMM and kernel time and the most "
+             "expensive steps (docs/cuda.md \"The GPU cost model\")"),
+    cl::cat(kilncCategory));
+cl::opt<std::string> cudaColumns(
+    "cuda-columns", cl::value_desc("tiles|block"), cl::init("tiles"),
+    cl::desc("Column reductions in CUDA: tiles (coalesced, split over blocks; the default) or "
+             "block (the older block-per-column form, kept to time one against the other)"),
+    cl::cat(kilncCategory));
+cl::opt<unsigned> gpuCostTop("gpu-cost-top", cl::init(15),
+                              cl::desc("With --gpu-cost: how many of the most expensive steps "
+                                       "to list (default 15)"),
+                              cl::cat(kilncCategory));
+cl::opt<bool> gpuCostTf32("gpu-cost-tf32",
+                          cl::desc("With --gpu-cost: f32 GEMMs on TF32 tensor cores"),
+                          cl::init(false), cl::cat(kilncCategory));
+cl::opt<bool> gpuCostGraphs("gpu-cost-graphs",
+                            cl::desc("With --gpu-cost: the step replayed as one CUDA graph"),
+                            cl::init(false), cl::cat(kilncCategory));
 cl::opt<bool> fusionReport("fusion-report",
                            cl::desc("Print every kernel of the train step (kind, ops, "
                                     "model lines, FLOPs, bytes) and every refused "
@@ -811,8 +833,21 @@ int main(int argc, char **argv) {
   std::vector<std::string> archs(cudaArchs.begin(), cudaArchs.end());
   if (archs.empty())
     archs = {"sm_80", "sm_90"};
-  if (fusionReport)
+  if (fusionReport || !gpuCost.empty())
     emit = Emit::Plan; // the report replaces the plan's listing below
+  const kiln::gpu::DeviceSpec *costDevice = nullptr;
+  if (!gpuCost.empty()) {
+    costDevice = kiln::gpu::DeviceSpec::find(gpuCost);
+    if (!costDevice) {
+      std::string known;
+      for (const auto &d : kiln::gpu::DeviceSpec::table())
+        known += (known.empty() ? "" : ", ") + d.name;
+      return userError("--gpu-cost=" + gpuCost + ": no such device in the cost model's table (" +
+                       known + ")");
+    }
+    if (!targetCuda)
+      return userError("--gpu-cost predicts the CUDA plan: add --target=cuda");
+  }
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
       emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused ||
       emit == Emit::Counters) {
@@ -836,7 +871,11 @@ int main(int argc, char **argv) {
     }
     std::optional<kiln::CudaProgram> cuda;
     if (targetCuda) {
-      auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err);
+      if (cudaColumns != "tiles" && cudaColumns != "block")
+        return userError("--cuda-columns must be tiles or block, got '" + cudaColumns + "'");
+      kiln::CudaEmitOptions eo;
+      eo.columnTiles = cudaColumns == "tiles";
+      auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err, eo);
       if (mlir::failed(c)) {
         std::fprintf(stderr, "kilnc: error: CUDA code generation: %s\n", err.c_str());
         return 2;
@@ -894,7 +933,18 @@ int main(int argc, char **argv) {
     auto output = mlir::openOutputFile(outputFile, &error);
     if (!output)
       return userError(error);
-    if (fusionReport)
+    if (costDevice) {
+      kiln::gpu::CostOptions o;
+      o.tf32 = gpuCostTf32;
+      o.cudaGraphs = gpuCostGraphs;
+      for (const auto &f : compiled->program.functions)
+        if (f.name == "train_step")
+          output->os() << "@train_step on "
+                       << kiln::gpu::formatReport(
+                              kiln::gpu::predict(compiled->program, f, cuda->kernels,
+                                                 *costDevice, o),
+                              gpuCostTop);
+    } else if (fusionReport)
       kiln::printFusionReport(compiled->program, compiled->refusals, output->os());
     else if (emit == Emit::Plan)
       kiln::printPlan(compiled->program, output->os(), compiled->activations);
