@@ -83,3 +83,15 @@ if subprocess.run([config.python_executable, "-c", "import tensorboard"],
 else:
     lit_config.note("no tensorboard package for %s: TensorBoard tests are UNSUPPORTED "
                     "(pip install tensorboard)" % config.python_executable)
+
+# PyTorch (CPU) for the tests that train the tutorial models in PyTorch
+# too (test/e2e/tutorials-torch*.test); scripts/setup.sh does not install
+# it, so without it those tests are UNSUPPORTED. find_spec looks for the
+# package without importing it (an import takes seconds, on every lit run).
+if subprocess.run([config.python_executable, "-c",
+                   "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"],
+                  capture_output=True).returncode == 0:
+    config.available_features.add("torch")
+else:
+    lit_config.note("no torch package for %s: the PyTorch comparison tests are UNSUPPORTED "
+                    "(pip install torch)" % config.python_executable)
