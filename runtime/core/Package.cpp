@@ -182,15 +182,8 @@ Expected<Package> openPackage(const std::string &path) {
         pkg.cudaCubin[arch] = x->bytes;
     }
   }
-  if (const artifact::Section *p = a->find("provenance")) {
-    json j = json::parse(p->bytes, nullptr, false);
-    if (!j.is_discarded() && j.contains("kernels") && j["kernels"].is_object())
-      for (auto it = j["kernels"].begin(); it != j["kernels"].end(); ++it)
-        if (it->contains("locs") && (*it)["locs"].is_array())
-          for (const json &l : (*it)["locs"])
-            if (l.is_string())
-              pkg.provenance[it.key()].push_back(l.get<std::string>());
-  }
+  // The provenance section is for tools (check-trace.py reads the model
+  // source from it); the runtime names kernels from Kernel::locs in the plan.
   return pkg;
 }
 } // namespace

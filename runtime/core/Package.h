@@ -60,8 +60,6 @@ struct Package {
   std::string cudaSource;
   gpu::Plan cudaPlan;
   std::map<std::string, std::string> cudaPtx, cudaCubin;
-  /// kernel symbol -> model-file locations (from the provenance section)
-  std::map<std::string, std::vector<std::string>> provenance;
 
   static Expected<Package> open(const std::string &path);
 };

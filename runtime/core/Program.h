@@ -1,17 +1,19 @@
 //===- Program.h - The compiled program: buffers, schedule, kernels -*- C++ -*-===//
 //
 // What kilnc hands the runtime besides kernel code (plan version 2): the
-// device mesh the program runs over (today one device), each device's buffer
-// plan (every buffer of its arena: offset, size, dtype, shape, role), each
-// entry point (@train_step, @eval_step, @predict) as an ordered list of
-// steps, and the kernel table with provenance. A step is one of
+// device mesh the program runs over (data, tensor and pipeline axes), each
+// device's buffer plan (every buffer of its arena: offset, size, dtype,
+// shape, role), each entry point (@train_step, @eval_step, @predict) as an
+// ordered list of steps, and the kernel table (each kernel's ops and the
+// model-file locations it serves). A step is one of
 //   - kernel:     call a generated kernel with buffer pointers (inputs, then
 //                 outputs) in the order of its signature, once per piece;
 //   - gemm:       a library matrix product (kiln.matmul semantics, Gemm.h);
 //   - copy:       copy one buffer into another (a parameter update that
 //                 could not be done in place);
 //   - collective: all_reduce, reduce_scatter, all_gather, broadcast, send or
-//                 recv between the devices of a group (none emitted yet).
+//                 recv between the devices of a group (data parallelism,
+//                 ZeRO, tensor-parallel layers, pipeline transfers).
 // Each step names the queue (stream) it runs on and the earlier steps it
 // waits for (dependencies); on one queue they are implied by the order.
 // A device's arena is one allocation: the persistent region

@@ -6,7 +6,8 @@
 // backend supplies StepHooks: how to run a kernel, a GEMM (with its library
 // epilogue, where the backend applies those), a copy and a collective, and
 // how to time a region (the CPU with steady_clock, CUDA with an event pair
-// on its compute stream). Tracing goes here too when it comes.
+// on its compute stream). Each timed step also becomes a trace span
+// (Trace.h) when a tracer is set.
 //
 // Queues and dependencies (plan v2): a backend that runs its queues
 // concurrently (StepHooks::concurrentQueues()) gets every step on a queue

@@ -51,7 +51,6 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Package &pkg,
       return s;
   }
   e->plan_ = pkg.cudaPlan;
-  e->provenance_ = {};
   e->device_ = std::move(device);
   Device &d = *e->device_;
   size_t bytes = size_t(std::max<int64_t>(e->layout_->arenaBytes, 256));

@@ -173,7 +173,6 @@ private:
   DevicePtr arena_ = 0;
   /// Per program kernel: the function handle of each launch.
   std::vector<std::vector<int>> functions_;
-  std::map<std::string, std::string> provenance_;
 
   /// Double-buffered input staging, per input buffer.
   struct Staging {

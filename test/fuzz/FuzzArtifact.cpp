@@ -2,7 +2,7 @@
 //
 // Package::open on the input as a file: the container (header, section
 // table, CRCs), then every section's content (manifest JSON, plan, CUDA
-// launch plan, initializers, provenance). It must return a package or an
+// launch plan, initializers). It must return a package or an
 // error that names the file.
 //
 // Every section carries a CRC-32, so plain byte mutations almost never get

@@ -332,6 +332,13 @@ int main(int argc, char **argv) {
   }
   std::string command = args[0];
   args.erase(args.begin());
+  // `kiln-run train --help` (anywhere after the command): the usage, which
+  // lists every command's options, rather than "unknown option".
+  for (const std::string &a : args)
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
   if (command == "prepare")
     return prepare(args);
   if (command == "check")

@@ -775,13 +775,24 @@ int main(int argc, char **argv) {
     // The interpreter runs one device: a multi-device model's reference is
     // the one-device program of the same model (what its layouts are
     // checked against).
+    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
+    auto layout = [&](llvm::StringRef k) {
+      auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
+      return a ? std::max<int64_t>(a.getInt(), 1) : int64_t(1);
+    };
+    int64_t dp = layout("devices") / (layout("tp") * layout("pp"));
     std::string setAside = kiln::setOneDeviceLayout(*module);
     if (!setAside.empty())
       std::fprintf(stderr,
                    "kilnc: note: --export-reference writes the one-device reference of "
-                   "the model (%s set aside; a data-parallel run's global batch is the "
-                   "devices' batches together)\n",
-                   setAside.c_str());
+                   "the model (%s set aside%s)\n",
+                   setAside.c_str(),
+                   dp > 1 ? ("; it trains one device's batch, and a data-parallel run's global "
+                             "batch is the " + std::to_string(dp) +
+                             " replicas' batches together: add --batch with the global batch "
+                             "to compare with it")
+                                .c_str()
+                          : "");
   }
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
   if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module, gradcheck))) {
