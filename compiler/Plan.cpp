@@ -295,6 +295,12 @@ LogicalResult Generator::gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
   g.transposeRhs = mm.getTransposeRhs();
   if (!toDType(ot.getElementType(), g.dtype))
     return mm.emitOpError("has no library GEMM for its element type");
+  // precision = tf32: f32 GEMMs on TF32 tensor cores where the backend has them.
+  if (g.dtype == program::DType::F32)
+    if (auto train = mm->getParentOfType<ModuleOp>()->getAttrOfType<DictionaryAttr>(
+            KilnDialect::kTrainAttr))
+      if (auto p = train.getAs<StringAttr>("precision"))
+        g.tf32 = p.getValue() == "tf32";
   g.lhsBatched = lt.getRank() > 2;
   g.rhsBatched = rt.getRank() > 2;
   if (outerResult && s.outs.front() == mm.getResult())

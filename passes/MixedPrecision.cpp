@@ -329,11 +329,11 @@ struct KilnMixedPrecisionPass
         m = s.getValue().str();
     if (m.empty())
       m = "kiln";
-    if (p.empty() || p == "fp32")
-      return; // nothing at all: fp32 programs are unchanged
+    if (p.empty() || p == "fp32" || p == "tf32")
+      return; // nothing at all: fp32 programs are unchanged (tf32 is a GEMM mode)
     if (p != "bf16" && p != "fp16") {
       module.emitError() << "kiln-mixed-precision: precision '" << p
-                         << "' is not fp32, bf16 or fp16";
+                         << "' is not fp32, tf32, bf16 or fp16";
       return signalPassFailure();
     }
     if (m != "kiln" && m != "autocast") {

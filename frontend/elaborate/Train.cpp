@@ -242,8 +242,8 @@ void Elaborator::evalTrain() {
       const Expr &e = *t.value;
       std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
                           ? e.text : "";
-      if (p != "fp32" && p != "bf16" && p != "fp16")
-        fail(e.loc, "precision must be fp32, bf16 or fp16");
+      if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
+        fail(e.loc, "precision must be fp32, tf32, bf16 or fp16");
       precision = p;
       trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "grad_reduce") {

@@ -151,7 +151,7 @@ Timed launchTime(const Launch &l, double bytes, double flops, int64_t width,
 /// One GEMM step issued as `calls` library calls of `batch` matrices.
 Timed gemmTime(const program::GemmParams &g, GemmCalls split, double bytes, bool tf32,
                const DeviceSpec &dev) {
-  double peak = g.dtype == DType::F32 ? (tf32 ? dev.tf32Flops * kTensorEfficiency
+  double peak = g.dtype == DType::F32 ? (tf32 || g.tf32 ? dev.tf32Flops * kTensorEfficiency
                                               : dev.fp32Flops * kSgemmEfficiency)
                                       : dev.halfFlops * kTensorEfficiency;
   int64_t tiles = ((g.m + kGemmTile - 1) / kGemmTile) * ((g.n + kGemmTile - 1) / kGemmTile) *

@@ -95,7 +95,8 @@ const char *activationName(LtEpilogue::Activation a) {
 std::string gemmLabel(const GemmParams &g) {
   return fmt::format("gemm {}{}x{}x{} {}{}{}", g.batch > 1 ? fmt::format("{}x", g.batch) : "",
                      g.m, g.n, g.k, g.transposeLhs ? 'T' : 'N', g.transposeRhs ? 'T' : 'N',
-                     g.dtype == DType::F32 ? "" : std::string(" ") + dtypeName(g.dtype));
+                     g.dtype == DType::F32 ? (g.tf32 ? " tf32" : "")
+                                           : std::string(" ") + dtypeName(g.dtype));
 }
 
 std::string Program::toJson() const {
@@ -157,6 +158,8 @@ std::string Program::toJson() const {
                      {"lhs_batched", s.gemm.lhsBatched},
                      {"rhs_batched", s.gemm.rhsBatched},
                      {"dtype", dtypeName(s.gemm.dtype)}};
+      if (s.kind == Step::Gemm && s.gemm.tf32) // absent (false) unless set
+        e["gemm"]["tf32"] = true;
       if (s.kind == Step::Collective) {
         const Collective &c = s.collective;
         json ce = {{"op", collectiveOpName(c.op)}};
@@ -742,6 +745,11 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
               !(gp.dtype == DType::F32 || gp.dtype == DType::F16 || gp.dtype == DType::BF16))
             return bad(r.error.empty() ? "a gemm step's dtype is not f32, f16 or bf16" : r.error);
         }
+        if (g.contains("tf32") && !r.boolean(g, "tf32", gp.tf32))
+          return bad(r.error);
+        if (gp.tf32 && gp.dtype != DType::F32)
+          return bad("a gemm step asks for tf32 on " + std::string(dtypeName(gp.dtype)) +
+                     " operands (tf32 is a mode of f32 GEMMs)");
         if (se.contains("epilogue")) {
           const json &ep = se["epilogue"];
           int64_t k;

@@ -99,6 +99,10 @@ struct GemmParams {
   /// (batch / heads) x heads and the layouts below place each matrix.
   int64_t heads = 0;
   MatrixLayout lhsLayout, rhsLayout, outLayout;
+  /// f32 operands may be rounded to TF32 (10-bit mantissa) for tensor cores,
+  /// products still accumulated in float32 (`precision = tf32`, as
+  /// PyTorch's allow_tf32). Backends without TF32 (the CPU) compute in fp32.
+  bool tf32 = false;
 };
 
 /// "gemm 48x64x64x32 NT": batch (when > 1), m, n, k and the transposes

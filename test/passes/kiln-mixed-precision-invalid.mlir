@@ -20,7 +20,7 @@ module attributes {kiln.train = {precision = "bf16"}} {
 
 // -----
 
-// expected-error @+1 {{kiln-mixed-precision: precision 'fp8' is not fp32, bf16 or fp16}}
+// expected-error @+1 {{kiln-mixed-precision: precision 'fp8' is not fp32, tf32, bf16 or fp16}}
 module attributes {kiln.train = {precision = "fp8"}} {
   func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<4xf32> {kiln.output = "loss"}) {
     return %w : tensor<4xf32>

@@ -267,9 +267,10 @@ cl::opt<std::string> gradReduce(
     cl::value_desc("fp32|bf16"), cl::init(""), cl::cat(kilncCategory));
 cl::opt<std::string> precisionOpt(
     "precision",
-    cl::desc("fp32, bf16 or fp16: the training step's precision (overrides the "
-             "train section's precision; docs/training.md \"Mixed precision\")"),
-    cl::value_desc("fp32|bf16|fp16"), cl::cat(kilncCategory));
+    cl::desc("fp32, tf32, bf16 or fp16: the training step's precision (overrides the "
+             "train section's precision; tf32: float32 everywhere, matmuls on TF32 tensor "
+             "cores on CUDA; docs/training.md \"Mixed precision\")"),
+    cl::value_desc("fp32|tf32|bf16|fp16"), cl::cat(kilncCategory));
 cl::opt<std::string> precisionModeOpt(
     "precision-mode",
     cl::desc("kiln (default: Kiln's policy) or autocast (rounding points where "
@@ -582,8 +583,9 @@ int main(int argc, char **argv) {
     auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
     mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
     if (precisionOpt.getNumOccurrences()) {
-      if (precisionOpt != "fp32" && precisionOpt != "bf16" && precisionOpt != "fp16")
-        return userError("--precision=" + precisionOpt + ": use fp32, bf16 or fp16");
+      if (precisionOpt != "fp32" && precisionOpt != "tf32" && precisionOpt != "bf16" &&
+          precisionOpt != "fp16")
+        return userError("--precision=" + precisionOpt + ": use fp32, tf32, bf16 or fp16");
       t.set("precision", b.getStringAttr(precisionOpt));
       // The model's loss scale may be too large for fp16 (docs/training.md
       // "The largest initial scale"); the frontend checked it against the
