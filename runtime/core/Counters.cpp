@@ -1,6 +1,8 @@
 //===- Counters.cpp - What one call of an entry point costs, by count -----===//
 #include "runtime/core/Counters.h"
 
+#include "runtime/core/GemmPlan.h"
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -38,8 +40,17 @@ int64_t launchesOf(const std::vector<std::vector<gpu::Launch>> &launches,
 
 } // namespace
 
+/// cuBLASLt calls of one GEMM step: as many as the CUDA devices make
+/// (gpu::planGemm, the runtime's own plan); 1 for a shape it refuses (the
+/// runtime fails on it, which a count cannot say).
+int64_t gemmCalls(const GemmParams &g, gpu::GemmPlanForm form) {
+  auto plan = gpu::planGemm(g, form);
+  return plan ? plan->calls() : 1;
+}
+
 Counters countPlan(const Program &p,
-                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches) {
+                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches,
+                   gpu::GemmPlanForm gemmForm) {
   Counters out;
   out.devices = p.numDevices();
   out.queues = p.queues;
@@ -60,7 +71,7 @@ Counters countPlan(const Program &p,
     c.steps = 0;
     c.peakBytes = persistent + f.scratchBytes;
     if (cudaLaunches)
-      c.cudaLaunches = 0;
+      c.cudaLaunches = c.cudaGemmCalls = 0;
     for (const Step &s : f.steps) {
       if (!p.runs(largest, s)) // another pipeline stage's
         continue;
@@ -76,8 +87,11 @@ Counters countPlan(const Program &p,
         ++c.gemms;
         c.flops += int64_t(gemmFlops(s.gemm));
         c.bytes += argBytes(p, s.args);
-        if (cudaLaunches)
-          c.cudaLaunches += 1; // the library call
+        if (cudaLaunches) {
+          int64_t calls = gemmCalls(s.gemm, gemmForm);
+          c.cudaGemmCalls += calls;
+          c.cudaLaunches += calls;
+        }
         if (s.epilogue >= 0) {
           addKernel(p, s.epilogue, c);
           c.bytes += argBytes(p, s.epilogueArgs);
@@ -113,8 +127,10 @@ std::string Counters::toJson() const {
               {"collective_bytes", c.collectiveBytes},
               {"peak_bytes", c.peakBytes},
               {"fused_ops", c.fusedOps}};
-    if (c.cudaLaunches >= 0)
+    if (c.cudaLaunches >= 0) {
       f["cuda_launches"] = c.cudaLaunches;
+      f["cuda_gemm_calls"] = c.cudaGemmCalls;
+    }
     fs[c.function] = std::move(f);
   }
   json j = {{"devices", devices},

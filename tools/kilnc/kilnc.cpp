@@ -904,10 +904,15 @@ int main(int argc, char **argv) {
       module->print(output->os());
     else if (emit == Emit::Cuda)
       output->os() << cuda->source;
-    else if (emit == Emit::Counters)
+    else if (emit == Emit::Counters) {
+      // GEMM library calls as kiln-run's CUDA devices split them.
+      auto form = kiln::gpu::gemmPlanFormFromEnv();
+      if (!form)
+        return userError(form.status().message());
       output->os() << kiln::program::countPlan(compiled->program,
-                                               cuda ? &cuda->kernels : nullptr)
+                                               cuda ? &cuda->kernels : nullptr, *form)
                           .toJson();
+    }
     else
       output->os() << compiled->llvmIR;
     output->keep();
