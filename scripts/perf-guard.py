@@ -31,7 +31,8 @@ DEFAULT_BASELINE = os.path.join("test", "perf", "baseline.json")
 # is the baseline's key and the diff's first column. Every example on the CPU
 # target (a new example has no baseline: the guard fails until --update),
 # then the data-parallel CPU GPT (plain and ZeRO-1), the tensor-parallel one
-# (tp = 2, and dp x tp = 2 x 2) and the GPU GPT's CUDA plan.
+# (tp = 2, and dp x tp = 2 x 2) and the GPU GPT's CUDA plan in fp32 and bf16
+# (its cuBLASLt calls counted as runtime/core/GemmPlan.h splits them).
 CONFIGS = [(f"examples/{f}", f"examples/{f}", [])
            for f in sorted(os.listdir(os.path.join(ROOT, "examples"))) if f.endswith(".kiln")]
 CONFIGS += [
@@ -47,12 +48,15 @@ CONFIGS += [
      "examples/shakespeare_char_cpu.kiln", ["--pp", "2", "--micro-batches", "4"]),
     ("examples/shakespeare_char.kiln --target=cuda", "examples/shakespeare_char.kiln",
      ["--target=cuda"]),
+    ("examples/shakespeare_char.kiln --target=cuda --precision=bf16",
+     "examples/shakespeare_char.kiln", ["--target=cuda", "--precision=bf16"]),
 ]
 
 # Counters where more is worse: the guard fails when one of them grows.
 WORSE_IF_MORE = ["steps", "kernels", "gemms", "copies", "flops", "bytes", "collectives",
-                 "collective_bytes", "peak_bytes", "cuda_launches", "arena_bytes",
-                 "persistent_bytes", "gpu_ms_h100_sxm", "gpu_ms_h200", "gpu_ms_a100_sxm"]
+                 "collective_bytes", "peak_bytes", "cuda_launches", "cuda_gemm_calls",
+                 "arena_bytes", "persistent_bytes", "gpu_ms_h100_sxm", "gpu_ms_h200",
+                 "gpu_ms_a100_sxm"]
 # Counters with no better direction (more fused ops can mean better fusion
 # or more work): a change is shown and wants --update, never fails.
 NEUTRAL = ["fused_ops", "devices", "queues"]
@@ -96,11 +100,14 @@ def flatten(counters):
 def measure(kilnc, configs, tmp, timeout):
     """Runs kilnc on each configuration; returns {name: counters}."""
     out = {}
+    # The default GEMM plan, whatever this shell's KILN_GEMM_PLAN says.
+    env = {k: v for k, v in os.environ.items() if k != "KILN_GEMM_PLAN"}
     for name, model, flags in configs:
         dest = os.path.join(tmp, re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".json")
         cmd = [kilnc, model, "--emit=counters", "-o", dest] + flags
         try:
-            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                               env=env)
         except subprocess.TimeoutExpired:
             raise GuardError(f"{name}: kilnc took longer than {timeout} s ({' '.join(cmd)})")
         if r.returncode != 0:

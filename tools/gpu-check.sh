@@ -584,24 +584,29 @@ fi
 # The profiler's breakdown (GEMMs, generated kernels, copies, idle), its
 # recommendation and the top kernels against the GPU's measured peak, over
 # a short run; every kernel's row in kiln-stats*.csv (in logs.tar.gz). The
-# summary keeps the breakdown and the top 5 kernels.
+# summary keeps the breakdown and the top 5 kernels. Last, fp32 again with
+# KILN_GEMM_PLAN=legacy: the head GEMMs as 64 cuBLASLt calls of 6 matrices
+# (the plan before 2026-12-05) instead of 6 of 64, for the A/B of the
+# GEMM rows (docs/cuda.md, GEMMs).
 PROFILES=()
-profile() {  # profile NAME ARTIFACT
-  local steps=30; [ "$MODE" = dry ] && steps=6
-  stage "$1" 60 20 "$L/$1.log" --int -- "$KRUN" train "$2" --device "$DEVICE" \
+profile() {  # profile NAME ARTIFACT [VAR=VALUE...]: the run's environment
+  local name=$1 art=$2 steps=30; shift 2
+  [ "$MODE" = dry ] && steps=6
+  stage "$name" 60 20 "$L/$name.log" --int -- env "$@" "$KRUN" train "$art" --device "$DEVICE" \
     --steps "$steps" --data "$G/data/train.bin" --eval-interval 0 --quiet --profile \
-    --stats-csv "$L/$1.csv" --checkpoint "$CK/$1.ckpt" && :
-  if grep -q '^step-time breakdown' "$L/$1.log"; then
-    PROFILES+=("$1:" "$(sed -n '/^step-time breakdown/,/^kernel stats/p' "$L/$1.log" |
+    --stats-csv "$L/$name.csv" --checkpoint "$CK/$name.ckpt" && :
+  if grep -q '^step-time breakdown' "$L/$name.log"; then
+    PROFILES+=("$name:" "$(sed -n '/^step-time breakdown/,/^kernel stats/p' "$L/$name.log" |
       grep -vE '^(step-time|kernel stats)' | grep -E '%|recommendation' | cut -c1-190)"
-      "$(sed -n '/^kernel stats/,$p' "$L/$1.log" | sed -n '2,7p' | cut -c1-190)")
+      "$(sed -n '/^kernel stats/,$p' "$L/$name.log" | sed -n '2,7p' | cut -c1-190)")
   else
-    PROFILES+=("$1: no profile (see $1.log)")
+    PROFILES+=("$name: no profile (see $name.log)")
   fi
 }
 if [ $BUILT = 1 ]; then
   profile kiln-profile "$ART"
   [ $BF16_OK = 1 ] && profile kiln-profile-bf16 "$BF16_ART"
+  profile kiln-profile-legacy-gemm "$ART" KILN_GEMM_PLAN=legacy
 fi
 
 # --- (4) the peers: PyTorch eager, JAX jit, torch.compile (fp32) ---------------

@@ -1,6 +1,7 @@
 //===- Counters.cpp - What one call of an entry point costs, by count -----===//
 #include "runtime/core/Counters.h"
 
+#include "runtime/core/GemmPlan.h"
 #include "runtime/core/GpuCost.h"
 
 #include <algorithm>
@@ -43,7 +44,8 @@ int64_t launchesOf(const std::vector<std::vector<gpu::Launch>> &launches,
 } // namespace
 
 Counters countPlan(const Program &p,
-                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches) {
+                   const std::vector<std::vector<gpu::Launch>> *cudaLaunches,
+                   gpu::GemmPlanForm gemmForm) {
   Counters out;
   out.devices = p.numDevices();
   out.queues = p.queues;
@@ -64,7 +66,7 @@ Counters countPlan(const Program &p,
     c.steps = 0;
     c.peakBytes = persistent + f.scratchBytes;
     if (cudaLaunches)
-      c.cudaLaunches = 0;
+      c.cudaLaunches = c.cudaGemmCalls = 0;
     for (const Step &s : f.steps) {
       if (!p.runs(largest, s)) // another pipeline stage's
         continue;
@@ -80,8 +82,11 @@ Counters countPlan(const Program &p,
         ++c.gemms;
         c.flops += int64_t(gemmFlops(s.gemm));
         c.bytes += argBytes(p, s.args);
-        if (cudaLaunches)
-          c.cudaLaunches += 1; // the library call
+        if (cudaLaunches) {
+          int64_t calls = gpu::gemmCalls(s.gemm, gemmForm).calls;
+          c.cudaGemmCalls += calls;
+          c.cudaLaunches += calls;
+        }
         if (s.epilogue >= 0) {
           addKernel(p, s.epilogue, c);
           c.bytes += argBytes(p, s.epilogueArgs);
@@ -104,7 +109,9 @@ Counters countPlan(const Program &p,
         std::string key;
         for (char ch : d.name)
           key += ch == '-' ? '_' : char(std::tolower(static_cast<unsigned char>(ch)));
-        double ms = gpu::predict(p, f, *cudaLaunches, d).seconds * 1e3;
+        gpu::CostOptions o;
+        o.gemmSplit = [gemmForm](const GemmParams &g) { return gpu::gemmCalls(g, gemmForm); };
+        double ms = gpu::predict(p, f, *cudaLaunches, d, o).seconds * 1e3;
         c.gpuMs.emplace_back(key, std::round(ms * 1e3) / 1e3);
       }
     out.functions.push_back(std::move(c));
@@ -125,8 +132,10 @@ std::string Counters::toJson() const {
               {"collective_bytes", c.collectiveBytes},
               {"peak_bytes", c.peakBytes},
               {"fused_ops", c.fusedOps}};
-    if (c.cudaLaunches >= 0)
+    if (c.cudaLaunches >= 0) {
       f["cuda_launches"] = c.cudaLaunches;
+      f["cuda_gemm_calls"] = c.cudaGemmCalls;
+    }
     for (const auto &[device, ms] : c.gpuMs)
       f["gpu_ms_" + device] = ms;
     fs[c.function] = std::move(f);

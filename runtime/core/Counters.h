@@ -12,6 +12,7 @@
 #ifndef KILN_RUNTIME_CORE_COUNTERS_H
 #define KILN_RUNTIME_CORE_COUNTERS_H
 
+#include "runtime/core/GemmPlan.h"
 #include "runtime/core/GpuPlan.h"
 #include "runtime/core/Program.h"
 
@@ -45,10 +46,16 @@ struct FunctionCounters {
   int64_t peakBytes = 0;
   /// Ops computed inside kernels that fuse several ops (per call).
   int64_t fusedOps = 0;
-  /// CUDA kernel launches per call (each program kernel's launch list; a
-  /// GEMM's epilogue runs in the library call where it has one, the CUDA
-  /// backend's default), or -1 when the plan has no CUDA launches.
+  /// CUDA launches per call: every generated kernel launch (each program
+  /// kernel's launch list; a GEMM's epilogue runs in the library call where
+  /// it has one, the CUDA backend's default) plus every cuBLASLt call
+  /// (cudaGemmCalls; a call may itself launch more than one kernel, e.g. a
+  /// split-K reduction, which no plan can know), or -1 when the plan has no
+  /// CUDA launches.
   int64_t cudaLaunches = -1;
+  /// cuBLASLt calls per call of the function: each GEMM step's
+  /// gpu::planGemm calls (runtime/core/GemmPlan.h), or -1 as cudaLaunches.
+  int64_t cudaGemmCalls = -1;
   /// With CUDA launches: the GPU cost model's predicted milliseconds per call
   /// on each device of its table (runtime/core/GpuCost.h), rounded to 1 us,
   /// as ("h100_sxm", ms) pairs in the table's order.
@@ -68,10 +75,12 @@ struct Counters {
 };
 
 /// Counts `p`; `cudaLaunches` (per program kernel, as gpu::Plan::kernels)
-/// adds FunctionCounters::cudaLaunches.
+/// adds FunctionCounters::cudaLaunches and cudaGemmCalls, with GEMMs split
+/// into library calls as `gemmForm` says (KILN_GEMM_PLAN on the devices).
 Counters
 countPlan(const Program &p,
-          const std::vector<std::vector<gpu::Launch>> *cudaLaunches = nullptr);
+          const std::vector<std::vector<gpu::Launch>> *cudaLaunches = nullptr,
+          gpu::GemmPlanForm gemmForm = gpu::GemmPlanForm::Heads);
 
 } // namespace kiln::program
 

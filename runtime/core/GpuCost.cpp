@@ -154,7 +154,9 @@ Timed gemmTime(const program::GemmParams &g, GemmCalls split, double bytes, bool
   double peak = g.dtype == DType::F32 ? (tf32 || g.tf32 ? dev.tf32Flops * kTensorEfficiency
                                               : dev.fp32Flops * kSgemmEfficiency)
                                       : dev.halfFlops * kTensorEfficiency;
-  int64_t tiles = ((g.m + kGemmTile - 1) / kGemmTile) * ((g.n + kGemmTile - 1) / kGemmTile) *
+  // A batch the plan folds into the rows (a shared weight): m grows instead.
+  int64_t m = g.m * std::max<int64_t>(g.batch / std::max<int64_t>(split.calls * split.batch, 1), 1);
+  int64_t tiles = ((m + kGemmTile - 1) / kGemmTile) * ((g.n + kGemmTile - 1) / kGemmTile) *
                   split.batch;
   int64_t slots = int64_t(dev.sms) * kGemmCtasPerSm;
   // Few tiles over a long K: the library splits K over more CTAs (split-K)
@@ -164,7 +166,7 @@ Timed gemmTime(const program::GemmParams &g, GemmCalls split, double bytes, bool
                                  std::max<int64_t>(g.k / kSplitKMinDepth, 1));
   int64_t waves = (tiles + slots - 1) / slots;
   double fill = double(tiles) / double(waves * slots);
-  double callFlops = 2.0 * double(split.batch) * double(g.m) * double(g.n) * double(g.k);
+  double callFlops = 2.0 * double(split.batch) * double(m) * double(g.n) * double(g.k);
   double compute = callFlops / (peak * fill);
   double memory = bytes / double(split.calls) / (dev.bandwidth * kBandwidthEfficiency);
   Timed t;
@@ -180,6 +182,14 @@ std::string lower(std::string s) {
 }
 
 } // namespace
+
+GemmCalls gemmCalls(const program::GemmParams &g, GemmPlanForm form) {
+  auto plan = planGemm(g, form);
+  if (!plan)
+    return {1, std::max<int64_t>(g.batch, 1)};
+  // A folded batch (one GEMM of batch x m rows) is one matrix per call.
+  return {plan->calls(), plan->batch};
+}
 
 const std::vector<DeviceSpec> &DeviceSpec::table() {
   // Datasheet figures (NVIDIA H100 and H200 product briefs, A100 datasheet):

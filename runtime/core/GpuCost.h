@@ -25,6 +25,7 @@
 #ifndef KILN_RUNTIME_CORE_GPUCOST_H
 #define KILN_RUNTIME_CORE_GPUCOST_H
 
+#include "runtime/core/GemmPlan.h"
 #include "runtime/core/GpuPlan.h"
 #include "runtime/core/Program.h"
 
@@ -58,6 +59,10 @@ struct GemmCalls {
   int64_t calls = 1, batch = 1;
 };
 using GemmSplit = std::function<GemmCalls(const program::GemmParams &)>;
+/// The CUDA backend's own split (gpu::planGemm in `form`, the runtime's
+/// plan); one call of the whole batch for a shape the plan refuses (the
+/// runtime fails on it, which a count cannot say).
+GemmCalls gemmCalls(const program::GemmParams &g, GemmPlanForm form);
 
 /// How the step is issued: per-launch host costs (no CUDA graphs) or a
 /// replayed graph.

@@ -63,19 +63,7 @@ uint32_t alignment(CUdeviceptr base, int bytes,
   return uint32_t(bits & (~bits + 1)); // lowest set bit
 }
 
-std::string shapeText(const GemmParams &s) {
-  std::string text =
-      fmt::format("{}[{}x{}]{} x {}[{}x{}]{}",
-                  s.lhsBatched ? fmt::format("{} x ", s.batch) : "",
-                  s.transposeLhs ? s.k : s.m, s.transposeLhs ? s.m : s.k,
-                  s.transposeLhs ? "^T" : "",
-                  s.rhsBatched ? fmt::format("{} x ", s.batch) : "",
-                  s.transposeRhs ? s.n : s.k, s.transposeRhs ? s.k : s.n,
-                  s.transposeRhs ? "^T" : "");
-  if (s.heads)
-    text += fmt::format(" (heads {})", s.heads);
-  return text;
-}
+std::string shapeText(const GemmParams &s) { return gpu::gemmShapeText(s); }
 
 /// Descriptors and the chosen algorithm for one distinct call shape.
 struct Plan {
@@ -116,74 +104,6 @@ int64_t auxLdOf(const MatmulOp &op) {
 }
 
 } // namespace
-
-bool foldsBatch(const GemmParams &s) {
-  return s.lhsBatched && !s.rhsBatched && !s.transposeLhs && s.heads == 0;
-}
-
-Expected<LtGemm> planGemm(const GemmParams &s) {
-  if (s.batch <= 0 || s.m <= 0 || s.n <= 0 || s.k <= 0)
-    return Status::internal(fmt::format(
-        "matmul {} has an empty dimension (batch {}, m {}, n {}, k {}); the "
-        "compiler must not emit empty GEMMs",
-        shapeText(s), s.batch, s.m, s.n, s.k));
-  if (s.heads < 0 || (s.heads && s.batch % s.heads))
-    return Status::internal(
-        fmt::format("matmul {}: batch {} is not a multiple of heads {}",
-                    shapeText(s), s.batch, s.heads));
-  // Kiln's row strides, as on the CPU (runtime/cpu/Gemm.cpp).
-  int64_t ldLhs = s.heads ? s.lhsLayout.ld : (s.transposeLhs ? s.m : s.k);
-  int64_t ldRhs = s.heads ? s.rhsLayout.ld : (s.transposeRhs ? s.k : s.n);
-  int64_t ldOut = s.heads ? s.outLayout.ld : s.n;
-
-  LtGemm g;
-  g.transA = s.transposeRhs;
-  g.transB = s.transposeLhs;
-  g.m = s.n;
-  g.k = s.k;
-  g.lda = ldRhs;
-  g.ldb = ldLhs;
-  g.ldc = ldOut;
-  if (foldsBatch(s)) {
-    g.n = s.batch * s.m;
-    g.offsetA = g.offsetB = g.offsetC = {0};
-  } else if (s.heads == 0) {
-    g.n = s.m;
-    g.batch = s.batch;
-    g.strideA = s.rhsBatched ? s.k * s.n : 0;
-    g.strideB = s.lhsBatched ? s.m * s.k : 0;
-    g.strideC = s.m * s.n;
-    g.offsetA = g.offsetB = g.offsetC = {0};
-  } else {
-    g.n = s.m;
-    auto uniform = [&](bool batched, const program::MatrixLayout &l) {
-      return !batched || l.outer == s.heads * l.inner;
-    };
-    bool one = s.batch == s.heads || (uniform(s.lhsBatched, s.lhsLayout) &&
-                                      uniform(s.rhsBatched, s.rhsLayout) &&
-                                      uniform(true, s.outLayout));
-    g.batch = one ? s.batch : s.heads;
-    g.strideA = s.rhsBatched ? s.rhsLayout.inner : 0;
-    g.strideB = s.lhsBatched ? s.lhsLayout.inner : 0;
-    g.strideC = s.outLayout.inner;
-    int64_t groups = one ? 1 : s.batch / s.heads;
-    for (int64_t o = 0; o < groups; ++o) {
-      g.offsetA.push_back(s.rhsBatched ? o * s.rhsLayout.outer : 0);
-      g.offsetB.push_back(s.lhsBatched ? o * s.lhsLayout.outer : 0);
-      g.offsetC.push_back(o * s.outLayout.outer);
-    }
-  }
-  if (g.lda < g.rowsA() || g.ldb < g.rowsB() || g.ldc < g.m)
-    return Status::internal(fmt::format(
-        "matmul {}: a row stride is shorter than its row (lhs ld {} for {} "
-        "columns, rhs ld {} for {}, out ld {} for {})",
-        shapeText(s), g.ldb, g.rowsB(), g.lda, g.rowsA(), g.ldc, g.m));
-  if (g.batch > 1 && g.strideC <= 0)
-    return Status::internal(fmt::format(
-        "matmul {}: the output matrices of the batch overlap (stride {})",
-        shapeText(s), g.strideC));
-  return g;
-}
 
 Status checkMatmul(const MatmulOp &op) {
   auto name = [](DType t) { return program::dtypeName(t); };
@@ -421,7 +341,7 @@ Status Blas::matmul(const MatmulOp &op, const MatmulArgs &args,
                                         "{:#x}, aux {:#x})",
                                         shapeText(op.shape), args.lhs, args.rhs,
                                         args.out, args.bias, args.aux));
-  auto g = planGemm(op.shape);
+  auto g = planGemm(op.shape, op.plan);
   if (!g)
     return g.status();
   auto p = impl_->plan(op, *g, args);

@@ -22,18 +22,17 @@
 // so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLASLt's "A"
 // is Kiln's rhs, its "B" is Kiln's lhs, the transposes carry over unchanged.
 //
-// Batches: one cuBLASLt call with a batch count and strided batch offsets
-// (stride 0 for a shared operand); a shared weight with a batched,
-// untransposed lhs is one GEMM of batch*m rows (as on the CPU). Head layouts
-// (heads != 0: matrix b at (b/heads)*outer + (b%heads)*inner) are uniform
-// within each group of `heads` matrices (stride `inner`), so they run as
-// batch/heads strided-batched calls of `heads` matrices each, offset by
-// `outer` -- or as one call when outer == heads*inner for every batched
-// operand. This keeps everything on the stream with no device pointer
-// arrays to build and upload (cublasGemmBatchedEx would need one host->device
-// copy per call, or a persistent table per shape in device memory) and no
-// extra library; for attention shapes (batch/heads = the batch size, 4..64)
-// the loop is a handful of launches.
+// Batches (runtime/core/GemmPlan.h, planGemm): one cuBLASLt call with a
+// batch count and strided batch offsets (stride 0 for a shared operand); a
+// shared weight with a batched, untransposed lhs is one GEMM of batch*m
+// rows (as on the CPU). Head layouts (heads != 0: matrix b at
+// (b/heads)*outer + (b%heads)*inner) are one call where every operand's
+// matrices are one stride apart, else one call per head (stride `outer`,
+// offset h*inner; or one per batch entry where there are fewer entries than
+// heads): never more than min(heads, batch/heads) calls. This keeps
+// everything on the stream with no device pointer arrays to build and
+// upload (cublasGemmBatchedEx would need one host->device copy per call, or
+// a persistent table per shape in device memory) and no extra library.
 //
 // Descriptors, layouts and the algorithm (cublasLtMatmulAlgoGetHeuristic)
 // are cached per distinct shape, dtype, epilogue and pointer alignment.
@@ -44,6 +43,7 @@
 #ifndef KILN_RUNTIME_CUDA_BLAS_H
 #define KILN_RUNTIME_CUDA_BLAS_H
 
+#include "runtime/core/GemmPlan.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/Status.h"
 #include "runtime/cuda/Driver.h"
@@ -54,6 +54,13 @@
 #include <vector>
 
 namespace kiln::cuda {
+
+/// The call plan is runtime/core/GemmPlan.h's, shared with the emulator and
+/// `kilnc --emit=counters`.
+using gpu::foldsBatch;
+using gpu::GemmPlanForm;
+using gpu::LtGemm;
+using gpu::planGemm;
 
 /// The activation applied to the (bias-added) product.
 enum class Activation {
@@ -79,6 +86,8 @@ struct MatmulOp {
   /// >= n; 0 means n rounded up to a multiple of 8. The aux buffer is
   /// [batch * m, auxLd] (matrix b at b * m * auxLd).
   int64_t auxLd = 0;
+  /// How head layouts are split into calls (KILN_GEMM_PLAN; GemmPlan.h).
+  GemmPlanForm plan = GemmPlanForm::Heads;
 };
 
 /// Device buffers of one matmul call (CUdeviceptr; 0 where unused).
@@ -87,35 +96,6 @@ struct MatmulArgs {
   CUdeviceptr bias = 0; ///< MatmulOp::bias
   CUdeviceptr aux = 0;  ///< Activation::GeluAux
 };
-
-/// One shape of cuBLASLt call, in column-major terms, repeated `calls` times
-/// at the given element offsets: D (m x n) = op(A) (m x k) * op(B) (k x n)
-/// for `batch` matrices per call. A is Kiln's rhs, B Kiln's lhs, D Kiln's
-/// output. Pure arithmetic on GemmParams, so it is tested on the CPU.
-struct LtGemm {
-  bool transA = false, transB = false;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-  int64_t batch = 1;                             ///< matrices per call
-  int64_t strideA = 0, strideB = 0, strideC = 0; ///< elements; 0: shared
-  /// Per call: where matrix 0 of the call starts, in elements.
-  std::vector<int64_t> offsetA, offsetB, offsetC;
-  int64_t calls() const { return int64_t(offsetC.size()); }
-  /// Stored shape of A, B, C as column-major rows x cols.
-  int64_t rowsA() const { return transA ? k : m; }
-  int64_t colsA() const { return transA ? m : k; }
-  int64_t rowsB() const { return transB ? n : k; }
-  int64_t colsB() const { return transB ? k : n; }
-};
-
-/// The calls that compute `shape` (see the file comment); an internal error
-/// for shapes the compiler should never produce (non-positive sizes, a batch
-/// not divisible by heads, leading dimensions smaller than the rows).
-Expected<LtGemm> planGemm(const program::GemmParams &shape);
-
-/// Whether the batch runs as one GEMM of batch*m rows: a weight shared by a
-/// batched, untransposed lhs (the same rule as cpu::foldsBatch).
-bool foldsBatch(const program::GemmParams &shape);
 
 /// Checks what cuBLASLt can do with `op` (dtype pairs, epilogue options),
 /// before any GPU work; the message says what to change.

@@ -78,6 +78,9 @@ public:
   }
 
   static Expected<std::unique_ptr<Device>> open(int ordinal) {
+    auto form = gpu::gemmPlanFormFromEnv(); // KILN_GEMM_PLAN
+    if (!form)
+      return form.status();
     auto driver = Driver::load();
     if (!driver)
       return driver.status();
@@ -104,6 +107,7 @@ public:
     if (!blas)
       return blas.status();
     dev->blas_ = std::move(*blas);
+    dev->gemmPlan_ = *form;
     return std::unique_ptr<Device>(std::move(dev));
   }
 
@@ -217,6 +221,7 @@ public:
     MatmulOp op;
     op.shape = g;
     op.inputType = op.outputType = g.dtype; // f16/bf16: float32 accumulation
+    op.plan = gemmPlan_;
     MatmulArgs args;
     args.lhs = CUdeviceptr(lhs);
     args.rhs = CUdeviceptr(rhs);
@@ -274,6 +279,7 @@ private:
   std::optional<PrimaryContext> ctx_;
   CUstream streams_[2] = {nullptr, nullptr};
   std::unique_ptr<Blas> blas_;
+  gpu::GemmPlanForm gemmPlan_ = gpu::GemmPlanForm::Heads;
   CUmodule module_ = nullptr;
   std::string how_;
   std::vector<CUfunction> functions_;

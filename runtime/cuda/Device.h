@@ -85,7 +85,9 @@ public:
 };
 
 /// Device `ordinal` through the driver (dlopen'ed: a clear error where there
-/// is no driver or GPU). Built only with the CUDA toolkit.
+/// is no driver or GPU). Built only with the CUDA toolkit. Both devices
+/// split GEMMs into library calls as KILN_GEMM_PLAN says
+/// (runtime/core/GemmPlan.h; an unknown value is an error here).
 Expected<std::unique_ptr<Device>> openCudaDevice(int ordinal);
 /// The CUDA emulator as a device (needs a host C++ compiler at run time).
 Expected<std::unique_ptr<Device>> openEmulatedDevice();

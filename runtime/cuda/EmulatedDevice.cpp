@@ -3,19 +3,24 @@
 // Device memory is host memory; the artifact's CUDA source (the same text
 // NVRTC compiles) is built by the host compiler and every launch runs in the
 // emulator (runtime/cuda/emu) with CUDA's thread, barrier and warp rules;
-// GEMMs run on the CPU's BLAS with kiln.matmul's semantics. Everything is
+// GEMMs run the calls cuBLASLt would get (runtime/core/GemmPlan.h: the same
+// plan, offsets and batch strides) on the CPU's BLAS, one column-major sgemm
+// per matrix, so a wrong plan gives wrong results here. Everything is
 // synchronous: streams and events only order what already happened. This
 // is for tests on machines without a GPU; its results are emulation.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Device.h"
 #include "runtime/cuda/emu/Module.h"
-#include "runtime/cpu/Gemm.h"
+#include "runtime/core/GemmPlan.h"
+#include "runtime/core/Half.h"
+#include "runtime/cpu/Blas.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +30,58 @@
 namespace kiln::cuda {
 
 namespace {
+
+/// Elements an operand of `g` spans: the furthest element any matrix of any
+/// call touches, plus one.
+int64_t extent(const std::vector<int64_t> &offsets, int64_t stride, int64_t batch,
+               int64_t rows, int64_t cols, int64_t ld) {
+  int64_t last = 0;
+  for (int64_t off : offsets)
+    last = std::max(last, off + (batch - 1) * stride + (cols - 1) * ld + rows);
+  return last;
+}
+
+/// The calls of `g` as cuBLASLt runs them, on float32 buffers: for every
+/// call c and matrix i, D = op(A) op(B) at offset[c] + i * stride
+/// (column-major, leading dimensions lda/ldb/ldc; A is Kiln's rhs, B its
+/// lhs). One sgemm per matrix: float32 products and sums.
+void runLtCalls(const gpu::LtGemm &g, const float *a, const float *b, float *d) {
+  enum { kColMajor = 102 };
+  cpu::Blas::Sgemm sgemm = cpu::sgemm();
+  for (int64_t c = 0; c < g.calls(); ++c)
+    for (int64_t i = 0; i < g.batch; ++i)
+      sgemm(kColMajor, g.transA ? cpu::kCblasTrans : cpu::kCblasNoTrans,
+            g.transB ? cpu::kCblasTrans : cpu::kCblasNoTrans, int(g.m), int(g.n), int(g.k), 1.0f,
+            a + g.offsetA[size_t(c)] + i * g.strideA, int(g.lda),
+            b + g.offsetB[size_t(c)] + i * g.strideB, int(g.ldb), 0.0f,
+            d + g.offsetC[size_t(c)] + i * g.strideC, int(g.ldc));
+}
+
+/// runLtCalls() on f16/bf16 buffers: operands widened to float32 (exact),
+/// float32 accumulation, and only the output matrices' elements rounded
+/// back (nearest even), as cuBLASLt with CUBLAS_COMPUTE_32F writes them.
+void runLtCallsHalf(program::DType t, const gpu::LtGemm &g, const uint16_t *a, const uint16_t *b,
+                    uint16_t *d) {
+  thread_local std::vector<float> fa, fb, fd;
+  int64_t na = extent(g.offsetA, g.strideA, g.batch, g.rowsA(), g.colsA(), g.lda);
+  int64_t nb = extent(g.offsetB, g.strideB, g.batch, g.rowsB(), g.colsB(), g.ldb);
+  int64_t nd = extent(g.offsetC, g.strideC, g.batch, g.m, g.n, g.ldc);
+  fa.resize(size_t(na));
+  fb.resize(size_t(nb));
+  fd.assign(size_t(nd), 0.0f);
+  for (int64_t i = 0; i < na; ++i)
+    fa[size_t(i)] = halfToFloat(t, a[i]);
+  for (int64_t i = 0; i < nb; ++i)
+    fb[size_t(i)] = halfToFloat(t, b[i]);
+  runLtCalls(g, fa.data(), fb.data(), fd.data());
+  for (int64_t c = 0; c < g.calls(); ++c)
+    for (int64_t i = 0; i < g.batch; ++i)
+      for (int64_t col = 0; col < g.n; ++col) {
+        int64_t at = g.offsetC[size_t(c)] + i * g.strideC + col * g.ldc;
+        for (int64_t r = 0; r < g.m; ++r)
+          d[at + r] = floatToHalf(t, fd[size_t(at + r)]);
+      }
+}
 
 class EmulatedDevice : public Device {
 public:
@@ -94,7 +151,18 @@ public:
   }
   Status gemm(const program::GemmParams &g, DevicePtr lhs, DevicePtr rhs, DevicePtr out,
               Stream, const Epilogue *epilogue) override {
-    cpu::matmulTyped(g, host(lhs), host(rhs), host(out));
+    auto plan = gpu::planGemm(g, gemmPlan_);
+    if (!plan)
+      return plan.status();
+    if (g.dtype == program::DType::F32)
+      runLtCalls(*plan, static_cast<const float *>(host(rhs)),
+                 static_cast<const float *>(host(lhs)), static_cast<float *>(host(out)));
+    else if (g.dtype == program::DType::F16 || g.dtype == program::DType::BF16)
+      runLtCallsHalf(g.dtype, *plan, static_cast<const uint16_t *>(host(rhs)),
+                     static_cast<const uint16_t *>(host(lhs)), static_cast<uint16_t *>(host(out)));
+    else
+      return Status::internal(fmt::format("the emulator's GEMMs are f32, f16 or bf16, not {}",
+                                          program::dtypeName(g.dtype)));
     if (!epilogue)
       return Status::ok();
     float *o = static_cast<float *>(host(out)); // library epilogues: f32 only
@@ -135,6 +203,8 @@ public:
   }
   Status synchronize() override { return Status::ok(); }
 
+  gpu::GemmPlanForm gemmPlan_ = gpu::GemmPlanForm::Heads;
+
 private:
   std::optional<emu::Module> module_;
   std::vector<emu::Shim> shims_;
@@ -145,7 +215,12 @@ private:
 } // namespace
 
 Expected<std::unique_ptr<Device>> openEmulatedDevice() {
-  return std::unique_ptr<Device>(new EmulatedDevice());
+  auto form = gpu::gemmPlanFormFromEnv(); // KILN_GEMM_PLAN
+  if (!form)
+    return form.status();
+  auto device = std::make_unique<EmulatedDevice>();
+  device->gemmPlan_ = *form;
+  return std::unique_ptr<Device>(std::move(device));
 }
 
 } // namespace kiln::cuda

@@ -947,9 +947,15 @@ int main(int argc, char **argv) {
     if (!output)
       return userError(error);
     if (costDevice) {
+      auto form = kiln::gpu::gemmPlanFormFromEnv(); // as the devices split GEMMs
+      if (!form)
+        return userError(form.status().message());
       kiln::gpu::CostOptions o;
       o.tf32 = gpuCostTf32;
       o.cudaGraphs = gpuCostGraphs;
+      o.gemmSplit = [f = *form](const kiln::program::GemmParams &g) {
+        return kiln::gpu::gemmCalls(g, f);
+      };
       for (const auto &f : compiled->program.functions)
         if (f.name == "train_step")
           output->os() << "@train_step on "
@@ -967,10 +973,15 @@ int main(int argc, char **argv) {
       module->print(output->os());
     else if (emit == Emit::Cuda)
       output->os() << cuda->source;
-    else if (emit == Emit::Counters)
+    else if (emit == Emit::Counters) {
+      // GEMM library calls as kiln-run's CUDA devices split them.
+      auto form = kiln::gpu::gemmPlanFormFromEnv();
+      if (!form)
+        return userError(form.status().message());
       output->os() << kiln::program::countPlan(compiled->program,
-                                               cuda ? &cuda->kernels : nullptr)
+                                               cuda ? &cuda->kernels : nullptr, *form)
                           .toJson();
+    }
     else
       output->os() << compiled->llvmIR;
     output->keep();

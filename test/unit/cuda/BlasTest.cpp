@@ -103,13 +103,14 @@ void modelLt(const LtGemm &g, const std::vector<double> &A,
         for (int64_t r = 0; r < g.m; ++r) {
           double acc = 0;
           for (int64_t kk = 0; kk < g.k; ++kk) {
+            // at(): a plan that leaves the buffers throws (a test failure).
             double a =
-                A[size_t(a0 + (g.transA ? kk + r * g.lda : r + kk * g.lda))];
+                A.at(size_t(a0 + (g.transA ? kk + r * g.lda : r + kk * g.lda)));
             double b =
-                B[size_t(b0 + (g.transB ? c + kk * g.ldb : kk + c * g.ldb))];
+                B.at(size_t(b0 + (g.transB ? c + kk * g.ldb : kk + c * g.ldb)));
             acc += a * b;
           }
-          D[size_t(c0 + r + c * g.ldc)] = acc;
+          D.at(size_t(c0 + r + c * g.ldc)) = acc;
         }
     }
 }
@@ -209,9 +210,10 @@ std::string describe(const GemmParams &s) {
 
 /// planGemm + the cuBLASLt model == the reference, bit for bit, and no
 /// element outside the output's matrices is written.
-void expectPlanMatches(const GemmParams &s) {
-  SCOPED_TRACE(describe(s));
-  auto g = planGemm(s);
+void expectPlanMatches(const GemmParams &s,
+                       GemmPlanForm form = GemmPlanForm::Heads) {
+  SCOPED_TRACE(describe(s) + " plan " + gpu::gemmPlanFormName(form));
+  auto g = planGemm(s, form);
   ASSERT_TRUE(g.isOk()) << g.status().message();
   Extents e = extents(s);
   std::mt19937 rng(std::random_device{}());
@@ -247,10 +249,16 @@ TEST(CudaBlasPlan, DenseTransposesAndBatchModesMatchTheReference) {
 }
 
 TEST(CudaBlasPlan, HeadLayoutsMatchTheReference) {
-  for (const HeadCase &c : headCases(2, 3, 5, 4)) {
-    SCOPED_TRACE(c.name);
-    expectPlanMatches(c.s);
-  }
+  // Batch entries x heads: fewer entries than heads (a call per entry),
+  // more (a call per head), as many, one head, one entry.
+  const std::pair<int64_t, int64_t> sizes[] = {
+      {2, 3}, {4, 3}, {3, 3}, {3, 1}, {1, 2}};
+  for (auto [b, h] : sizes)
+    for (GemmPlanForm form : {GemmPlanForm::Heads, GemmPlanForm::Legacy})
+      for (const HeadCase &c : headCases(b, h, 5, 4)) {
+        SCOPED_TRACE(c.name);
+        expectPlanMatches(c.s, form);
+      }
   for (const HeadCase &c : headCases(1, 2, 3, 8)) {
     SCOPED_TRACE(c.name);
     expectPlanMatches(c.s);
@@ -276,8 +284,8 @@ TEST(CudaBlasPlan, CallStructure) {
   EXPECT_EQ(shared->strideA, 0);
   EXPECT_EQ(shared->strideB, 8 * 32);
   EXPECT_EQ(shared->strideC, 8 * 16);
-  // Head layouts: one strided-batched call of `heads` matrices per group,
-  // unless every layout is uniform.
+  // Head layouts with fewer batch entries (2) than heads (3): a call per
+  // entry, its heads D elements apart.
   std::vector<HeadCase> heads = headCases(2, 3, 5, 4);
   auto qk = planGemm(heads[0].s);
   ASSERT_TRUE(qk.isOk());
@@ -285,10 +293,92 @@ TEST(CudaBlasPlan, CallStructure) {
   EXPECT_EQ(qk->batch, 3);
   EXPECT_EQ(qk->strideB, 4); // next head: D elements further
   EXPECT_EQ(qk->offsetB[1], 5 * 3 * 4);
+  // More entries (4) than heads (3): a call per head, stepping through the
+  // entries by `outer` (T*H*D tokens, H*T*T scores), call h at h*inner.
+  auto perHead = planGemm(headCases(4, 3, 5, 4)[0].s);
+  ASSERT_TRUE(perHead.isOk());
+  EXPECT_EQ(perHead->calls(), 3);
+  EXPECT_EQ(perHead->batch, 4);
+  EXPECT_EQ(perHead->strideA, 5 * 3 * 4);
+  EXPECT_EQ(perHead->strideB, 5 * 3 * 4);
+  EXPECT_EQ(perHead->strideC, 3 * 5 * 5);
+  EXPECT_EQ(perHead->offsetB, (std::vector<int64_t>{0, 4, 8}));
+  EXPECT_EQ(perHead->offsetC, (std::vector<int64_t>{0, 25, 50}));
+  auto legacy = planGemm(headCases(4, 3, 5, 4)[0].s, GemmPlanForm::Legacy);
+  ASSERT_TRUE(legacy.isOk());
+  EXPECT_EQ(legacy->calls(), 4);
+  EXPECT_EQ(legacy->batch, 3);
+  // Uniform layouts (outer == heads * inner): one call.
   auto flat = planGemm(heads[4].s);
   ASSERT_TRUE(flat.isOk());
   EXPECT_EQ(flat->calls(), 1);
   EXPECT_EQ(flat->batch, 6);
+  // One head: one call stepping by `outer`.
+  auto one = planGemm(headCases(3, 1, 5, 4)[0].s);
+  ASSERT_TRUE(one.isOk());
+  EXPECT_EQ(one->calls(), 1);
+  EXPECT_EQ(one->batch, 3);
+  EXPECT_EQ(one->strideB, 5 * 4);
+}
+
+// The GPU config (examples/shakespeare_char.kiln: batch 64, 256 tokens, 6
+// heads of 64) as kilnc --target=cuda plans its attention GEMMs, descriptors
+// copied from the artifact's plan. fp32 folds the head transposes, so q, k,
+// v and the attention output are [64, 256, 6, 64] in place (outer 256*384,
+// inner 64, ld 384) beside dense [64, 6, 256, 256] scores; bf16 keeps the
+// transposes as kernels and its GEMMs are dense batches of 384.
+TEST(CudaBlasPlan, GpuConfigAttentionCallCounts) {
+  const int64_t B = 64, H = 6, T = 256, D = 64;
+  std::vector<HeadCase> fp32 = headCases(B, H, T, D);
+  ASSERT_EQ(fp32[0].s.lhsLayout.outer, 98304);
+  ASSERT_EQ(fp32[0].s.lhsLayout.ld, 384);
+  ASSERT_EQ(fp32[0].s.outLayout.outer, 393216);
+  for (int i = 0; i < 3; ++i) { // scores=QK^T, out=PV, dV=P^T dO
+    SCOPED_TRACE(fp32[size_t(i)].name);
+    const GemmParams &s = fp32[size_t(i)].s;
+    EXPECT_EQ(s.batch, B * H);
+    auto g = planGemm(s);
+    ASSERT_TRUE(g.isOk()) << g.status().message();
+    EXPECT_EQ(g->calls(), H); // one per head, was B
+    EXPECT_EQ(g->batch, B);
+    EXPECT_EQ(g->strideA, s.rhsLayout.outer);
+    EXPECT_EQ(g->strideB, s.lhsLayout.outer);
+    EXPECT_EQ(g->strideC, s.outLayout.outer);
+    for (int64_t h = 0; h < H; ++h) {
+      EXPECT_EQ(g->offsetA[size_t(h)], h * s.rhsLayout.inner);
+      EXPECT_EQ(g->offsetB[size_t(h)], h * s.lhsLayout.inner);
+      EXPECT_EQ(g->offsetC[size_t(h)], h * s.outLayout.inner);
+    }
+    auto old = planGemm(s, GemmPlanForm::Legacy);
+    ASSERT_TRUE(old.isOk());
+    EXPECT_EQ(old->calls(), B);
+    EXPECT_EQ(old->batch, H);
+  }
+  const GemmParams bf16[] = {dense(B * H, T, T, D, false, true, true, true),
+                             dense(B * H, T, D, T, false, false, true, true),
+                             dense(B * H, T, D, T, true, false, true, true)};
+  for (GemmParams s : bf16) {
+    s.dtype = DType::BF16;
+    SCOPED_TRACE(describe(s));
+    for (GemmPlanForm form : {GemmPlanForm::Heads, GemmPlanForm::Legacy}) {
+      auto g = planGemm(s, form);
+      ASSERT_TRUE(g.isOk());
+      EXPECT_EQ(g->calls(), 1);
+      EXPECT_EQ(g->batch, B * H);
+    }
+  }
+}
+
+TEST(CudaBlasPlan, PlanFormFromItsName) {
+  EXPECT_EQ(*gpu::parseGemmPlanForm(nullptr), GemmPlanForm::Heads);
+  EXPECT_EQ(*gpu::parseGemmPlanForm(""), GemmPlanForm::Heads);
+  EXPECT_EQ(*gpu::parseGemmPlanForm("heads"), GemmPlanForm::Heads);
+  EXPECT_EQ(*gpu::parseGemmPlanForm("legacy"), GemmPlanForm::Legacy);
+  auto bad = gpu::parseGemmPlanForm("fast");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("KILN_GEMM_PLAN=fast: use heads"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST(CudaBlasPlan, RejectsShapesTheCompilerNeverEmits) {
@@ -502,7 +592,7 @@ struct Gpu {
   std::string broken;      ///< non-empty: a device exists but setup failed
 };
 
-Gpu &gpu() {
+Gpu &theGpu() {
   static Gpu *g = [] {
     auto *g = new Gpu();
     auto driver = Driver::load();
@@ -546,9 +636,9 @@ Gpu &gpu() {
 
 #define KILN_REQUIRE_GPU()                                                     \
   do {                                                                         \
-    if (!gpu().unavailable.empty())                                            \
-      GTEST_SKIP() << "no CUDA device: " << gpu().unavailable;                 \
-    ASSERT_TRUE(gpu().broken.empty()) << gpu().broken;                         \
+    if (!theGpu().unavailable.empty())                                         \
+      GTEST_SKIP() << "no CUDA device: " << theGpu().unavailable;              \
+    ASSERT_TRUE(theGpu().broken.empty()) << theGpu().broken;                   \
   } while (0)
 
 #define KILN_ASSERT_OK(expr)                                                   \
@@ -565,16 +655,16 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer &) = delete;
   ~DeviceBuffer() {
     if (ptr)
-      (void)gpu().driver->cuMemFree(ptr);
+      (void)theGpu().driver->cuMemFree(ptr);
   }
   Status allocate(size_t n) {
     bytes = std::max<size_t>(n, 1);
-    return KILN_CU_CHECK(*gpu().driver, cuMemAlloc(&ptr, bytes));
+    return KILN_CU_CHECK(*theGpu().driver, cuMemAlloc(&ptr, bytes));
   }
   Status upload(const std::vector<unsigned char> &host) {
     if (Status s = allocate(host.size()); !s)
       return s;
-    return KILN_CU_CHECK(*gpu().driver,
+    return KILN_CU_CHECK(*theGpu().driver,
                          cuMemcpyHtoD(ptr, host.data(), host.size()));
   }
 };
@@ -584,12 +674,14 @@ struct GpuCase {
   DType in = DType::F32, out = DType::F32;
   bool accumulate = false, tf32 = false, bias = false;
   Activation activation = Activation::None;
+  GemmPlanForm plan = GemmPlanForm::Heads;
 };
 
 std::string describe(const GpuCase &c) {
   return describe(c.shape) + " " + program::dtypeName(c.in) + "->" +
          program::dtypeName(c.out) + (c.accumulate ? " beta=1" : "") +
          (c.tf32 ? " tf32" : "") + (c.bias ? " +bias" : "") +
+         (c.plan == GemmPlanForm::Legacy ? " legacy plan" : "") +
          (c.activation == Activation::Gelu      ? " gelu"
           : c.activation == Activation::GeluAux ? " gelu+aux"
           : c.activation == Activation::Relu    ? " relu"
@@ -617,7 +709,7 @@ struct GeluStats {
 /// hardware approximation). Elements outside the output matrices (head
 /// layouts' gaps) must still hold the NaN poison.
 void runCase(const GpuCase &c, GeluStats *gelu = nullptr) {
-  Gpu &g = gpu();
+  Gpu &g = theGpu();
   const Driver &d = *g.driver;
   uint64_t seed = std::random_device{}();
   SCOPED_TRACE(describe(c) + " seed " + std::to_string(seed));
@@ -669,6 +761,7 @@ void runCase(const GpuCase &c, GeluStats *gelu = nullptr) {
   op.tf32 = c.tf32;
   op.bias = c.bias;
   op.activation = c.activation;
+  op.plan = c.plan;
   MatmulArgs args;
   args.lhs = dl.ptr;
   args.rhs = dr.ptr;
@@ -780,7 +873,7 @@ TEST(CudaBlas, HandleCreationFailsCleanlyWithoutAGpu) {
     return;
   }
   KILN_REQUIRE_GPU();
-  auto blas = Blas::create(*gpu().driver, 1 << 20);
+  auto blas = Blas::create(*theGpu().driver, 1 << 20);
   ASSERT_TRUE(blas.isOk()) << blas.status().message();
   EXPECT_EQ((*blas)->cachedPlans(), 0u);
 }
@@ -870,16 +963,19 @@ TEST(CudaBlasGpu, HeadLayouts) {
   for (auto [in, out] :
        {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::BF16},
         std::pair{DType::F16, DType::F16}})
-    for (const HeadCase &h : headCases(3, 4, 24, 16)) {
-      SCOPED_TRACE(h.name);
-      GpuCase c;
-      c.shape = h.s;
-      c.in = in;
-      c.out = out;
-      runCase(c);
-      c.accumulate = true;
-      runCase(c);
-    }
+    for (auto [b, h] : {std::pair{3, 4}, std::pair{5, 2}})
+      for (const HeadCase &hc : headCases(b, h, 24, 16))
+        for (GemmPlanForm form : {GemmPlanForm::Heads, GemmPlanForm::Legacy}) {
+          SCOPED_TRACE(hc.name);
+          GpuCase c;
+          c.shape = hc.s;
+          c.in = in;
+          c.out = out;
+          c.plan = form;
+          runCase(c);
+          c.accumulate = true;
+          runCase(c);
+        }
 }
 
 TEST(CudaBlasGpu, Tf32IsOptIn) {
@@ -914,11 +1010,11 @@ TEST(CudaBlasGpu, PlansAreCachedPerShape) {
   GpuCase c;
   c.shape = dense(2, 32, 32, 32, false, false, true, true);
   runCase(c);
-  size_t plans = gpu().blas->cachedPlans();
+  size_t plans = theGpu().blas->cachedPlans();
   runCase(c);
-  EXPECT_EQ(gpu().blas->cachedPlans(), plans)
+  EXPECT_EQ(theGpu().blas->cachedPlans(), plans)
       << "the same shape built a second plan";
   c.shape.k = 48;
   runCase(c);
-  EXPECT_EQ(gpu().blas->cachedPlans(), plans + 1);
+  EXPECT_EQ(theGpu().blas->cachedPlans(), plans + 1);
 }

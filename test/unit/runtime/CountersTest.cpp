@@ -122,7 +122,38 @@ TEST(Counters, CudaLaunchesSkipLibraryEpilogues) {
   Counters c = countPlan(plan(), &launches);
   // kernel 1 + GEMM 1 + epilogue 2 + GEMM with library epilogue 1.
   EXPECT_EQ(c.functions[0].cudaLaunches, 1 + (1 + 2) + 1);
+  EXPECT_EQ(c.functions[0].cudaGemmCalls, 2);
   EXPECT_EQ(c.functions[1].cudaLaunches, 1);
+  EXPECT_EQ(c.functions[1].cudaGemmCalls, 0);
+  auto j = nlohmann::ordered_json::parse(c.toJson());
+  EXPECT_EQ(j["functions"]["train_step"]["cuda_gemm_calls"], 2);
+}
+
+// A head GEMM counts the library calls the runtime makes (gpu::planGemm):
+// scores = Q K^T over 8 batch entries x 2 heads, q and k [8, T, 2, D] read
+// in place: a call per head (2), or per entry (8) with the legacy plan.
+TEST(Counters, CudaGemmCallsFollowTheGemmPlan) {
+  Program p = plan();
+  Step &g = p.functions[0].steps[1];
+  const int64_t B = 8, H = 2, T = 4, D = 3;
+  g.gemm = GemmParams();
+  g.gemm.batch = B * H;
+  g.gemm.m = g.gemm.n = T;
+  g.gemm.k = D;
+  g.gemm.transposeRhs = true;
+  g.gemm.lhsBatched = g.gemm.rhsBatched = true;
+  g.gemm.heads = H;
+  g.gemm.lhsLayout = g.gemm.rhsLayout = {T * H * D, D, H * D};
+  g.gemm.outLayout = {H * T * T, T * T, T};
+  std::vector<std::vector<kiln::gpu::Launch>> launches(2);
+  launches[0].resize(1);
+  launches[1].resize(2);
+  Counters c = countPlan(p, &launches);
+  EXPECT_EQ(c.functions[0].cudaGemmCalls, H + 1);
+  EXPECT_EQ(c.functions[0].cudaLaunches, 1 + (H + 2) + 1);
+  Counters old = countPlan(p, &launches, kiln::gpu::GemmPlanForm::Legacy);
+  EXPECT_EQ(old.functions[0].cudaGemmCalls, B + 1);
+  EXPECT_EQ(old.functions[0].cudaLaunches, 1 + (B + 2) + 1);
 }
 
 TEST(Counters, JsonKeepsItsKeyOrder) {
