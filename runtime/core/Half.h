@@ -67,6 +67,21 @@ inline uint16_t floatToHalf(program::DType t, float f) {
   return uint16_t(sign | ((r - (112u << 23)) >> 13));
 }
 
+/// f32 to TF32 (1 sign, 8 exponent, 10 mantissa bits, still stored as a
+/// float): to nearest, ties away from zero, as PTX's cvt.rna.tf32.f32 for
+/// tensor-core operands; infinities and NaNs are kept. A finite value near
+/// FLT_MAX may round to infinity, as on the GPU.
+inline float roundToTf32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7f800000u) != 0x7f800000u) {
+    bits += 0x1000u; // half a unit of the 13 dropped bits
+    bits &= ~0x1fffu;
+  }
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
 } // namespace kiln
 
 #endif // KILN_RUNTIME_CORE_HALF_H

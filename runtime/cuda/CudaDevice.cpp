@@ -222,6 +222,7 @@ public:
     op.shape = g;
     op.inputType = op.outputType = g.dtype; // f16/bf16: float32 accumulation
     op.plan = gemmPlan_;
+    op.tf32 = g.tf32; // precision = tf32: CUBLAS_COMPUTE_32F_FAST_TF32
     MatmulArgs args;
     args.lhs = CUdeviceptr(lhs);
     args.rhs = CUdeviceptr(rhs);

@@ -83,6 +83,21 @@ void runLtCallsHalf(program::DType t, const gpu::LtGemm &g, const uint16_t *a, c
       }
 }
 
+/// runLtCalls() with TF32 operands (GemmParams::tf32): each operand element
+/// rounded to TF32, products accumulated in float32.
+void runLtCallsTf32(const gpu::LtGemm &g, const float *a, const float *b, float *d) {
+  thread_local std::vector<float> ta, tb;
+  int64_t na = extent(g.offsetA, g.strideA, g.batch, g.rowsA(), g.colsA(), g.lda);
+  int64_t nb = extent(g.offsetB, g.strideB, g.batch, g.rowsB(), g.colsB(), g.ldb);
+  ta.resize(size_t(na));
+  tb.resize(size_t(nb));
+  for (int64_t i = 0; i < na; ++i)
+    ta[size_t(i)] = roundToTf32(a[i]);
+  for (int64_t i = 0; i < nb; ++i)
+    tb[size_t(i)] = roundToTf32(b[i]);
+  runLtCalls(g, ta.data(), tb.data(), d);
+}
+
 class EmulatedDevice : public Device {
 public:
   std::string describe() const override {
@@ -154,7 +169,10 @@ public:
     auto plan = gpu::planGemm(g, gemmPlan_);
     if (!plan)
       return plan.status();
-    if (g.dtype == program::DType::F32)
+    if (g.dtype == program::DType::F32 && g.tf32)
+      runLtCallsTf32(*plan, static_cast<const float *>(host(rhs)),
+                     static_cast<const float *>(host(lhs)), static_cast<float *>(host(out)));
+    else if (g.dtype == program::DType::F32)
       runLtCalls(*plan, static_cast<const float *>(host(rhs)),
                  static_cast<const float *>(host(lhs)), static_cast<float *>(host(out)));
     else if (g.dtype == program::DType::F16 || g.dtype == program::DType::BF16)

@@ -114,7 +114,7 @@ Expected<CheckResult> check(Model &m, Model &ref, const CheckOptions &o, const S
   line(fmt::format("kiln-run check: every step of @train_step, @eval_step and @predict on {} "
              "against {}: the step's inputs copied from the reference (random, --seed {}), its "
              "outputs poisoned (NaN) first; tolerance {:g} of each tensor's largest value ({:g} "
-             "for steps with bfloat16 values, {:g} with float16; times sqrt(N/65536) for sums "
+             "for steps with bfloat16 values, {:g} with float16 or TF32 GEMMs; times sqrt(N/65536) for sums "
              "of N > 65536 terms) or 1e-6 absolute (integers: exact)",
              m.exec->describe(), ref.exec->describe(), seed, o.tolerance, bf16Tol, f16Tol));
   int64_t vocab = std::max<int64_t>(m.vocabSize(), 2);
@@ -275,6 +275,10 @@ Expected<CheckResult> check(Model &m, Model &ref, const CheckOptions &o, const S
           lower(p.kernels[size_t(st.kernel)].lowestFloat);
         if (st.kind == program::Step::Gemm && st.epilogue >= 0)
           lower(p.kernels[size_t(st.epilogue)].lowestFloat);
+        // A TF32 GEMM rounds its operands to float16's 10-bit mantissa (the
+        // reference, the CPU, computes it in float32).
+        if (st.kind == program::Step::Gemm && st.gemm.tf32)
+          lower(DType::F16);
         double tol = base * std::max(1.0, std::sqrt(terms / 65536.0));
         bool bad = d.nonFinite > 0 ||
                    (d.exact ? d.error > 0 : d.error > tol && d.absolute > 1e-6);

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Blas.h"
+#include "runtime/core/Half.h"
 
 #include <gtest/gtest.h>
 
@@ -858,6 +859,33 @@ const std::pair<DType, DType> kDtypes[] = {{DType::F32, DType::F32},
 // device, it succeeds once a context is current (the shared one below, which
 // stays alive: releasing the last retain of the primary context would pull
 // it from under cuBLASLt's runtime in later tests of this process).
+TEST(CudaBlasHost, Tf32RoundsToNearestTiesAway) {
+  // TF32 keeps 10 mantissa bits: around 1 its unit is 2^-10.
+  const float u = std::ldexp(1.0f, -10);
+  EXPECT_EQ(kiln::roundToTf32(1.0f), 1.0f);
+  EXPECT_EQ(kiln::roundToTf32(1.0f + u), 1.0f + u);               // representable
+  EXPECT_EQ(kiln::roundToTf32(1.0f + u / 4), 1.0f);               // below half
+  EXPECT_EQ(kiln::roundToTf32(1.0f + u / 2), 1.0f + u);           // a tie: away from zero
+  EXPECT_EQ(kiln::roundToTf32(-(1.0f + u / 2)), -(1.0f + u));     // on both sides
+  EXPECT_EQ(kiln::roundToTf32(1.0f + 3 * u / 4), 1.0f + u);       // above half
+  EXPECT_EQ(kiln::roundToTf32(1.0f + u + u / 2), 1.0f + 2 * u);   // odd tie: still away
+  // Subnormals keep 10 bits too: 2^-130 is exact, 2^-140 (under half of
+  // TF32's smallest subnormal, 2^-136) becomes 0.
+  EXPECT_EQ(kiln::roundToTf32(std::ldexp(1.0f, -130)), std::ldexp(1.0f, -130));
+  EXPECT_EQ(kiln::roundToTf32(std::ldexp(1.0f, -140)), 0.0f);
+  EXPECT_TRUE(std::isinf(kiln::roundToTf32(INFINITY)));
+  EXPECT_TRUE(std::isnan(kiln::roundToTf32(NAN)));
+  EXPECT_TRUE(std::isinf(kiln::roundToTf32(3.4028235e38f))); // rounds past the largest TF32
+  // Every result has its 13 low mantissa bits clear.
+  for (float x : {0.1f, 3.14159f, -2.71828f, 1e-20f, 6.02e23f}) {
+    float r = kiln::roundToTf32(x);
+    uint32_t bits;
+    std::memcpy(&bits, &r, sizeof bits);
+    EXPECT_EQ(bits & 0x1fffu, 0u) << x;
+    EXPECT_LE(std::fabs(r - x), std::fabs(x) * std::ldexp(1.0, -11)) << x;
+  }
+}
+
 TEST(CudaBlas, HandleCreationFailsCleanlyWithoutAGpu) {
   auto driver = Driver::load();
   if (!driver) {
