@@ -66,8 +66,9 @@
 #       the table. Run it after every --prepare and before a device call.
 #   Other options: --force-debs (use the carried .debs even where the
 #   packages are installed), --jobs N (build; default nproc),
-#   --skip-peers, --skip-tests, --peers torch,jax,torch-compile (the
-#   default; each may carry :fp32, :tf32 or :bf16, e.g. torch-compile:bf16).
+#   --skip-peers, --skip-tests, --peers torch,torch-compile,torch-compile:tf32,
+#   torch-compile:bf16 (the default; frameworks torch, jax, torch-compile,
+#   each with :fp32 (the default), :tf32 or :bf16).
 #
 # Exit status: 0 when the build, the tests, the loss comparison and the Kiln
 # run succeeded (peers may have failed: see the summary), 1 otherwise.
@@ -85,7 +86,9 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 FORCE_DEBS=0
 SKIP_PEERS=0
 SKIP_TESTS=0
-PEERS=torch,jax,torch-compile
+# The strongest peer in each precision (torch.compile), eager PyTorch in
+# fp32; JAX on request (--peers ...,jax).
+PEERS=torch,torch-compile,torch-compile:tf32,torch-compile:bf16
 while [ $# -gt 0 ]; do
   case "$1" in
     --prepare) MODE=prepare; shift ;;
@@ -152,6 +155,15 @@ prepare() {
     echo "gpu-check --prepare: NOTE: kilnc has no --precision (the mixed-precision pass is not in" \
          "this build): no bf16 artifact, the device run has no bf16 stage"
   fi
+  echo "gpu-check --prepare: the GPU cost model's predictions, to print beside the measurements"
+  : > "$G/predicted.txt"
+  for prec in fp32 tf32 bf16; do
+    for dev in h200 h100; do
+      echo "$prec $(nice build/bin/kilnc examples/shakespeare_char.kiln --target=cuda \
+        --precision=$prec --gpu-cost=$dev 2>/dev/null | head -1)" >> "$G/predicted.txt"
+    done
+  done
+  sed 's/^/  /' "$G/predicted.txt"
   echo "gpu-check --prepare: data"
   build/bin/kiln-run prepare examples/data/tinyshakespeare.txt "$G/data" | sed 's/^/  /'
 
@@ -580,6 +592,32 @@ if [ $BUILT = 1 ] && [ -f "$BF16_SHARED" ]; then
   fi
 fi
 
+# --- (3b') the fp32 artifact with TF32 GEMMs (KILN_CUDA_TF32=1) --------------------
+# PyTorch's allow_tf32 as Kiln's run-time switch: every f32 GEMM on TF32
+# tensor cores (operands rounded to a 10-bit mantissa, float32 sums), the
+# rest fp32; the same as compiling with --precision=tf32, without a second
+# artifact in the carry. Its first 5 losses against the fp32 CPU reference
+# at 1e-2, printed, not judged (the emulator's TF32 moved the MLP's losses by
+# 3e-5 over 5 steps; docs/training.md "TF32").
+TF32_OK=0
+TF32_LINE="tf32: not run (no runtime build)"
+if [ $BUILT = 1 ]; then
+  stage kiln-train-tf32 150 30 "$L/kiln-train-tf32.log" --int -- env KILN_CUDA_TF32=1 "$KRUN" \
+    train "$ART" --device "$DEVICE" --steps "$KSTEPS" --data "$G/data/train.bin" \
+    --eval-interval 0 --log-interval 1 --loss-log "$L/kiln-tf32.loss" --checkpoint "$CK/kiln-tf32.ckpt"
+  trc=$?
+  grep -E '^done:' "$L/kiln-train-tf32.log" | head -2 | cut -c1-160 | sed 's/^/    /'
+  nsteps=0; [ -f "$L/kiln-tf32.loss" ] && nsteps=$(wc -l < "$L/kiln-tf32.loss")
+  if [ "$trc" -eq 0 ] || { [ "$trc" -eq 124 ] && [ "$nsteps" -gt "$KWARM" ]; }; then TF32_OK=1
+    TF32_LINE="tf32: trained $nsteps steps"
+  else fail kiln-train-tf32; TF32_LINE="tf32: FAIL (kiln-run train rc=$trc)"; fi
+  if [ "$nsteps" -ge 5 ]; then
+    python3 bench/compare_losses.py "$REF" "$L/kiln-tf32.loss" --steps 5 --rtol 1e-2 \
+      --ref-name cpu-fp32 --name "$DEVICE-tf32" > "$L/compare-tf32.txt" 2>&1
+    sed 's/^/    /' "$L/compare-tf32.txt"
+  fi
+fi
+
 # --- (3c) where a step's time goes: kiln-run --profile, fp32 and bf16 -----------
 # The profiler's breakdown (GEMMs, generated kernels, copies, idle), its
 # recommendation and the top kernels against the GPU's measured peak, over
@@ -652,23 +690,27 @@ if [ $KILN_OK = 1 ]; then
   TABLE_ARGS+=(--kiln-log "$L/kiln-train.log" --kiln-loss-log "$L/kiln.loss"
                --kiln-warmup "$KWARM" --kiln-json "$L/kiln.json")
 fi
-if [ $BF16_OK = 1 ]; then  # Kiln's bf16 row, against the bf16 peak
-  BPEAK=(); [ "$MODE" = device ] && BPEAK=(--peak-tflops "$(timeout 30 "$PY" -c \
-    "import sys; sys.path.insert(0, 'bench'); import gpt_gpu as g; print(g.H200_PEAK_TFLOPS['bf16'])")")
-  if timeout 30 python3 bench/gpu_table.py --kiln-log "$L/kiln-train-bf16.log" \
-      --kiln-loss-log "$L/kiln-bf16.loss" --kiln-precision bf16 --kiln-warmup "$KWARM" \
-      --kiln-json "$L/kiln-bf16.json" ${TOKENS:+--tokens-per-step "$TOKENS" --flops-per-step "$FLOPS"} \
-      "${BPEAK[@]}" > /dev/null 2> "$L/table-bf16.err"; then
-    TABLE_ARGS=("$L/kiln-bf16.json" "${TABLE_ARGS[@]}")
-  else log "bf16 row failed:"; cat "$L/table-bf16.err"; fi
-fi
+kiln_row() {  # kiln_row PREC: Kiln's row for kiln-train-PREC, against PREC's peak
+  local prec=$1 peak=()
+  [ "$MODE" = device ] && peak=(--peak-tflops "$(timeout 30 "$PY" -c \
+    "import sys; sys.path.insert(0, 'bench'); import gpt_gpu as g; print(g.H200_PEAK_TFLOPS['$prec'])")")
+  if timeout 30 python3 bench/gpu_table.py --kiln-log "$L/kiln-train-$prec.log" \
+      --kiln-loss-log "$L/kiln-$prec.loss" --kiln-precision "$prec" --kiln-warmup "$KWARM" \
+      --kiln-json "$L/kiln-$prec.json" ${TOKENS:+--tokens-per-step "$TOKENS" --flops-per-step "$FLOPS"} \
+      "${peak[@]}" > /dev/null 2> "$L/table-$prec.err"; then
+    TABLE_ARGS=("$L/kiln-$prec.json" "${TABLE_ARGS[@]}")
+  else log "$prec row failed:"; cat "$L/table-$prec.err"; fi
+}
+[ $BF16_OK = 1 ] && kiln_row bf16
+[ $TF32_OK = 1 ] && kiln_row tf32
 if [ ${#PEER_FILES[@]} -gt 0 ] || [ $KILN_OK = 1 ]; then
   timeout 30 python3 bench/gpu_table.py "${TABLE_ARGS[@]}" > "$L/table.txt" 2> "$L/table.err" ||
     { log "table failed:"; cat "$L/table.err"; }
 else
   echo "(no rows: nothing trained)" > "$L/table.txt"
 fi
-cat "${PEER_FILES[@]}" "$L/kiln.json" "$L/kiln-bf16.json" 2>/dev/null > "$OUTDIR/rows.jsonl"
+cat "${PEER_FILES[@]}" "$L/kiln.json" "$L/kiln-bf16.json" "$L/kiln-tf32.json" 2>/dev/null \
+  > "$OUTDIR/rows.jsonl"
 # Kiln bf16 against Kiln fp32 on the same config: the issue's GPU target.
 if [ -f "$L/kiln.json" ] && [ -f "$L/kiln-bf16.json" ]; then
   BF16_LINE=$(python3 -c "
@@ -692,6 +734,8 @@ VERDICT=PASS
   printf '%s\n' "${CHECKS[@]:-check: not run}"
   printf '%s\n' "${COMPARE[@]:-compare: not run}"
   echo "$BF16_LINE"
+  echo "$TF32_LINE"
+  [ -s "$G/predicted.txt" ] && sed 's/^/cost model (at --prepare): /' "$G/predicted.txt" | cut -c1-200
   [ ${#PROFILES[@]} -gt 0 ] && printf '%s\n' "${PROFILES[@]}"
   [ -f "$L/table.err" ] && grep -v '^$' "$L/table.err" | sed 's/^/note: /'
   echo

@@ -31,6 +31,16 @@ Expected<GemmPlanForm> gemmPlanFormFromEnv() {
   return parseGemmPlanForm(std::getenv("KILN_GEMM_PLAN"));
 }
 
+Expected<bool> allTf32FromEnv() {
+  const char *v = std::getenv("KILN_CUDA_TF32");
+  if (!v || !*v || std::string(v) == "0")
+    return false;
+  if (std::string(v) == "1")
+    return true;
+  return Status::error(fmt::format(
+      "KILN_CUDA_TF32={}: use 1 (every f32 GEMM in TF32) or 0 (as the artifact says)", v));
+}
+
 std::string gemmShapeText(const GemmParams &s) {
   std::string text =
       fmt::format("{}[{}x{}]{} x {}[{}x{}]{}",

@@ -61,6 +61,11 @@ Expected<GemmPlanForm> parseGemmPlanForm(const char *value);
 /// parseGemmPlanForm(getenv("KILN_GEMM_PLAN")): what the CUDA devices and
 /// `kilnc --emit=counters` use.
 Expected<GemmPlanForm> gemmPlanFormFromEnv();
+/// KILN_CUDA_TF32=1: every f32 GEMM on TF32 tensor cores, whatever the
+/// artifact's precision (PyTorch's allow_tf32 as a run-time switch, so a
+/// GPU run can time one fp32 artifact both ways); 0 or unset: as the plan
+/// says (GemmParams::tf32). Any other value is an error naming the variable.
+Expected<bool> allTf32FromEnv();
 
 /// One shape of library call, in column-major terms, repeated `calls()`
 /// times at the given element offsets: D (m x n) = op(A) (m x k) *

@@ -81,6 +81,9 @@ public:
     auto form = gpu::gemmPlanFormFromEnv(); // KILN_GEMM_PLAN
     if (!form)
       return form.status();
+    auto tf32 = gpu::allTf32FromEnv(); // KILN_CUDA_TF32
+    if (!tf32)
+      return tf32.status();
     auto driver = Driver::load();
     if (!driver)
       return driver.status();
@@ -108,6 +111,7 @@ public:
       return blas.status();
     dev->blas_ = std::move(*blas);
     dev->gemmPlan_ = *form;
+    dev->allTf32_ = *tf32;
     return std::unique_ptr<Device>(std::move(dev));
   }
 
@@ -222,7 +226,7 @@ public:
     op.shape = g;
     op.inputType = op.outputType = g.dtype; // f16/bf16: float32 accumulation
     op.plan = gemmPlan_;
-    op.tf32 = g.tf32; // precision = tf32: CUBLAS_COMPUTE_32F_FAST_TF32
+    op.tf32 = g.tf32 || allTf32_; // CUBLAS_COMPUTE_32F_FAST_TF32
     MatmulArgs args;
     args.lhs = CUdeviceptr(lhs);
     args.rhs = CUdeviceptr(rhs);
@@ -281,6 +285,7 @@ private:
   CUstream streams_[2] = {nullptr, nullptr};
   std::unique_ptr<Blas> blas_;
   gpu::GemmPlanForm gemmPlan_ = gpu::GemmPlanForm::Heads;
+  bool allTf32_ = false; ///< KILN_CUDA_TF32=1
   CUmodule module_ = nullptr;
   std::string how_;
   std::vector<CUfunction> functions_;

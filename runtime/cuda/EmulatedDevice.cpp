@@ -169,7 +169,7 @@ public:
     auto plan = gpu::planGemm(g, gemmPlan_);
     if (!plan)
       return plan.status();
-    if (g.dtype == program::DType::F32 && g.tf32)
+    if (g.dtype == program::DType::F32 && (g.tf32 || allTf32_))
       runLtCallsTf32(*plan, static_cast<const float *>(host(rhs)),
                      static_cast<const float *>(host(lhs)), static_cast<float *>(host(out)));
     else if (g.dtype == program::DType::F32)
@@ -222,6 +222,7 @@ public:
   Status synchronize() override { return Status::ok(); }
 
   gpu::GemmPlanForm gemmPlan_ = gpu::GemmPlanForm::Heads;
+  bool allTf32_ = false; ///< KILN_CUDA_TF32=1
 
 private:
   std::optional<emu::Module> module_;
@@ -236,8 +237,12 @@ Expected<std::unique_ptr<Device>> openEmulatedDevice() {
   auto form = gpu::gemmPlanFormFromEnv(); // KILN_GEMM_PLAN
   if (!form)
     return form.status();
+  auto tf32 = gpu::allTf32FromEnv(); // KILN_CUDA_TF32
+  if (!tf32)
+    return tf32.status();
   auto device = std::make_unique<EmulatedDevice>();
   device->gemmPlan_ = *form;
+  device->allTf32_ = *tf32;
   return std::unique_ptr<Device>(std::move(device));
 }
 

@@ -1,6 +1,7 @@
 //===- Check.cpp - One backend against another, step by step --------------===//
 #include "runtime/train/Check.h"
 
+#include "runtime/core/GemmPlan.h"
 #include "runtime/core/Half.h"
 #include "runtime/core/Random.h"
 
@@ -111,6 +112,9 @@ Expected<CheckResult> check(Model &m, Model &ref, const CheckOptions &o, const S
   // tensor's largest value, 2^-8 * 8 for bfloat16, 2^-11 * 8 for float16).
   const double bf16Tol = std::max(o.tolerance, 8 * std::ldexp(1.0, -8));
   const double f16Tol = std::max(o.tolerance, 8 * std::ldexp(1.0, -11));
+  // KILN_CUDA_TF32=1 puts every f32 GEMM of the device under test in TF32.
+  auto tf32Env = gpu::allTf32FromEnv();
+  const bool envTf32 = tf32Env && *tf32Env;
   line(fmt::format("kiln-run check: every step of @train_step, @eval_step and @predict on {} "
              "against {}: the step's inputs copied from the reference (random, --seed {}), its "
              "outputs poisoned (NaN) first; tolerance {:g} of each tensor's largest value ({:g} "
@@ -277,7 +281,8 @@ Expected<CheckResult> check(Model &m, Model &ref, const CheckOptions &o, const S
           lower(p.kernels[size_t(st.epilogue)].lowestFloat);
         // A TF32 GEMM rounds its operands to float16's 10-bit mantissa (the
         // reference, the CPU, computes it in float32).
-        if (st.kind == program::Step::Gemm && st.gemm.tf32)
+        if (st.kind == program::Step::Gemm && st.gemm.dtype == DType::F32 &&
+            (st.gemm.tf32 || envTf32))
           lower(DType::F16);
         double tol = base * std::max(1.0, std::sqrt(terms / 65536.0));
         bool bad = d.nonFinite > 0 ||
