@@ -9,6 +9,21 @@
 
 namespace kiln::train {
 
+namespace {
+
+/// `s` with "rank R: " in front unless its message starts so already: every
+/// failure of a run on several devices names the rank it happened on (a
+/// checkpoint that rank 0 alone writes, a data error in one replica's
+/// shard), not only the collectives' own messages.
+Status namingRank(const Status &s, int rank) {
+  std::string prefix = fmt::format("rank {}: ", rank);
+  if (s.message().compare(0, prefix.size(), prefix) == 0)
+    return s;
+  return Status::error(prefix + s.message(), s.kind());
+}
+
+} // namespace
+
 Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
                                    Sink out) {
   if (o.comms.empty() || !o.backend)
@@ -59,16 +74,19 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
 
   std::mutex mu;
   std::optional<Status> failure;
+  int failedRank = 0;
   std::vector<std::optional<TrainResult>> results(trainers.size());
   bool inProcess = o.comms.size() > 1;
   // A replica whose call failed because another aborted the run reports
   // that ("... failed: the run was aborted (<why>)"), and may get here
   // before the replica that aborted it: the cause replaces such a report.
   auto knockOn = comm::abortedByOther;
-  auto fail = [&](const Status &s) {
+  auto fail = [&](const Status &s, int rank) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!failure || (knockOn(*failure) && !knockOn(s)))
+    if (!failure || (knockOn(*failure) && !knockOn(s))) {
       failure = s;
+      failedRank = rank;
+    }
     cancel = true;
     // In-process: wake the replicas waiting in a collective at once. (A
     // process of an MPI world leaves the abort to its caller, which says
@@ -83,12 +101,12 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
   auto body = [&](size_t i) {
     if (o.handshake)
       if (Status s = o.handshake(*run.models[i]->comm, *run.models[i]); !s) {
-        fail(s);
+        fail(s, o.comms[i]->rank());
         return;
       }
     auto r = trainers[i]->run();
     if (!r) {
-      fail(r.status());
+      fail(r.status(), o.comms[i]->rank());
       return;
     }
     results[i] = *r;
@@ -103,7 +121,7 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
       t.join();
   }
   if (failure)
-    return *failure;
+    return world > 1 ? namingRank(*failure, failedRank) : *failure;
   for (auto &r : results)
     if (r && !r->left) {
       run.result = *r;
