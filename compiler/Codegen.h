@@ -28,6 +28,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -91,7 +92,8 @@ void printPlan(const program::Program &program, llvm::raw_ostream &os,
 /// plan's arena says those). With tensor parallelism (a parameter sharded
 /// with kiln.shard's dim), Psi counts such a parameter by its local block,
 /// all a device holds of it, its gradient and its optimizer state; N is the
-/// size of the "dp" axis where the mesh has one.
+/// size of the "dp" axis where the mesh has one. `stage` >= 0 (pipeline
+/// parallelism): only the parameters that stage's devices hold.
 struct ZeroMemory {
   int64_t psi = 0;     ///< parameter count
   int64_t devices = 1; ///< N: the devices the state is sharded over
@@ -107,10 +109,16 @@ private:
 /// the optimizer state from the state buffers named "slot:param" (their
 /// logical size: a parameter's element count times the slot's element
 /// size), N from the mesh.
-ZeroMemory zeroMemory(const program::Program &program);
+ZeroMemory zeroMemory(const program::Program &program, int stage = -1);
 /// Prints the three rows (plain DP, ZeRO-1, ZeRO-2), each line starting
 /// with `indent`.
 void printZeroMemory(const ZeroMemory &m, llvm::raw_ostream &os, const std::string &indent);
+/// Pipeline parallelism: the same accounting per stage, `stages[s]` counting
+/// the parameters stage s holds (a device holds one stage's), N the
+/// data-parallel replicas of a stage (devices / (pp x tp)); a header, then
+/// each stage's Psi and its three rows.
+void printStageZeroMemory(const std::vector<ZeroMemory> &stages, llvm::raw_ostream &os,
+                          const std::string &indent);
 
 /// Every kernel of @train_step (kind, ops, model lines, estimated FLOPs and
 /// bytes moved) and every fusion the pass refused, with its rule

@@ -1032,15 +1032,21 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
 
 } // namespace codegen
 
-ZeroMemory zeroMemory(const program::Program &p) {
+ZeroMemory zeroMemory(const program::Program &p, int stage) {
   ZeroMemory m;
   // ZeRO shards over "dp"; on a mesh with other axes (tp) only its size
   // divides the state.
   int dp = p.mesh.axis("dp");
   m.devices = dp >= 0 ? std::max<int64_t>(1, p.mesh.axes[size_t(dp)].size)
                       : std::max(1, p.mesh.numDevices());
+  int pp = p.mesh.axis("pp"), tp = p.mesh.axis("tp");
+  if (dp < 0 && pp >= 0) // the replicas of a stage
+    m.devices = std::max<int64_t>(
+        1, p.mesh.numDevices() / (std::max<int64_t>(1, p.mesh.axes[size_t(pp)].size) *
+                                  (tp >= 0 ? std::max<int64_t>(1, p.mesh.axes[size_t(tp)].size)
+                                           : 1)));
   for (const Buffer &b : p.buffers) {
-    if (b.role != Role::Param)
+    if (b.role != Role::Param || (stage >= 0 && b.stage >= 0 && b.stage != stage))
       continue;
     int64_t n = b.numElements();
     // A ZeRO-sharded parameter counts whole (each device holds all of it
@@ -1062,20 +1068,48 @@ ZeroMemory zeroMemory(const program::Program &p) {
   return m;
 }
 
-void printZeroMemory(const ZeroMemory &m, llvm::raw_ostream &os, const std::string &indent) {
+namespace {
+/// The three rows of `m`, each line starting with `indent`.
+void printZeroRows(const ZeroMemory &m, llvm::raw_ostream &os, const std::string &indent) {
   double psi = double(std::max<int64_t>(m.psi, 1));
   auto per = [&](int64_t b) { return fmt::format("{:g}", double(b) / psi); };
   auto mib = [](int64_t b) { return fmt::format("{:.2f} MiB", double(b) / (1 << 20)); };
-  os << fmt::format("{}memory per device, ZeRO paper accounting (Psi = {} parameters, N = {}; "
-                    "params {} Psi + gradients {} Psi + optimizer state {} Psi):\n",
-                    indent, m.psi, m.devices, per(m.paramBytes), per(m.gradBytes),
-                    per(m.optimizerBytes));
   os << fmt::format("{}  plain DP  {:>12} bytes ({}), {} Psi\n", indent, m.plainDP(),
                     mib(m.plainDP()), per(m.plainDP()));
   os << fmt::format("{}  ZeRO-1    {:>12} bytes ({}), {} Psi: optimizer state / N\n", indent,
                     m.zero1(), mib(m.zero1()), per(m.zero1()));
   os << fmt::format("{}  ZeRO-2    {:>12} bytes ({}), {} Psi: gradients and optimizer state / N\n",
                     indent, m.zero2(), mib(m.zero2()), per(m.zero2()));
+}
+
+/// "params 4 Psi + gradients 4 Psi + optimizer state 8 Psi" for `m`.
+std::string zeroPerPsi(const ZeroMemory &m) {
+  double psi = double(std::max<int64_t>(m.psi, 1));
+  auto per = [&](int64_t b) { return fmt::format("{:g}", double(b) / psi); };
+  return fmt::format("params {} Psi + gradients {} Psi + optimizer state {} Psi",
+                     per(m.paramBytes), per(m.gradBytes), per(m.optimizerBytes));
+}
+} // namespace
+
+void printZeroMemory(const ZeroMemory &m, llvm::raw_ostream &os, const std::string &indent) {
+  os << fmt::format("{}memory per device, ZeRO paper accounting (Psi = {} parameters, N = {}; "
+                    "{}):\n",
+                    indent, m.psi, m.devices, zeroPerPsi(m));
+  printZeroRows(m, os, indent);
+}
+
+void printStageZeroMemory(const std::vector<ZeroMemory> &stages, llvm::raw_ostream &os,
+                          const std::string &indent) {
+  int64_t n = stages.empty() ? 1 : stages[0].devices;
+  os << fmt::format("{}memory per device of each pipeline stage, ZeRO paper accounting (Psi_stage "
+                    "= the parameters the stage holds, N = {} data-parallel replica{} of each "
+                    "stage):\n",
+                    indent, n, n == 1 ? "" : "s");
+  for (size_t s = 0; s < stages.size(); ++s) {
+    os << fmt::format("{}  stage {} (Psi_stage = {} parameters; {}):\n", indent, s,
+                      stages[s].psi, zeroPerPsi(stages[s]));
+    printZeroRows(stages[s], os, indent + "  ");
+  }
 }
 
 namespace {
@@ -1166,7 +1200,14 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
         }
       }
     }
-    printZeroMemory(zeroMemory(p), os, "");
+    if (pp > 1) {
+      std::vector<ZeroMemory> stages;
+      for (int s = 0; s < pp; ++s)
+        stages.push_back(zeroMemory(p, s));
+      printStageZeroMemory(stages, os, "");
+    } else {
+      printZeroMemory(zeroMemory(p), os, "");
+    }
     if (pp <= 1)
       os << fmt::format("  this plan  {:>12} bytes ({}) per device: persistent {} bytes, "
                       "scratch peak {} bytes\n",

@@ -321,6 +321,14 @@ void addProgram(ModelSummary &s, ModuleOp module) {
     return;
   ZeroMemory m;
   m.devices = mesh.axisSize("dp") > 0 ? mesh.axisSize("dp") : mesh.devices();
+  // Pipeline parallelism: a device holds its stage's parameters only, and
+  // N counts the replicas of a stage, so the accounting is per stage.
+  int64_t P = std::max<int64_t>(1, mesh.axisSize("pp"));
+  if (P > 1 && mesh.axisSize("dp") <= 0)
+    m.devices = std::max<int64_t>(
+        1, mesh.devices() / (P * std::max<int64_t>(1, mesh.axisSize("tp"))));
+  std::vector<ZeroMemory> stages(size_t(P), m);
+  std::map<std::string, int64_t> paramStage;
   std::map<std::string, int64_t> paramCount;
   std::vector<std::pair<std::string, int64_t>> states; // name, element bytes
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
@@ -343,6 +351,14 @@ void addProgram(ModelSummary &s, ModuleOp module) {
       m.psi += n;
       m.paramBytes += n * bytes;
       m.gradBytes += n * bytes;
+      int64_t stage = 0;
+      if (auto st = step.getArgAttrOfType<IntegerAttr>(i, kStageAttr))
+        stage = std::clamp<int64_t>(st.getInt(), 0, P - 1);
+      paramStage[p.str()] = stage;
+      ZeroMemory &sm = stages[size_t(stage)];
+      sm.psi += n;
+      sm.paramBytes += n * bytes;
+      sm.gradBytes += n * bytes;
     } else if (auto st = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kStateAttr)) {
       states.push_back({st.str(), bytes});
     }
@@ -351,11 +367,16 @@ void addProgram(ModelSummary &s, ModuleOp module) {
     size_t colon = name.find(':');
     auto it = colon == std::string::npos ? paramCount.end()
                                          : paramCount.find(name.substr(colon + 1));
-    if (it != paramCount.end())
+    if (it != paramCount.end()) {
       m.optimizerBytes += it->second * bytes;
+      stages[size_t(paramStage[it->first])].optimizerBytes += it->second * bytes;
+    }
   }
   llvm::raw_string_ostream os(s.memory);
-  printZeroMemory(m, os, "  ");
+  if (P > 1)
+    printStageZeroMemory(stages, os, "  ");
+  else
+    printZeroMemory(m, os, "  ");
   // Tensor parallelism: every all-reduce kiln-tensor-parallel inserted into
   // @train_step, where and why (its location's "tp: ..." name).
   if (mesh.axisSize("tp") > 1) {

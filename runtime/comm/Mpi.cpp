@@ -322,8 +322,11 @@ public:
             for (int r : w->ranks)
               if (r != s.rank)
                 others.push_back(r);
+          // (A group of two: the other member is the one missing.)
           who = others.empty()
                     ? std::string("another rank of the group did not take part")
+                : others.size() == 1
+                    ? fmt::format("rank(s) {} did not take part", others[0])
                     : fmt::format("one of ranks {} did not take part",
                                   fmt::join(others, ", "));
         } else {

@@ -2,12 +2,104 @@
 #include "runtime/train/Replicas.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
 namespace kiln::train {
+
+namespace {
+
+/// `s` with "rank R: " in front unless its message starts so already: every
+/// failure of a run on several devices names the rank it happened on (a
+/// checkpoint that rank 0 alone writes, a data error in one replica's
+/// shard), not only the collectives' own messages.
+Status namingRank(const Status &s, int rank) {
+  std::string prefix = fmt::format("rank {}: ", rank);
+  if (s.message().compare(0, prefix.size(), prefix) == 0)
+    return s;
+  return Status::error(prefix + s.message(), s.kind());
+}
+
+/// Appends `text` to `words` as its length, then its bytes in whole words.
+void packText(std::vector<int64_t> &words, const std::string &text) {
+  words.push_back(int64_t(text.size()));
+  size_t at = words.size();
+  words.resize(at + (text.size() + 7) / 8, 0);
+  std::memcpy(words.data() + at, text.data(), text.size());
+}
+
+} // namespace
+
+StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
+  StartAgreement a;
+  a.report = c.rank() == 0;
+  int n = c.size();
+  // Each rank's (failed, exit code, message words), then the messages in
+  // words of the longest.
+  int64_t words = int64_t(mine.message().size() + 7) / 8;
+  int64_t head[3] = {mine ? 0 : 1, mine.exitCode(), words};
+  std::vector<int64_t> heads(size_t(3 * n));
+  if (Status s = c.allGather(head, heads.data(), 3, ElementType::I64); !s) {
+    a.status = s;
+    a.report = true;
+    return a;
+  }
+  bool any = false;
+  int64_t longest = 1;
+  for (int r = 0; r < n; ++r) {
+    any = any || heads[size_t(3 * r)];
+    longest = std::max(longest, heads[size_t(3 * r + 2)] + 1);
+  }
+  if (!any)
+    return a;
+  std::vector<int64_t> text;
+  packText(text, mine ? std::string() : mine.message());
+  text.resize(size_t(longest), 0);
+  std::vector<int64_t> all(size_t(longest * n));
+  if (Status s = c.allGather(text.data(), all.data(), longest, ElementType::I64); !s) {
+    a.status = s;
+    a.report = true;
+    return a;
+  }
+  // The distinct messages, in rank order, each with its ranks.
+  std::vector<std::pair<std::string, std::vector<int>>> failed;
+  int failedRanks = 0, firstCode = 0;
+  for (int r = 0; r < n; ++r) {
+    if (!heads[size_t(3 * r)])
+      continue;
+    if (!failedRanks++)
+      firstCode = int(heads[size_t(3 * r + 1)]);
+    const int64_t *at = all.data() + size_t(r * longest);
+    std::string m(reinterpret_cast<const char *>(at + 1), size_t(at[0]));
+    auto same = std::find_if(failed.begin(), failed.end(),
+                             [&](const auto &f) { return f.first == m; });
+    if (same == failed.end())
+      failed.push_back({m, {r}});
+    else
+      same->second.push_back(r);
+  }
+  ErrorKind kind = firstCode == 2 ? ErrorKind::Internal : ErrorKind::User;
+  if (failed.size() == 1 && failedRanks == n) {
+    a.status = Status::error(failed[0].first, kind);
+    return a;
+  }
+  std::vector<std::string> lines;
+  for (const auto &[m, ranks] : failed)
+    lines.push_back(fmt::format("{} {}: {}", ranks.size() == 1 ? "rank" : "ranks",
+                                fmt::join(ranks, ", "), m));
+  a.status = Status::error(
+      lines.size() == 1
+          ? lines[0]
+          : fmt::format("{} of {} ranks could not start:\n  {}", failedRanks, n,
+                        fmt::join(lines, "\n  ")),
+      kind);
+  return a;
+}
 
 Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
                                    Sink out) {
@@ -44,6 +136,12 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
     else if (c->rank() != 0)
       to.tracer = nullptr;
     auto t = Trainer::open(*m, to, o.backend(c->rank(), c), out);
+    if (o.started && world > 1 && o.comms.size() == 1) {
+      // Every rank opened its trainer, or each knows which did not.
+      *o.started = agreeOnStart(*m->comm, t ? Status::ok() : t.status());
+      if (!o.started->status)
+        return o.started->status;
+    }
     if (!t) {
       // The other processes of an MPI world find this rank missing at the
       // handshake and stop within their timeout.
@@ -59,16 +157,19 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
 
   std::mutex mu;
   std::optional<Status> failure;
+  int failedRank = 0;
   std::vector<std::optional<TrainResult>> results(trainers.size());
   bool inProcess = o.comms.size() > 1;
   // A replica whose call failed because another aborted the run reports
   // that ("... failed: the run was aborted (<why>)"), and may get here
   // before the replica that aborted it: the cause replaces such a report.
   auto knockOn = comm::abortedByOther;
-  auto fail = [&](const Status &s) {
+  auto fail = [&](const Status &s, int rank) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!failure || (knockOn(*failure) && !knockOn(s)))
+    if (!failure || (knockOn(*failure) && !knockOn(s))) {
       failure = s;
+      failedRank = rank;
+    }
     cancel = true;
     // In-process: wake the replicas waiting in a collective at once. (A
     // process of an MPI world leaves the abort to its caller, which says
@@ -83,12 +184,12 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
   auto body = [&](size_t i) {
     if (o.handshake)
       if (Status s = o.handshake(*run.models[i]->comm, *run.models[i]); !s) {
-        fail(s);
+        fail(s, o.comms[i]->rank());
         return;
       }
     auto r = trainers[i]->run();
     if (!r) {
-      fail(r.status());
+      fail(r.status(), o.comms[i]->rank());
       return;
     }
     results[i] = *r;
@@ -103,7 +204,7 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
       t.join();
   }
   if (failure)
-    return *failure;
+    return world > 1 ? namingRank(*failure, failedRank) : *failure;
   for (auto &r : results)
     if (r && !r->left) {
       run.result = *r;

@@ -28,6 +28,27 @@
 
 namespace kiln::train {
 
+/// Whether every rank of a world of processes could start, agreed on by
+/// all of them (agreeOnStart()).
+struct StartAgreement {
+  /// Ok when every rank started; else what failed, on which ranks.
+  Status status;
+  /// This rank (the lowest) reports `status` for the world; the others
+  /// exit with its exit code without printing it again.
+  bool report = true;
+};
+
+/// Every rank of `c`'s world says whether it could start (`mine`), so that
+/// an error found on several ranks is reported once, and one found on some
+/// ranks only stops the others at once, naming the ranks. A collective
+/// under `c`'s deadline: every rank calls it once at the same point (a rank
+/// that never gets there is named by the timeout). The failure's message is
+/// the ranks' own when all failed with the same one (as one process would
+/// print it), else "rank R: message" per distinct message, ranks with the
+/// same one together ("ranks 1, 3: ..."), a line each; its kind is the
+/// lowest failed rank's.
+StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine);
+
 struct ReplicaOptions {
   /// As for one replica; rank, worldSize, cancel are set per replica.
   TrainOptions train;
@@ -51,6 +72,12 @@ struct ReplicaOptions {
   /// --trace: one tracer per replica (TrainOptions::tracer of each), or
   /// empty: train.tracer for all (null: none).
   std::vector<Tracer *> tracers;
+  /// A process of a world of several (one replica here): where set, the
+  /// ranks agree (agreeOnStart()) once each has opened its trainer (its
+  /// data, --resume, --init), and the outcome is stored here; a failure
+  /// then returns its status, which every rank knows, so no rank needs to
+  /// abort the others.
+  StartAgreement *started = nullptr;
 };
 
 struct ReplicaRun {

@@ -46,13 +46,29 @@ namespace {
 
 using train::Channel;
 
+/// `kiln-run train` under a launcher of several processes, until the
+/// communicator exists: the first error (a flag, the artifact, --device) is
+/// held here instead of printed, and the ranks agree on it once they can
+/// talk (reportStartError()), so that it is printed once, by rank 0, and
+/// names the ranks when not all of them hit it.
+struct HeldError {
+  bool hold = false;
+  std::optional<Status> status;
+};
+HeldError gHeld;
+
 int fail(const Status &s) {
+  int rc = s.exitCode() ? s.exitCode() : 1;
+  if (gHeld.hold) {
+    if (!gHeld.status)
+      gHeld.status = s;
+    return rc;
+  }
   fmt::print(stderr, "kiln-run: error: {}\n", s.message());
-  return s.exitCode() ? s.exitCode() : 1;
+  return rc;
 }
 int usage(const std::string &m) {
-  fmt::print(stderr, "kiln-run: error: {} (see kiln-run --help)\n", m);
-  return 1;
+  return fail(Status::error(m + " (see kiln-run --help)"));
 }
 
 /// Prints what runtime/train reports.
@@ -451,6 +467,34 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
 
 } // namespace
 
+/// Ends the run of a rank once the ranks agreed that some could not start
+/// (`a`): rank 0 prints what failed, then the ranks leave together (one
+/// more collective), since mpirun ends the whole job as soon as one rank
+/// exits with an error and could otherwise stop rank 0 before it printed.
+static int endStart(comm::Communicator &c, const train::StartAgreement &a) {
+  int rc = a.report ? fail(a.status) : a.status.exitCode();
+  std::fflush(stderr);
+  int64_t printed = 1, all = 0;
+  (void)c.allReduce(&printed, &all, 1, ElementType::I64, comm::Reduction::Max);
+  return rc;
+}
+
+/// A start-up error `held` before the communicator existed, under a launcher
+/// of several processes: every rank gets to agreeOnStart() (the others
+/// right after making their communicator), rank 0 prints what failed, and
+/// every rank exits with its code. A rank missing there (dead, or stuck
+/// before it) is named by the collective's deadline.
+static int reportStartError(const Flags &f, const Status &held) {
+  // (The flag itself may be what was wrong.)
+  double timeout = f.collectiveTimeout > 0 && f.collectiveTimeout <= kMaxCollectiveTimeout
+                       ? f.collectiveTimeout
+                       : Flags().collectiveTimeout;
+  auto c = train::makeMpiCommunicator(timeout);
+  if (!c)
+    return fail(held); // no MPI to agree through: as one process
+  return endStart(**c, train::agreeOnStart(**c, held));
+}
+
 /// Training on several devices (docs/parallel.md "The multi-rank trainer"):
 /// --device cpu:N in this process, or this process's rank under mpirun.
 static int trainReplicas(const Flags &f, const train::TrainOptions &o, const train::DeviceSpec &spec,
@@ -483,10 +527,16 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
         !s)
       return fail(s);
   std::vector<std::unique_ptr<comm::Communicator>> owned, host;
+  train::StartAgreement started;
   if (launch.multiProcess()) {
+    gHeld.hold = false; // from here on, each rank's errors name it
     auto c = train::makeMpiCommunicator(f.collectiveTimeout);
     if (!c)
       return fail(c.status());
+    // The ranks that failed before this point tell theirs here.
+    started = train::agreeOnStart(**c, Status::ok());
+    if (!started.status)
+      return endStart(**c, started);
     if ((*c)->size() != launch.size || (*c)->rank() != launch.rank)
       return fail(Status::error(fmt::format(
           "{} says this is rank {} of {}, but MPI says rank {} of {}; start kiln-run with "
@@ -583,7 +633,11 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       tracers.push_back(t);
     }
   ro.tracers = tracers;
+  if (launch.multiProcess())
+    ro.started = &started;
   auto r = train::trainReplicas(model.pkg, ro, print);
+  if (!r && !started.status) // every rank knows: none waits for another
+    return endStart(host.empty() ? *owned[0] : *host[0], started);
   if (!r) {
     int rc = fail(r.status());
     // The other processes stop at once rather than at their deadline.
@@ -668,8 +722,21 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   return 0;
 }
 
+static int train(const std::vector<std::string> &args, Flags &f);
+
 int trainCommand(const std::vector<std::string> &args) {
+  // Several processes: a start-up error is printed once (gHeld).
+  auto launch = train::detectLaunch();
+  gHeld = HeldError{};
+  gHeld.hold = launch && launch->multiProcess();
   Flags f;
+  int rc = train(args, f);
+  std::optional<Status> held = gHeld.hold ? gHeld.status : std::nullopt;
+  gHeld = HeldError{};
+  return held ? reportStartError(f, *held) : rc;
+}
+
+static int train(const std::vector<std::string> &args, Flags &f) {
   Tracer tracer; // --trace on one device (outlives the model using it)
   std::unique_ptr<train::Model> model;
   if (int rc = begin(args, f, model))
