@@ -23,8 +23,10 @@
 //   columns      reductions over leading dimensions: a block per reduced
 //                element (shuffle + shared-memory tree), or a thread per
 //                element looping over the column when there are many;
-//   scatter      scatter_add with a thread per (outer, inner) column adding
-//                the index positions in order (deterministic).
+//   scatter      scatter_add: chunks of indices summed per row in shared
+//                memory, then the chunks in order (two launches), or a
+//                thread per output element or per (outer, inner) column
+//                walking every index (deterministic, no float atomics).
 // Accumulation is float32 (double for f64); f16/bf16 values are rounded to
 // their type after every op, like the CPU code.
 //
@@ -55,6 +57,11 @@ struct CudaEmitOptions {
   /// it applies; false: the older `columns(block per column)` form
   /// (kilnc --cuda-columns=block).
   bool columnTiles = true;
+  /// scatter_add over many indices and few rows in the chunked
+  /// `scatter(chunks)` + `scatter(chunk sums)` form where it applies; false:
+  /// the older forms that walk every index per thread (kilnc
+  /// --cuda-scatter=walk).
+  bool scatterChunks = true;
 };
 
 /// Emits CUDA C++ for `neutral` (CompiledProgram::neutralKernels). Fails

@@ -69,12 +69,23 @@ std::string floatLiteral(double v, bool isDouble);
 /// rounding, and runtime/core/Random.h's hash as kiln_mix and kiln_unit).
 std::string helpers();
 
+/// How emitScatterChunks splits a scatter_add of `m` indices into `rows`
+/// rows: `cols` threads per block (0: the partials do not fit, use another
+/// form), `tiles` blocks across inner, `chunks` chunks of `chunk` indices
+/// (chunks <= 1: use another form).
+struct ScatterChunking {
+  int64_t cols = 0, tiles = 0, chunks = 0, chunk = 0;
+};
+ScatterChunking scatterChunking(int64_t outer, int64_t inner, int64_t rows, int64_t m,
+                                int64_t computeBytes);
+
 /// One kernel's CUDA code.
 class KernelEmitter {
 public:
   KernelEmitter(func::FuncOp fn, std::string name, std::string &error,
-                bool columnTiles = true)
-      : fn_(fn), name_(std::move(name)), error_(error), columnTiles_(columnTiles) {}
+                bool columnTiles = true, bool scatterChunks = true)
+      : fn_(fn), name_(std::move(name)), error_(error), columnTiles_(columnTiles),
+        scatterChunks_(scatterChunks) {}
 
   LogicalResult run(std::string &code, std::vector<gpu::Launch> &launches);
 
@@ -175,6 +186,10 @@ private:
   LogicalResult emitScatterByRow(ScatterAddOp op, const std::string &fname, int64_t outer,
                                  int64_t inner, int64_t rowsN, int64_t m, const TypeInfo &ti,
                                  std::vector<gpu::Launch> &launches);
+  LogicalResult emitScatterChunks(ScatterAddOp op, const std::string &fname, int64_t outer,
+                                  int64_t inner, int64_t rowsN, int64_t m,
+                                  const ScatterChunking &ch, const TypeInfo &ti,
+                                  std::vector<gpu::Launch> &launches);
   LogicalResult emitMatmul(MatmulOp op, std::vector<gpu::Launch> &launches);
   /// Stores output `i` at `idx`.
   void store(unsigned i, ArrayRef<std::string> idx);
@@ -186,6 +201,7 @@ private:
   std::string name_;
   std::string &error_;
   bool columnTiles_; ///< CudaEmitOptions::columnTiles
+  bool scatterChunks_; ///< CudaEmitOptions::scatterChunks
   FusionOp fusion_;
   Block *body_block_ = nullptr;
   llvm::DenseMap<Value, unsigned> argOf_;   ///< fusion block arg -> kernel arg
@@ -210,6 +226,16 @@ constexpr int64_t kRowsPerBlock = 8;
 constexpr int64_t kMaxScatterRows = 1024;
 constexpr int64_t kMaxScatterWork = int64_t(1) << 24;
 constexpr int64_t kMaxWarpRow = 1024;
+
+/// The chunked scatter_add (`scatter(chunks)`): a block's rows x columns
+/// partials in static shared memory (at most this many bytes), chunks of at
+/// least kScatterMinChunk indices and at most kScatterMaxChunks chunks, and
+/// at most kScatterMaxPartials elements of global scratch.
+constexpr int64_t kScatterSharedBytes = 40 * 1024;
+constexpr int64_t kScatterMinChunk = 64;
+constexpr int64_t kScatterMaxChunks = 1024;
+constexpr int64_t kScatterMaxPartials = int64_t(1) << 26;
+
 
 } // namespace kiln::cudagen
 

@@ -107,6 +107,55 @@ int64_t threadsOf(const Launch &l) {
   return l.grid[0] * l.grid[1] * l.grid[2] * l.block[0] * l.block[1] * l.block[2];
 }
 
+/// The chunked scatter_add (`scatter(chunks)` then `scatter(chunk sums)`,
+/// compiler/cuda/Scatter.cpp): how many chunks of how many indices, and the
+/// bytes each launch moves. The first launch runs a thread per (outer,
+/// inner) column per chunk, so its threads over the updates' columns
+/// (update elements / indices) give the chunk count; its fp32 partials are
+/// the output's size per chunk, written once and read once.
+struct ScatterChunks {
+  int64_t chunks = 0, chunkLength = 0;
+  double inputBytes = 0, outputBytes = 0, partialBytes = 0;
+};
+
+ScatterChunks scatterChunks(const Program &p, const program::Kernel &k,
+                            const std::vector<int> &args, const std::vector<Launch> &ls,
+                            int64_t indices) {
+  ScatterChunks sc;
+  const Launch *first = nullptr;
+  for (const Launch &l : ls)
+    if (l.form == "scatter(chunks)")
+      first = &l;
+  if (!first || indices <= 0)
+    return sc;
+  int64_t updates = 0; // the largest float input's elements
+  double outElems = 0, partialWidth = 4; // fp32 partials (f64 for f64)
+  for (size_t i = 0; i < args.size(); ++i) {
+    int a = args[i];
+    if (a < 0 || size_t(a) >= p.buffers.size())
+      continue;
+    const Buffer &b = p.buffers[size_t(a)];
+    double bytes = double(b.bytes);
+    if (int(i) < k.numInputs) {
+      sc.inputBytes += bytes;
+      if (kiln::isFloat(b.dtype))
+        updates = std::max<int64_t>(updates, b.bytes / dtypeWidth(b.dtype));
+    } else {
+      sc.outputBytes += bytes;
+      outElems += bytes / double(dtypeWidth(b.dtype));
+      if (b.dtype == DType::F64)
+        partialWidth = 8;
+    }
+  }
+  int64_t columns = updates / indices; // outer x inner
+  if (columns <= 0)
+    return sc;
+  sc.chunks = std::max<int64_t>(1, threadsOf(*first) / columns);
+  sc.chunkLength = (indices + sc.chunks - 1) / sc.chunks;
+  sc.partialBytes = double(sc.chunks) * outElems * partialWidth;
+  return sc;
+}
+
 struct Timed {
   double seconds = 0;
   const char *bound = "memory";
@@ -114,7 +163,7 @@ struct Timed {
 
 /// One launch of a generated kernel moving `bytes` and computing `flops`.
 Timed launchTime(const Launch &l, double bytes, double flops, int64_t width,
-                 int64_t indices, const DeviceSpec &dev) {
+                 int64_t indices, int64_t chunkLength, const DeviceSpec &dev) {
   double threads = std::min(double(threadsOf(l)), dev.sms * kThreadsPerSm);
   double loadBytes = l.form == "elementwise(float4)" ? 16.0 : double(width);
   double moved = bytes;
@@ -136,6 +185,15 @@ Timed launchTime(const Launch &l, double bytes, double flops, int64_t width,
   if (compute > t.seconds) {
     t.seconds = compute;
     t.bound = "compute";
+  }
+  if (l.form == "scatter(chunks)" && chunkLength > 0) {
+    // Each thread walks its chunk's indices in order: a dependent chain of
+    // an index load (L2) and a shared-memory add per index.
+    double walk = double(chunkLength) * dev.l2LatencyCycles / dev.clockHz;
+    if (walk > t.seconds) {
+      t.seconds = walk;
+      t.bound = "latency";
+    }
   }
   if (l.form == "scatter(by row)" && indices > 0) {
     // Each thread walks every index in order, one dependent L2 load each.
@@ -238,9 +296,21 @@ CostReport predict(const Program &p, const program::Function &f,
     double threads = 0;
     for (const Launch &l : ls)
       threads += double(threadsOf(l));
+    ScatterChunks sc = scatterChunks(p, k, args, ls, indices);
     for (const Launch &l : ls) {
       double share = threads > 0 ? double(threadsOf(l)) / threads : 1.0 / double(ls.size());
-      Timed t = launchTime(l, bytes * share, double(k.flops) * share, width, indices, dev);
+      double launchBytes = bytes * share;
+      int64_t launchWidth = width;
+      if (sc.chunks > 0 && l.form == "scatter(chunks)") {
+        launchBytes = sc.inputBytes + sc.partialBytes; // read once, partials written
+      } else if (sc.chunks > 0 && l.form == "scatter(chunk sums)") {
+        launchBytes = sc.partialBytes + sc.outputBytes; // partials read, output written
+        launchWidth = 4;
+      }
+      Timed t = launchTime(l, launchBytes, double(k.flops) * share, launchWidth, indices,
+                           sc.chunkLength, dev);
+      if (sc.chunks > 0)
+        item.bytes += launchBytes - bytes * share; // the scratch traffic
       item.seconds += t.seconds + gap;
       item.bound = t.bound;
       if (item.form.empty())

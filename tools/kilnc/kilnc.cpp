@@ -136,6 +136,13 @@ cl::opt<std::string> cudaColumns(
     cl::desc("Column reductions in CUDA: tiles (coalesced, split over blocks; the default) or "
              "block (the older block-per-column form, kept to time one against the other)"),
     cl::cat(kilncCategory));
+cl::opt<std::string> cudaScatter(
+    "cuda-scatter", cl::value_desc("chunks|walk"), cl::init("chunks"),
+    cl::desc("scatter_add in CUDA: chunks (the indices split over blocks, per-row sums in "
+             "shared memory, then the chunks summed in order; the default where it applies) or "
+             "walk (the older forms where each thread reads every index, kept to time one "
+             "against the other)"),
+    cl::cat(kilncCategory));
 cl::opt<unsigned> gpuCostTop("gpu-cost-top", cl::init(15),
                               cl::desc("With --gpu-cost: how many of the most expensive steps "
                                        "to list (default 15)"),
@@ -886,8 +893,11 @@ int main(int argc, char **argv) {
     if (targetCuda) {
       if (cudaColumns != "tiles" && cudaColumns != "block")
         return userError("--cuda-columns must be tiles or block, got '" + cudaColumns + "'");
+      if (cudaScatter != "chunks" && cudaScatter != "walk")
+        return userError("--cuda-scatter must be chunks or walk, got '" + cudaScatter + "'");
       kiln::CudaEmitOptions eo;
       eo.columnTiles = cudaColumns == "tiles";
+      eo.scatterChunks = cudaScatter == "chunks";
       auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err, eo);
       if (mlir::failed(c)) {
         std::fprintf(stderr, "kilnc: error: CUDA code generation: %s\n", err.c_str());

@@ -2,7 +2,7 @@
 //
 // gpu::predict() on plans whose every number is chosen: the bandwidth roof
 // of a wide copy, the Little's-law limits of narrow loads and of one block,
-// strided column reads, library GEMMs split into many calls, TF32, the
+// strided column reads, the chunked scatter_add, library GEMMs split into many calls, TF32, the
 // host-bound plan of tiny kernels and what CUDA graphs change, and the
 // device table. The expected values are written out from the model's
 // constants (runtime/core/GpuCost.cpp), so a change of a constant shows
@@ -124,6 +124,58 @@ TEST(GpuCost, StridedColumnsWasteSectors) {
   // The tiles read 4 bytes per lane, coalesced: latency-limited at 480
   // blocks, yet faster than paying for 4.5x the bytes.
   EXPECT_GT(strided.predict("H200").seconds, 1.2 * tiled.predict("H200").seconds);
+}
+
+/// The GPU config's embedding gradient: scatter_add of 16384 indices into
+/// 65 rows of 384 (updates [16384, 384] f32, indices i32, output [65, 384]).
+struct Scatter {
+  Program p;
+  std::vector<std::vector<gpu::Launch>> launches;
+  explicit Scatter(std::vector<gpu::Launch> ls) {
+    p.buffers = {buffer(16384 * 384 * 4), buffer(16384 * 4, DType::I32), buffer(65 * 384 * 4)};
+    p.arenaBytes = 1;
+    program::Kernel k;
+    k.symbol = "k0";
+    k.numInputs = 2;
+    p.kernels = {k};
+    program::Function f;
+    f.name = "train_step";
+    Step s;
+    s.kind = Step::Kernel;
+    s.kernel = 0;
+    s.args = {0, 1, 2};
+    f.steps = {s};
+    p.functions = {f};
+    launches = {std::move(ls)};
+  }
+  gpu::CostReport predict() const {
+    return gpu::predict(p, p.functions[0], launches, device("H200"));
+  }
+};
+
+// The walk reads every index per thread, one dependent L2 hit each: 16384
+// x 300 cycles at 1.98 GHz. The chunks read the updates once (127 chunks
+// of 130 indices, a thread per column per chunk) and write and read back
+// 127 partials of the output's size (12.7 MB each way): Little's-law
+// bound at 48768 and 25088 threads.
+TEST(GpuCost, ChunkedScatterReadsOnce) {
+  Scatter walk({launch("scatter(by row)", 98)});
+  Scatter chunks({launch("scatter(chunks)", 381, 128), launch("scatter(chunk sums)", 98)});
+  const gpu::DeviceSpec &h200 = device("H200");
+  double walkWant = 16384 * h200.l2LatencyCycles / h200.clockHz + 1.5e-6;
+  EXPECT_NEAR(walk.predict().seconds, walkWant, walkWant * 1e-9);
+  double partials = 127.0 * 65 * 384 * 4;
+  double in = 16384.0 * 384 * 4 + 16384 * 4;
+  double first = (in + partials) / (381 * 128 * 4.0 * 2 / 0.8e-6);
+  double second = (partials + 65 * 384 * 4) / (98 * 256 * 4.0 * 2 / 0.8e-6);
+  double want = first + second + 2 * 1.5e-6;
+  gpu::CostReport r = chunks.predict();
+  EXPECT_NEAR(r.seconds, want, want * 1e-9);
+  ASSERT_EQ(r.items.size(), 1u);
+  EXPECT_EQ(r.items[0].launches, 2);
+  EXPECT_DOUBLE_EQ(r.items[0].bytes, in + 2 * partials + 65 * 384 * 4);
+  EXPECT_LT(r.seconds, 0.3e-3);
+  EXPECT_GT(walk.predict().seconds, 10 * r.seconds);
 }
 
 /// One GEMM step of `batch` matrices m x n x k.
