@@ -1,8 +1,9 @@
 //===- Elementwise.cpp - The elementwise kernel form ------------------------===//
 //
 // A grid-stride loop per output shape (at most 8 outputs per launch,
-// ordered around in-place updates); float4 loads and stores when every input
-// is read at the output's index.
+// ordered around in-place updates); 16-byte loads and stores when every input
+// is read at the output's index: float4 when every buffer is f32, vec8 (8
+// elements a thread) when some are f16/bf16.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/cuda/KernelEmitter.h"
@@ -128,16 +129,24 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches)
   }
   for (auto &[shape, outs] : groups) {
     int64_t n = product(shape);
-    // float4 when every output is f32 and every value on the way is
-    // elementwise at this shape (or a broadcast scalar): each input is then
-    // read at the output's index.
-    bool vec = n % 4 == 0 && n >= 4 && !shape.empty();
+    // 16-byte loads and stores when every value on the way is elementwise
+    // at this shape (or a broadcast scalar): each input is then read at the
+    // output's index. float4 (4 elements a thread) when every such input
+    // and every output is f32; vec8 (8 elements a thread: a uint4 of 8
+    // halves or two float4 per buffer) when they are f32, f16 or bf16 and
+    // one is a half type.
+    auto isF32 = [](Value v) { return tensorOf(v).getElementType().isF32(); };
+    auto isHalf = [](Value v) {
+      Type t = tensorOf(v).getElementType();
+      return t.isF16() || t.isBF16();
+    };
+    bool vec = !shape.empty(); // every input is read at the output's index
     llvm::SetVector<Value> identityArgs; // in first-use order: the source must be deterministic
     std::function<void(Value)> check = [&](Value v) {
       if (!vec)
         return;
       if (isa<BlockArgument>(v)) {
-        if (tensorOf(v).getShape() == ArrayRef<int64_t>(shape) && tensorOf(v).getElementType().isF32())
+        if (tensorOf(v).getShape() == ArrayRef<int64_t>(shape) && (isF32(v) || isHalf(v)))
           identityArgs.insert(v);
         else if (tensorOf(v).getRank() != 0)
           vec = false;
@@ -163,20 +172,35 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches)
       for (Value o : op->getOperands())
         check(o);
     };
+    bool allF32 = true, anyHalf = false;
     for (unsigned o : outs) {
-      if (!tensorOf(yields[o]).getElementType().isF32())
+      allF32 = allF32 && isF32(yields[o]);
+      anyHalf = anyHalf || isHalf(yields[o]);
+      if (!isF32(yields[o]) && !isHalf(yields[o]))
         vec = false;
       check(yields[o]);
     }
+    for (Value a : identityArgs) {
+      allF32 = allF32 && isF32(a);
+      anyHalf = anyHalf || isHalf(a);
+    }
+    // The width: 4 (float4), 8 (vec8) or 1 (scalar).
+    int width = 1;
+    if (vec && allF32 && n % 4 == 0 && n >= 4)
+      width = 4;
+    else if (vec && anyHalf && halfVectors_ && n % 8 == 0 && n >= 8)
+      width = 8;
     std::string fname = fmt::format("{}_{}", name_, kernelCount_++);
     int64_t block = 256;
-    int64_t work = vec ? n / 4 : n;
+    int64_t work = n / width;
     int64_t grid = std::min<int64_t>((work + block - 1) / block, 4096);
     indent_ = 1;
     memo_.clear();
     memo_.emplace_back();
     line("const int stride = gridDim.x * blockDim.x;");
-    if (vec) {
+    if (width == 8) {
+      emitHalfVectors(shape, outs, identityArgs.getArrayRef());
+    } else if (width == 4) {
       line(fmt::format("for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < {}; q += stride) {{",
                        n / 4));
       push();
@@ -225,9 +249,89 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches)
     }
     if (!error_.empty())
       return failure();
-    finish(fname, vec ? "elementwise(float4)" : "elementwise", grid, block, launches);
+    finish(fname,
+           width == 8   ? "elementwise(vec8)"
+           : width == 4 ? "elementwise(float4)"
+                        : "elementwise",
+           grid, block, launches);
   }
   return success();
+}
+
+void KernelEmitter::emitHalfVectors(ArrayRef<int64_t> shape, ArrayRef<unsigned> outs,
+                                    ArrayRef<Value> identityArgs) {
+  // Thread q handles elements 8q .. 8q+7: each f16/bf16 buffer moves as one
+  // 16-byte uint4, each f32 buffer as two float4 (buffers are 64-byte
+  // aligned, runtime/core/Program.h). Each element is computed exactly as
+  // the scalar form computes it (loaded with kiln_to_float, stored with
+  // kiln_from_float), so the results are the same bits.
+  auto yields = fusion_.getBlock().getTerminator()->getOperands();
+  int64_t n = product(shape);
+  line(fmt::format("for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < {}; q += stride) {{",
+                   n / 8));
+  push();
+  // Lane c of each input, as a float expression.
+  llvm::DenseMap<Value, std::function<std::string(int)>> lanes;
+  for (Value a : identityArgs) {
+    TypeInfo ti;
+    typeInfo(tensorOf(a).getElementType(), ti);
+    unsigned arg = argOf_.lookup(a);
+    if (ti.isLow) {
+      std::string u = fresh("ua"), h = fresh("ha");
+      line(fmt::format("const uint4 {} = reinterpret_cast<const uint4 *>(a{})[q];", u, arg));
+      line(fmt::format("const {0} *{1} = reinterpret_cast<const {0} *>(&{2});", ti.storage, h, u));
+      lanes[a] = [h](int c) { return fmt::format("kiln_to_float({}[{}])", h, c); };
+    } else {
+      std::string lo = fresh("va"), hi = fresh("va");
+      line(fmt::format("const float4 {} = reinterpret_cast<const float4 *>(a{})[2 * q];", lo, arg));
+      line(fmt::format("const float4 {} = reinterpret_cast<const float4 *>(a{})[2 * q + 1];", hi,
+                       arg));
+      lanes[a] = [lo, hi](int c) {
+        static const char *comp[] = {"x", "y", "z", "w"};
+        return fmt::format("{}.{}", c < 4 ? lo : hi, comp[c % 4]);
+      };
+    }
+  }
+  SmallVector<std::string> results;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    results.push_back(fresh("r"));
+    line(fmt::format("float {}[8];", results.back()));
+  }
+  for (int c = 0; c < 8; ++c) {
+    for (Value a : identityArgs)
+      laneRead_[a] = lanes[a](c);
+    line("{");
+    push();
+    std::string lin = fresh("e");
+    line(fmt::format("const int {} = 8 * q + {};", lin, c));
+    SmallVector<std::string> idx = delinear(lin, shape);
+    for (auto [j, o] : llvm::enumerate(outs))
+      line(fmt::format("{}[{}] = {};", results[j], c, emit(yields[o], idx)));
+    pop();
+    line("}");
+  }
+  laneRead_.clear();
+  for (auto [j, o] : llvm::enumerate(outs)) {
+    TypeInfo ti;
+    typeInfo(tensorOf(yields[o]).getElementType(), ti);
+    const std::string &r = results[j];
+    if (ti.isLow) {
+      std::string u = fresh("uo"), h = fresh("ho");
+      line(fmt::format("uint4 {};", u));
+      line(fmt::format("{0} *{1} = reinterpret_cast<{0} *>(&{2});", ti.storage, h, u));
+      for (int c = 0; c < 8; ++c)
+        line(fmt::format("{}[{}] = kiln_from_float<{}>({}[{}]);", h, c, ti.storage, r, c));
+      line(fmt::format("reinterpret_cast<uint4 *>(a{})[q] = {};", outArg_[o], u));
+    } else {
+      for (int half = 0; half < 2; ++half)
+        line(fmt::format("reinterpret_cast<float4 *>(a{0})[2 * q + {1}] = make_float4({2}[{3}], "
+                         "{2}[{4}], {2}[{5}], {2}[{6}]);",
+                         outArg_[o], half, r, 4 * half, 4 * half + 1, 4 * half + 2,
+                         4 * half + 3));
+    }
+  }
+  pop();
+  line("}");
 }
 
 } // namespace kiln::cudagen

@@ -284,8 +284,7 @@ FailureOr<CudaProgram> emitCuda(ModuleOp neutral, const program::Program &progra
       error = "kernel " + k.symbol + " has no target-neutral form";
       return failure();
     }
-    cudagen::KernelEmitter e(fn, k.symbol, error, options.columnTiles,
-                                 options.scatterChunks);
+    cudagen::KernelEmitter e(fn, k.symbol, error, options);
     std::string code;
     if (failed(e.run(code, out.kernels[i])))
       return failure();

@@ -11,8 +11,11 @@
 //   elementwise  grid-stride loop over each output shape, every value
 //                computed at the point's index from its inputs (broadcasts,
 //                reshapes, transposes, slices, pads, concatenations, gathers
-//                are index maps); 16-byte float4 loads and stores when every
-//                input is read at the output's index;
+//                are index maps); 16-byte loads and stores when every
+//                input is read at the output's index: float4 when every
+//                buffer is f32, "elementwise(vec8)" (8 elements a thread,
+//                a uint4 of halves or two float4 per buffer) when some
+//                are f16/bf16;
 //   rows         the fusion's leading `rows` dimensions index rows; each
 //                reduction is a stage whose results later stages and the
 //                outputs read. "rows(warp per row)" for rows of at most 1024
@@ -62,6 +65,10 @@ struct CudaEmitOptions {
   /// the older forms that walk every index per thread (kilnc
   /// --cuda-scatter=walk).
   bool scatterChunks = true;
+  /// Elementwise kernels over f16/bf16 buffers in the `elementwise(vec8)`
+  /// form (8 elements a thread, 16-byte loads and stores) where it applies;
+  /// false: the scalar `elementwise` form (kilnc --cuda-half-vectors=off).
+  bool halfVectors = true;
 };
 
 /// Emits CUDA C++ for `neutral` (CompiledProgram::neutralKernels). Fails

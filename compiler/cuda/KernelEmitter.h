@@ -83,9 +83,9 @@ ScatterChunking scatterChunking(int64_t outer, int64_t inner, int64_t rows, int6
 class KernelEmitter {
 public:
   KernelEmitter(func::FuncOp fn, std::string name, std::string &error,
-                bool columnTiles = true, bool scatterChunks = true)
-      : fn_(fn), name_(std::move(name)), error_(error), columnTiles_(columnTiles),
-        scatterChunks_(scatterChunks) {}
+                const CudaEmitOptions &options = {})
+      : fn_(fn), name_(std::move(name)), error_(error), columnTiles_(options.columnTiles),
+        scatterChunks_(options.scatterChunks), halfVectors_(options.halfVectors) {}
 
   LogicalResult run(std::string &code, std::vector<gpu::Launch> &launches);
 
@@ -167,6 +167,10 @@ private:
   std::string accInit(Operation *red);
 
   LogicalResult emitElementwise(std::vector<gpu::Launch> &launches);
+  /// The `elementwise(vec8)` loop over `shape` for outputs `outs`, each of
+  /// `identityArgs` read at the output's index.
+  void emitHalfVectors(ArrayRef<int64_t> shape, ArrayRef<unsigned> outs,
+                       ArrayRef<Value> identityArgs);
   LogicalResult emitRows(int64_t rows, std::vector<gpu::Launch> &launches);
   LogicalResult emitColumns(std::vector<gpu::Launch> &launches);
   LogicalResult emitColumnTiles(
@@ -202,6 +206,7 @@ private:
   std::string &error_;
   bool columnTiles_; ///< CudaEmitOptions::columnTiles
   bool scatterChunks_; ///< CudaEmitOptions::scatterChunks
+  bool halfVectors_; ///< CudaEmitOptions::halfVectors
   FusionOp fusion_;
   Block *body_block_ = nullptr;
   llvm::DenseMap<Value, unsigned> argOf_;   ///< fusion block arg -> kernel arg

@@ -165,7 +165,8 @@ struct Timed {
 Timed launchTime(const Launch &l, double bytes, double flops, int64_t width,
                  int64_t indices, int64_t chunkLength, const DeviceSpec &dev) {
   double threads = std::min(double(threadsOf(l)), dev.sms * kThreadsPerSm);
-  double loadBytes = l.form == "elementwise(float4)" ? 16.0 : double(width);
+  double loadBytes =
+      l.form == "elementwise(float4)" || l.form == "elementwise(vec8)" ? 16.0 : double(width);
   double moved = bytes;
   if (l.form == "columns(block per column)" && l.grid[0] * l.grid[1] * l.grid[2] > 1) {
     // Several columns: each lane's element is k elements from its

@@ -143,6 +143,12 @@ cl::opt<std::string> cudaScatter(
              "walk (the older forms where each thread reads every index, kept to time one "
              "against the other)"),
     cl::cat(kilncCategory));
+cl::opt<std::string> cudaHalfVectors(
+    "cuda-half-vectors", cl::value_desc("on|off"), cl::init("on"),
+    cl::desc("Elementwise kernels over f16/bf16 buffers in CUDA: on (8 elements a thread, "
+             "16-byte loads and stores: elementwise(vec8); the default) or off (the scalar "
+             "elementwise form, kept to time one against the other)"),
+    cl::cat(kilncCategory));
 cl::opt<unsigned> gpuCostTop("gpu-cost-top", cl::init(15),
                               cl::desc("With --gpu-cost: how many of the most expensive steps "
                                        "to list (default 15)"),
@@ -898,6 +904,9 @@ int main(int argc, char **argv) {
       kiln::CudaEmitOptions eo;
       eo.columnTiles = cudaColumns == "tiles";
       eo.scatterChunks = cudaScatter == "chunks";
+      if (cudaHalfVectors != "on" && cudaHalfVectors != "off")
+        return userError("--cuda-half-vectors must be on or off, got '" + cudaHalfVectors + "'");
+      eo.halfVectors = cudaHalfVectors == "on";
       auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err, eo);
       if (mlir::failed(c)) {
         std::fprintf(stderr, "kilnc: error: CUDA code generation: %s\n", err.c_str());
