@@ -6,6 +6,7 @@ one, which would not fit the device tool's 64 MiB twice).
 
   kpack_share.py strip BASE.kpack FULL.kpack OUT.kpack-shared
   kpack_share.py restore BASE.kpack IN.kpack-shared OUT.kpack
+  kpack_share.py drop-ptx FILE.kpack
 
 strip: OUT is FULL with every initializers tensor whose name, dtype, shape
 and bytes equal BASE's left out, and every bf16/f16 tensor that is BASE's
@@ -16,6 +17,12 @@ section is renamed
 and records FULL's SHA-256. Prints how many tensors and bytes it shares.
 restore: rebuilds FULL from BASE and OUT and checks the SHA-256: exit 1,
 naming both files, when BASE is not the artifact OUT was stripped against.
+
+drop-ptx: rewrites FILE without each kernels.cuda.<arch>.ptx section whose
+<arch> also has a CUBIN (kernels.cuda.<arch>.cubin). A GPU of that arch loads
+the CUBIN; any other compiles the artifact's CUDA source with NVRTC
+(runtime/cuda/CudaDevice.cpp loadKernels), so only the driver's PTX
+fallback for a GPU without NVRTC is lost. Prints what it dropped.
 
 The container is test/runtime/Inputs/kpack_manifest.py's (runtime/core/
 Artifact.h); the initializers section is safetensors (8-byte header length,
@@ -158,7 +165,29 @@ def restore(base_path, in_path, out_path, quiet=False):
         print(f"kpack_share.py: {out_path}: restored from {in_path} and {base_path}")
 
 
+def drop_ptx(path):
+    version, secs = k.read(path)
+    names = {name for _, name, _ in secs}
+    keep, dropped = [], 0
+    for kind, name, data in secs:
+        if name.startswith("kernels.cuda.") and name.endswith(".ptx") and \
+                name[:-len(".ptx")] + ".cubin" in names:
+            dropped += len(data)
+            continue
+        keep.append([kind, name, data])
+    if len(keep) == len(secs):
+        print(f"kpack_share.py: {path}: no PTX beside a CUBIN; unchanged")
+        return
+    tmp = path + ".tmp"
+    k.write(tmp, version, keep)
+    os.replace(tmp, path)
+    print(f"kpack_share.py: {path}: dropped {len(secs) - len(keep)} PTX section(s) beside their CUBIN "
+          f"({dropped / 1048576:.1f} MiB)")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "drop-ptx":
+        return drop_ptx(sys.argv[2])
     if len(sys.argv) != 5 or sys.argv[1] not in ("strip", "restore"):
         raise SystemExit(__doc__.split("\n\n")[1])
     (strip if sys.argv[1] == "strip" else restore)(*sys.argv[2:])
