@@ -561,6 +561,31 @@ if [ $BUILT = 1 ]; then
   compare compare "$REF" "$L/kiln.loss"
 fi
 
+# train_variant PREC ARTIFACT [VAR=VALUE...]: trains ARTIFACT on the GPU as
+# kiln-train-PREC (with the variables in its environment), then sets
+# PREC_OK/PREC_LINE (upper case) and prints the first 5 losses against the
+# fp32 CPU reference at 1e-2 (printed, not judged).
+train_variant() {
+  local prec=$1 art=$2 up rc nsteps; shift 2
+  up=$(echo "$prec" | tr a-z A-Z)
+  stage "kiln-train-$prec" 150 30 "$L/kiln-train-$prec.log" --int -- env "$@" "$KRUN" train "$art" \
+    --device "$DEVICE" --steps "$KSTEPS" --data "$G/data/train.bin" --eval-interval 0 \
+    --log-interval 1 --loss-log "$L/kiln-$prec.loss" --checkpoint "$CK/kiln-$prec.ckpt"
+  rc=$?
+  grep -E '^done:' "$L/kiln-train-$prec.log" | head -2 | cut -c1-160 | sed 's/^/    /'
+  nsteps=0; [ -f "$L/kiln-$prec.loss" ] && nsteps=$(wc -l < "$L/kiln-$prec.loss")
+  if [ "$rc" -eq 0 ] || { [ "$rc" -eq 124 ] && [ "$nsteps" -gt "$KWARM" ]; }; then
+    eval "${up}_OK=1"; eval "${up}_LINE=\"$prec: trained $nsteps steps\""
+  else
+    fail "kiln-train-$prec"; eval "${up}_LINE=\"$prec: FAIL (kiln-run train rc=$rc)\""
+  fi
+  if [ "$nsteps" -ge 5 ]; then
+    python3 bench/compare_losses.py "$REF" "$L/kiln-$prec.loss" --steps 5 --rtol 1e-2 \
+      --ref-name cpu-fp32 --name "$DEVICE-$prec" > "$L/compare-$prec.txt" 2>&1
+    sed 's/^/    /' "$L/compare-$prec.txt"
+  fi
+}
+
 # --- (3b) the same config in bf16 (kilnc --precision=bf16) ----------------------
 # The artifact travels without the initial values it shares with the fp32
 # one (tools/kpack_share.py; restored and checked by SHA-256 here). Its
@@ -578,20 +603,7 @@ BF16_LINE="bf16: not run ($BF16_SHARED missing: kilnc had no --precision at --pr
 if [ $BUILT = 1 ] && [ -f "$BF16_SHARED" ]; then
   BF16_ART=$W/gpt-bf16.kpack
   if python3 tools/kpack_share.py restore "$ART" "$BF16_SHARED" "$BF16_ART" > "$L/bf16-restore.log" 2>&1; then
-    stage kiln-train-bf16 150 30 "$L/kiln-train-bf16.log" --int -- "$KRUN" train "$BF16_ART" \
-      --device "$DEVICE" --steps "$KSTEPS" --data "$G/data/train.bin" --eval-interval 0 \
-      --log-interval 1 --loss-log "$L/kiln-bf16.loss" --checkpoint "$CK/kiln-bf16.ckpt"
-    brc=$?
-    grep -E '^done:' "$L/kiln-train-bf16.log" | head -2 | cut -c1-160 | sed 's/^/    /'
-    nsteps=0; [ -f "$L/kiln-bf16.loss" ] && nsteps=$(wc -l < "$L/kiln-bf16.loss")
-    if [ "$brc" -eq 0 ] || { [ "$brc" -eq 124 ] && [ "$nsteps" -gt "$KWARM" ]; }; then BF16_OK=1
-      BF16_LINE="bf16: trained $nsteps steps"
-    else fail kiln-train-bf16; BF16_LINE="bf16: FAIL (kiln-run train rc=$brc)"; fi
-    if [ "$nsteps" -ge 5 ]; then
-      python3 bench/compare_losses.py "$REF" "$L/kiln-bf16.loss" --steps 5 --rtol 1e-2 \
-        --ref-name cpu-fp32 --name "$DEVICE-bf16" > "$L/compare-bf16.txt" 2>&1
-      sed 's/^/    /' "$L/compare-bf16.txt"
-    fi
+    train_variant bf16 "$BF16_ART"
   else
     cat "$L/bf16-restore.log"; fail bf16-restore
     BF16_LINE="bf16: FAIL (could not restore $BF16_SHARED: $(tail -1 "$L/bf16-restore.log" | cut -c1-120))"
@@ -608,20 +620,7 @@ fi
 TF32_OK=0
 TF32_LINE="tf32: not run (no runtime build)"
 if [ $BUILT = 1 ]; then
-  stage kiln-train-tf32 150 30 "$L/kiln-train-tf32.log" --int -- env KILN_CUDA_TF32=1 "$KRUN" \
-    train "$ART" --device "$DEVICE" --steps "$KSTEPS" --data "$G/data/train.bin" \
-    --eval-interval 0 --log-interval 1 --loss-log "$L/kiln-tf32.loss" --checkpoint "$CK/kiln-tf32.ckpt"
-  trc=$?
-  grep -E '^done:' "$L/kiln-train-tf32.log" | head -2 | cut -c1-160 | sed 's/^/    /'
-  nsteps=0; [ -f "$L/kiln-tf32.loss" ] && nsteps=$(wc -l < "$L/kiln-tf32.loss")
-  if [ "$trc" -eq 0 ] || { [ "$trc" -eq 124 ] && [ "$nsteps" -gt "$KWARM" ]; }; then TF32_OK=1
-    TF32_LINE="tf32: trained $nsteps steps"
-  else fail kiln-train-tf32; TF32_LINE="tf32: FAIL (kiln-run train rc=$trc)"; fi
-  if [ "$nsteps" -ge 5 ]; then
-    python3 bench/compare_losses.py "$REF" "$L/kiln-tf32.loss" --steps 5 --rtol 1e-2 \
-      --ref-name cpu-fp32 --name "$DEVICE-tf32" > "$L/compare-tf32.txt" 2>&1
-    sed 's/^/    /' "$L/compare-tf32.txt"
-  fi
+  train_variant tf32 "$ART" KILN_CUDA_TF32=1
 fi
 
 # --- (3c) where a step's time goes: kiln-run --profile, fp32 and bf16 -----------
