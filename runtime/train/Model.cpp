@@ -395,7 +395,14 @@ Status saveCheckpoint(Model &m, const std::string &path, int64_t nextStep, uint6
   c.metadata["data_seed"] = std::to_string(seed);
   c.metadata["model"] = m.pkg.model;
   c.metadata["source_sha256"] = m.pkg.sourceHash;
-  // No device count: the layout is logical, any device count resumes.
+  // The layout is logical (any device count loads it); the global batch,
+  // the data consumed and the device count let a resume keep the batch
+  // (Trainer::create refuses one that would change it).
+  if (int64_t g = globalBatchRows(m); g > 0) {
+    c.metadata["global_batch"] = std::to_string(g);
+    c.metadata["data_samples"] = std::to_string(nextStep * g);
+    c.metadata["dp_devices"] = std::to_string(dataParallelDevices(m));
+  }
   if (!write)
     return Status::ok();
   return ckpt::write(path, c);
@@ -814,6 +821,30 @@ Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w,
 int64_t checkpointStep(const ckpt::Checkpoint &c) {
   auto s = c.metadata.find("step");
   return s == c.metadata.end() ? 0 : std::strtoll(s->second.c_str(), nullptr, 10);
+}
+
+int64_t dataParallelDevices(const Model &m) {
+  int a = m.prog().mesh.axis("dp");
+  return a < 0 ? 1 : std::max<int64_t>(1, m.prog().mesh.axes[size_t(a)].size);
+}
+
+int64_t globalBatchRows(const Model &m) {
+  if (!m.prog().function("train_step"))
+    return 0;
+  std::vector<int> in = m.dataInputs("train_step");
+  if (in.empty())
+    return 0;
+  const program::Buffer &first = m.prog().buffers[size_t(in[0])];
+  int64_t rows = first.shape.empty() ? 1 : first.shape[0];
+  return rows * dataParallelDevices(m);
+}
+
+CheckpointBatch checkpointBatch(const ckpt::Checkpoint &c) {
+  auto get = [&](const char *key) -> int64_t {
+    auto s = c.metadata.find(key);
+    return s == c.metadata.end() ? 0 : std::strtoll(s->second.c_str(), nullptr, 10);
+  };
+  return {get("global_batch"), get("dp_devices")};
 }
 
 } // namespace kiln::train

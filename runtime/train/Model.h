@@ -177,6 +177,21 @@ Expected<ckpt::Checkpoint> readInitWeights(const Model &m, const InitWeights &w,
                                            const Sink &out);
 /// The step a checkpoint continues from (0 when it does not say).
 int64_t checkpointStep(const ckpt::Checkpoint &c);
+/// Rows of data one training step consumes over all data-parallel
+/// replicas: the first @train_step data input's leading dimension (the
+/// per-device batch times grad_accum) times the devices on the "dp" axis.
+/// 0 when @train_step takes no data input on this device.
+int64_t globalBatchRows(const Model &m);
+/// Data-parallel replicas (devices on the "dp" axis; 1 without one).
+int64_t dataParallelDevices(const Model &m);
+/// The global batch a checkpoint was trained with and the devices it ran
+/// on (its "global_batch" and "dp_devices" metadata); 0 for a checkpoint
+/// written before they were recorded.
+struct CheckpointBatch {
+  int64_t globalBatch = 0;
+  int64_t devices = 0;
+};
+CheckpointBatch checkpointBatch(const ckpt::Checkpoint &c);
 
 } // namespace kiln::train
 

@@ -242,8 +242,39 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
           o.resume, t->start_, t->steps_,
           t->epochs_ ? fmt::format(" ({} epochs)", t->epochs_) : "", t->start_,
           t->epochs_ ? fmt::format(" or --epochs above {}", t->epochs_) : ""));
+    CheckpointBatch was = checkpointBatch(*resume);
+    int64_t now = globalBatchRows(m), devices = dataParallelDevices(m);
+    std::string kept;
+    if (was.globalBatch > 0 && now > 0 && was.globalBatch != now) {
+      if (!o.allowBatchChange) {
+        std::string counts;
+        for (int64_t d = 1; d <= std::min<int64_t>(was.globalBatch, 64); ++d)
+          if (was.globalBatch % d == 0)
+            counts += (counts.empty() ? "" : ", ") + std::to_string(d);
+        return Status::error(fmt::format(
+            "{} was trained with a global batch of {} rows ({} device{}), and {} trains {} "
+            "({} device{} x {} rows): resuming would change the global batch.\n"
+            "  keep it: compile for the checkpoint's batch, N devices x {} / N rows each "
+            "(kilnc --devices N --batch B, grad_accum K in the train section: "
+            "N x B x K = {}); N = {}\n"
+            "  or give --allow-batch-change to continue with {} rows per step",
+            o.resume, was.globalBatch, was.devices, was.devices == 1 ? "" : "s", o.artifact, now,
+            devices, devices == 1 ? "" : "s", now / devices, was.globalBatch, was.globalBatch,
+            counts, now));
+      }
+      kept = fmt::format("; global batch changed from {} to {} rows (--allow-batch-change)",
+                         was.globalBatch, now);
+    } else if (was.globalBatch > 0 && was.devices > 0 && was.devices != devices) {
+      kept = fmt::format("; global batch {} kept ({} device{} -> {}, {} rows each)", now,
+                         was.devices, was.devices == 1 ? "" : "s", devices, now / devices);
+    } else if (was.globalBatch == 0 && now > 0) {
+      kept = fmt::format("; it does not record its global batch (an older checkpoint): "
+                         "continuing with {} rows per step",
+                         now);
+    }
     if (!o.quiet)
-      t->say(Channel::Note, fmt::format("resumed from {} at step {}", o.resume, t->start_));
+      t->say(Channel::Note,
+             fmt::format("resumed from {} at step {}{}", o.resume, t->start_, kept));
   }
 
   t->inputs_ = m.dataInputs("train_step");

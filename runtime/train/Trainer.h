@@ -93,6 +93,10 @@ struct TrainOptions {
   std::string data, valData;    ///< token file or .npy directory
   std::string checkpoint;       ///< default MODEL.ckpt.safetensors
   std::string resume;           ///< a checkpoint to continue from
+  /// Resume even though the artifact's global batch differs from the
+  /// checkpoint's (otherwise refused: docs/parallel.md "Resuming keeps
+  /// the global batch").
+  bool allowBatchChange = false;
   /// --init: parameters from a safetensors file, optimizer state fresh
   /// (readInitWeights); not with `resume`.
   InitWeights init;

@@ -112,6 +112,7 @@ struct Flags {
   uint64_t seed = 0;
   bool seedSet = false, profile = false, noCache = false, quiet = false;
   bool inOrder = false; ///< .npy training data in file order, no shuffling
+  bool allowBatchChange = false; ///< resume with another global batch
   bool logPlacement = false; ///< --log-placement: where each step runs, first
   std::string tensorboard; ///< --tensorboard DIR: scalars for TensorBoard
   int64_t prefetch = 3, dataWorkers = 1, shuffleBuffer = 0; ///< the input pipeline
@@ -241,6 +242,7 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
     }
     else if (a == "--profile") f.profile = true;
     else if (a == "--in-order") f.inOrder = true;
+    else if (a == "--allow-batch-change") f.allowBatchChange = true;
     else if (a == "--log-placement") f.logPlacement = true;
     else if (a == "--no-cache") f.noCache = true;
     else if (a == "--quiet") f.quiet = true;
@@ -258,6 +260,9 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
                          "give one of them");
   if (Status s = train::initWithResume(f.init.path, f.resume); !s)
     return s;
+  if (f.allowBatchChange && f.resume.empty())
+    return Status::error("--allow-batch-change accepts a resumed run's change of the global "
+                         "batch: give it with --resume CKPT");
   if (f.init.path.empty() && (!f.init.renames.empty() || !f.init.ignore.empty()))
     return Status::error("--init-rename and --init-ignore apply to --init FILE: give it");
   if (f.traceFrom >= 0 && f.trace.empty())
@@ -774,6 +779,7 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   o.valData = f.valData;
   o.checkpoint = f.checkpoint;
   o.resume = f.resume;
+  o.allowBatchChange = f.allowBatchChange;
   o.init = f.init;
   o.lossLog = f.lossLog;
   o.seed = seedOf(f);
