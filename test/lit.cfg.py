@@ -64,6 +64,14 @@ if ok:
 else:
     lit_config.note("cannot mount a tmpfs in a namespace: the full-disk test is UNSUPPORTED")
 
+# taskset narrows a process to fewer CPUs than it may use (cpu-threads.test):
+# there must be at least two to narrow.
+import shutil
+if shutil.which("taskset") and len(os.sched_getaffinity(0)) >= 2:
+    config.available_features.add("taskset")
+else:
+    lit_config.note("no taskset or a single CPU: the thread-budget test is UNSUPPORTED")
+
 # MPI (OpenMPI from Debian, scripts/setup.sh): multi-process tests launch
 # ranks with %mpirun, which allows root and more ranks than cores.
 import shutil

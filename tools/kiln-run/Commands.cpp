@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/kiln-run/Commands.h"
 
+#include "runtime/core/Cpus.h"
 #include "runtime/core/Handshake.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
@@ -270,8 +271,16 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
   if (f.artifact.empty())
     return Status::error("no artifact given (MODEL.kpack, from kilnc MODEL.kiln -o MODEL.kpack)");
   if (f.threads == 0)
-    f.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    f.threads = cpuBudget().usable(); // the CPUs this process may use
   return Status::ok();
+}
+
+/// Threads for each replica when --threads is not given: the CPUs this
+/// process may use (runtime/core/Cpus.h), shared by the host's replicas
+/// (mpirun's local ranks, or the in-process devices).
+int replicaThreads(const train::Launch &launch, int devicesInProcess) {
+  return threadsPerReplica(cpuBudget(), launch.multiProcess() ? launch.localSize : 1,
+                           launch.multiProcess() ? 1 : devicesInProcess);
 }
 
 /// The backend --device names, created as the flags say.
@@ -581,13 +590,9 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     ro.comms.push_back(c.get());
   for (auto &c : host)
     ro.hostComms.push_back(c.get());
-  // Threads: the machine's cores shared by this node's replicas, unless
-  // --threads says how many each gets.
-  int perReplica = f.threads;
-  if (!f.threadsSet) {
-    int sharing = launch.multiProcess() ? launch.localSize : spec.count;
-    perReplica = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, sharing));
-  }
+  // Threads: the CPUs this process may use shared by this host's replicas,
+  // unless --threads says how many each gets.
+  int perReplica = f.threadsSet ? f.threads : replicaThreads(launch, spec.count);
   Flags bf = f;
   bf.threads = perReplica;
   ro.backend = [bf, gpus, ordinals](int device, comm::Communicator *c) -> train::BackendFactory {
@@ -754,6 +759,17 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   if (!detected)
     return fail(detected.status());
   train::Launch launch = *detected;
+  // Threads narrower than the machine (taskset, a launcher's binding, a
+  // cgroup quota): say why, once, as the leader sees it.
+  if (!f.threadsSet && !f.quiet && launch.rank == 0 && f.device.rfind("cuda", 0) != 0)
+    if (CpuBudget b = cpuBudget(); b.narrowed())
+      print(Channel::Note,
+            fmt::format("threads: {} per device, for the {} this process may use (--threads N "
+                        "to choose)",
+                        launch.multiProcess() || spec->count > 1
+                            ? replicaThreads(launch, spec->count)
+                            : f.threads,
+                        b.describe()));
   // --log-placement: once, by the leader (rank 0 under mpirun).
   if (f.logPlacement && launch.rank == 0)
     logPlacement(*model, "train_step");
@@ -823,12 +839,8 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   if (multi) {
     // The threads rank 0 gets (trainReplicas' split of the cores).
     // Under mpirun only rank 0 profiles (it prints the overview).
-    int sharing = launch.multiProcess() ? launch.localSize : spec->count;
     if (!launch.multiProcess() || launch.rank == 0)
-      startProfile(f, o, prof,
-                   f.threadsSet ? f.threads
-                                : std::max(1, int(std::thread::hardware_concurrency()) /
-                                                  std::max(1, sharing)));
+      startProfile(f, o, prof, f.threadsSet ? f.threads : replicaThreads(launch, spec->count));
     else if (profileStages(f, model->prog()))
       train::profileWindow(o); // every stage records the same steps
     traceWindow();
