@@ -36,6 +36,21 @@ if ! grep -q "rank 0: all_reduce (sum, 4096 x f32) at step 3, bucket 1 timed out
 fi
 echo "stalled rank 1: the job ended in ${took} s with rc $rc"
 
+# The same stall where the collective's group [1, 0] needs a communicator
+# of its own first (MPI_Comm_create_group, which has no deadline): the
+# members meet under the deadline before it, and the timeout names the call.
+start=$(date +%s)
+$mpirun "$bin" stall-group 30 >"$tmp/sg.out" 2>"$tmp/sg.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -gt 20 ]; then
+  echo "FAIL: stalled rank at group creation: rc $rc after ${took} s"; cat "$tmp/sg.out" "$tmp/sg.err"; exit 1
+fi
+if ! grep -q "rank 0: all_reduce (sum, 16 x f32) (creating the communicator of ranks \[1, 0\]: MPI_Comm_create_group) at step 1 timed out after 1 s: rank(s) 1 did not take part" "$tmp/sg.err"; then
+  echo "FAIL: no timeout message naming rank 0, the group creation and rank 1"; cat "$tmp/sg.err"; exit 1
+fi
+echo "stalled rank 1 at group creation: the job ended in ${took} s with rc $rc"
+
 # A rank that exits without a word, and one killed: the job ends, nonzero,
 # no hang.
 for how in exit kill; do
