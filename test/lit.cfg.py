@@ -72,6 +72,22 @@ if shutil.which("taskset") and len(os.sched_getaffinity(0)) >= 2:
 else:
     lit_config.note("no taskset or a single CPU: the thread-budget test is UNSUPPORTED")
 
+# Network namespaces (ip netns, root): two-hosts.test simulates two hosts
+# on this machine, one namespace each, joined by veth pairs on a bridge.
+try:
+    name = "kiln-lit-probe-%d" % os.getpid()
+    ok = subprocess.run(["ip", "netns", "add", name], capture_output=True,
+                        timeout=20).returncode == 0
+    if ok:
+        ok = subprocess.run(["ip", "netns", "del", name], capture_output=True,
+                            timeout=20).returncode == 0
+except Exception:  # noqa: BLE001 - no ip, no permission: no feature
+    ok = False
+if ok:
+    config.available_features.add("netns")
+else:
+    lit_config.note("cannot create network namespaces (ip netns add, needs root): the two-hosts test is UNSUPPORTED")
+
 # MPI (OpenMPI from Debian, scripts/setup.sh): multi-process tests launch
 # ranks with %mpirun, which allows root and more ranks than cores.
 import shutil
