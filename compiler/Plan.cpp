@@ -1476,7 +1476,10 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
   };
   for (size_t i = 0; i < f->steps.size(); ++i) {
     const Step &s = f->steps[i];
-    int64_t m = moved(s.args);
+    // Kernels: in-place (tied) outputs are read and written.
+    int64_t m = s.kind == Step::Kernel
+                    ? int64_t(program::kernelTrafficBytes(p, s.kernel, s.args))
+                    : moved(s.args);
     if (s.kind == Step::Gemm) {
       ++gemms;
       int64_t fl = 2 * s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k;
@@ -1487,7 +1490,7 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
         const program::Kernel &k = p.kernels[s.epilogue];
         ++epilogues;
         fl += k.flops;
-        m += moved(s.epilogueArgs);
+        m += int64_t(program::kernelTrafficBytes(p, s.epilogue, s.epilogueArgs));
         lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
                              "gemm+epilogue", shape + " + " + k.symbol, fl, m, s.loc);
         lines += fmt::format("       epilogue: {}\n", opsOf(k));
