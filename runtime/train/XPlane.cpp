@@ -151,7 +151,9 @@ std::string renderXSpace(const TraceSource &src, const std::string &hostname) {
     Message line;
     line.integer(xline::Id, track)
         .string(xline::Name, traceTrackName(track))
-        .string(xline::DisplayName, fmt::format("{} / {}", src.process, traceTrackName(track)))
+        // The viewer shows a line's display name, cut to its first ~25
+        // characters: the track first, then whose it is.
+        .string(xline::DisplayName, fmt::format("{} \u2014 {}", traceTrackName(track), src.process))
         .integer(xline::TimestampNs, 0);
     line.bytes += eventBytes.bytes;
     plane.message(xplane::Lines, line.bytes);

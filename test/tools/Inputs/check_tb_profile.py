@@ -136,9 +136,9 @@ def slices_of(events):
         # A zero-length slice comes back as an instant event ("i").
         if e.get("ph") not in ("X", "i"):
             continue
-        # The trace viewer's line "rank 0 · cpu (2 threads) / trainer" is
+        # The trace viewer's line "trainer — rank 0 · cpu (2 threads)" is
         # the Chrome trace's thread "trainer" of process "rank 0 · ...".
-        line = tname.get((e["pid"], e.get("tid")), "?").rsplit(" / ", 1)[-1]
+        line = tname.get((e["pid"], e.get("tid")), "?").split(" \u2014 ", 1)[0]
         out.append((e["pid"], line, e["name"], round(float(e.get("ts", 0)) * 1000),
                     round(float(e.get("dur", 0)) * 1000)))
     return out, pname

@@ -223,7 +223,7 @@ TEST(XPlane, EncodesTheDevicesTracksAsLinesOfTheHostPlane) {
   EXPECT_EQ(hosts, std::vector<std::string>{"vm"});
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].name, "trainer");
-  EXPECT_EQ(lines[0].displayName, "rank 1 · cpu (2 threads) / trainer");
+  EXPECT_EQ(lines[0].displayName, "trainer \u2014 rank 1 · cpu (2 threads)");
   EXPECT_EQ(lines[1].name, "compute (queue 0)");
   EXPECT_EQ(lines[2].name, "communication (queue 1)");
   for (const Line &l : lines)
