@@ -201,17 +201,26 @@ Status checkProfileDir(const std::string &logdir, const std::string &run) {
   return Status::ok();
 }
 
-Expected<std::vector<std::string>>
-writeProfile(const std::string &logdir, const std::string &run,
-             const std::vector<std::pair<std::string, std::string>> &hosts) {
-  std::string dir = profileRunDir(logdir, run);
+Expected<ProfileFiles> writeProfile(const std::string &logdir, const std::string &run,
+                                    const std::vector<std::pair<std::string, std::string>> &hosts) {
+  std::string parent = fmt::format("{}/plugins/profile", logdir);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  std::filesystem::create_directories(parent, ec);
+  std::string dir;
+  for (int n = 1; !ec && n <= 100; ++n) {
+    dir = profileRunDir(logdir, n == 1 ? run : fmt::format("{}_{}", run, n));
+    if (std::filesystem::create_directory(dir, ec)) // false: it exists (or ec)
+      break;
+    if (!ec && n == 100)
+      ec = std::make_error_code(std::errc::file_exists);
+  }
   if (ec || !std::filesystem::is_directory(dir))
     return Status::error(fmt::format("cannot create the TensorBoard profile directory '{}': {}; "
                                      "choose another --tensorboard directory",
                                      dir, ec ? ec.message() : "it is not a directory"));
-  std::vector<std::string> written;
+  ProfileFiles out;
+  out.dir = dir;
+  std::vector<std::string> &written = out.files;
   for (auto &[host, space] : hosts) {
     if (space.empty())
       continue;
@@ -236,7 +245,7 @@ writeProfile(const std::string &logdir, const std::string &run,
     }
     written.push_back(path);
   }
-  return written;
+  return out;
 }
 
 } // namespace kiln::train

@@ -67,12 +67,18 @@ std::string profileHostName(int rank);
 /// it behind, so a bad --tensorboard fails before training.
 Status checkProfileDir(const std::string &logdir, const std::string &run);
 
-/// Writes one `<host>.xplane.pb` per (host, serialized XSpace) into the
-/// run directory (made with its parents); empty spaces are skipped. Returns
-/// the paths written.
-Expected<std::vector<std::string>>
-writeProfile(const std::string &logdir, const std::string &run,
-             const std::vector<std::pair<std::string, std::string>> &hosts);
+/// Where writeProfile() wrote.
+struct ProfileFiles {
+  std::string dir;                ///< DIR/plugins/profile/<run>
+  std::vector<std::string> files; ///< dir/<host>.xplane.pb, in the order given
+};
+
+/// Writes one `<host>.xplane.pb` per (host, serialized XSpace) into a new
+/// run directory (made with its parents); empty spaces are skipped. When
+/// `run` exists already (another run started in the same second), the
+/// directory is `<run>_2`, `<run>_3`, ...: runs never mix their files.
+Expected<ProfileFiles> writeProfile(const std::string &logdir, const std::string &run,
+                                    const std::vector<std::pair<std::string, std::string>> &hosts);
 
 } // namespace kiln::train
 

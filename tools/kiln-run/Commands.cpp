@@ -483,7 +483,7 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
     if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
       return fail(s);
   }
-  std::vector<std::string> written;
+  train::ProfileFiles written;
   if (f.tensorboardProfile()) {
     std::vector<std::pair<std::string, std::string>> hosts;
     for (size_t i = 0; i < spaces.size(); ++i)
@@ -494,9 +494,9 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
     written = std::move(*w);
   }
   std::string where = !f.trace.empty() && f.tensorboardProfile()
-                          ? fmt::format("{} and {}", f.trace, train::profileRunDir(f.tensorboard, f.profileRun))
+                          ? fmt::format("{} and {}", f.trace, written.dir)
                       : !f.trace.empty() ? f.trace
-                                         : train::profileRunDir(f.tensorboard, f.profileRun);
+                                         : written.dir;
   if (from == to)
     print(Channel::Warning,
           fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {} holds no steps",
@@ -506,12 +506,11 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
                "or chrome://tracing)\n", from, to - 1, f.trace);
   if (!f.quiet && f.tensorboardProfile()) {
     std::string names;
-    for (const std::string &path : written)
+    for (const std::string &path : written.files)
       names += (names.empty() ? "" : ", ") + path.substr(path.rfind('/') + 1);
     fmt::print("kiln-run: TensorBoard profile of steps {}..{} written to {} ({}; tensorboard "
                "--logdir {}, Profile tab)\n",
-               from, to - 1, train::profileRunDir(f.tensorboard, f.profileRun), names,
-               f.tensorboard);
+               from, to - 1, written.dir, names, f.tensorboard);
   }
   return 0;
 }

@@ -274,11 +274,18 @@ TEST(XPlane, NamesTheRunAndWritesOneFilePerHost) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/plugins/profile/r"));
   auto written = train::writeProfile(dir, "r", {{"rank0", "abc"}, {"rank1", ""}});
   ASSERT_TRUE(written) << written.status().message();
-  ASSERT_EQ(written->size(), 1u);
-  EXPECT_EQ((*written)[0], dir + "/plugins/profile/r/rank0.xplane.pb");
-  std::ifstream in((*written)[0], std::ios::binary);
+  EXPECT_EQ(written->dir, dir + "/plugins/profile/r");
+  ASSERT_EQ(written->files.size(), 1u);
+  EXPECT_EQ(written->files[0], dir + "/plugins/profile/r/rank0.xplane.pb");
+  std::ifstream in(written->files[0], std::ios::binary);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "abc");
   EXPECT_FALSE(std::filesystem::exists(dir + "/plugins/profile/r/rank1.xplane.pb"));
+  // Another run of the same second: a directory of its own.
+  auto again = train::writeProfile(dir, "r", {{"rank0", "def"}});
+  ASSERT_TRUE(again) << again.status().message();
+  EXPECT_EQ(again->dir, dir + "/plugins/profile/r_2");
+  std::ifstream first(written->files[0], std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(first), {}), "abc");
   std::filesystem::remove_all(dir);
 
   // A file where the directory should be: an error naming it.
