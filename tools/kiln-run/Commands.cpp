@@ -483,8 +483,11 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
     if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
       return fail(s);
   }
+  // An empty window: the Chrome trace file is written (as before), no
+  // profile run that would only clutter the Profile tab's list.
+  bool profile = f.tensorboardProfile() && from < to;
   train::ProfileFiles written;
-  if (f.tensorboardProfile()) {
+  if (profile) {
     std::vector<std::pair<std::string, std::string>> hosts;
     for (size_t i = 0; i < spaces.size(); ++i)
       hosts.emplace_back(train::profileHostName(int(i)), spaces[i]);
@@ -493,18 +496,18 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
       return fail(w.status());
     written = std::move(*w);
   }
-  std::string where = !f.trace.empty() && f.tensorboardProfile()
-                          ? fmt::format("{} and {}", f.trace, written.dir)
-                      : !f.trace.empty() ? f.trace
-                                         : written.dir;
-  if (from == to)
+  if (from == to) {
+    std::string what = f.trace.empty() ? "" : fmt::format("{} holds no steps", f.trace);
+    if (f.tensorboardProfile())
+      what += fmt::format("{}no TensorBoard profile written", what.empty() ? "" : "; ");
     print(Channel::Warning,
-          fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {} holds no steps",
-                      f.traceFrom, f.traceTo, start, next - 1, where));
+          fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {}", f.traceFrom,
+                      f.traceTo, start, next - 1, what));
+  }
   if (!f.quiet && !f.trace.empty())
     fmt::print("kiln-run: trace of steps {}..{} written to {} (open it in ui.perfetto.dev "
                "or chrome://tracing)\n", from, to - 1, f.trace);
-  if (!f.quiet && f.tensorboardProfile()) {
+  if (!f.quiet && profile) {
     std::string names;
     for (const std::string &path : written.files)
       names += (names.empty() ? "" : ", ") + path.substr(path.rfind('/') + 1);
