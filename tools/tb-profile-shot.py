@@ -32,7 +32,8 @@ def main():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:
-        sys.exit("tb-profile-shot.py: needs the playwright package (%s): pip install playwright" % e)
+        sys.exit("tb-profile-shot.py: needs the playwright package (%s): "
+                 "pip install playwright" % e)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

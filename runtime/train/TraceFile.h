@@ -80,7 +80,9 @@ struct TraceArg {
   std::string text;              ///< String
   std::vector<std::string> list; ///< Strings
   static TraceArg number(std::string key, double v) { return {Number, std::move(key), v, {}, {}}; }
-  static TraceArg flag(std::string key, bool v) { return {Bool, std::move(key), v ? 1.0 : 0.0, {}, {}}; }
+  static TraceArg flag(std::string key, bool v) {
+    return {Bool, std::move(key), v ? 1.0 : 0.0, {}, {}};
+  }
   static TraceArg string(std::string key, std::string v) {
     return {String, std::move(key), 0, std::move(v), {}};
   }

@@ -58,12 +58,25 @@ struct Message {
 };
 
 /// xplane.proto's field numbers.
-namespace xspace { enum : uint32_t { Planes = 1, Hostnames = 4 }; }
-namespace xplane { enum : uint32_t { Id = 1, Name = 2, Lines = 3, EventMetadata = 4, StatMetadata = 5 }; }
-namespace xline { enum : uint32_t { Id = 1, Name = 2, TimestampNs = 3, Events = 4, DisplayName = 11 }; }
-namespace xevent { enum : uint32_t { MetadataId = 1, OffsetPs = 2, DurationPs = 3, Stats = 4 }; }
-namespace xstat { enum : uint32_t { MetadataId = 1, Double = 2, Int64 = 4, String = 5 }; }
-namespace xmeta { enum : uint32_t { Id = 1, Name = 2 }; }
+namespace xspace {
+enum : uint32_t { Planes = 1, Hostnames = 4 };
+}
+namespace xplane {
+enum : uint32_t { Id = 1, Name = 2, Lines = 3, EventMetadata = 4, StatMetadata = 5 };
+}
+namespace xline {
+enum : uint32_t { Id = 1, Name = 2, TimestampNs = 3, Events = 4, DisplayName = 11 };
+}
+namespace xevent {
+enum : uint32_t { MetadataId = 1, OffsetPs = 2, DurationPs = 3, Stats = 4 };
+}
+namespace xstat {
+enum : uint32_t { MetadataId = 1, Double = 2, Int64 = 4, String = 5 };
+}
+/// XEventMetadata and XStatMetadata.
+namespace xmeta {
+enum : uint32_t { Id = 1, Name = 2 };
+}
 
 /// Interns names to metadata ids (from 1: the plugin's own writer keeps 0
 /// for "none").

@@ -25,9 +25,10 @@
 // trace viewer draws for a host), one line per track of the Chrome trace
 // (TraceFile.h: "trainer", "compute (queue 0)", "communication (queue 1)",
 // "compute worker 1"; displayed as "trainer — rank 0 · cpu (2 threads)"),
-// each slice an event named as there, its args the event's stats. Times: as in the Chrome trace, from the earliest tracer's
-// origin (timestamp_ns 0; events picoseconds from there: the plugin keeps
-// times in int64 picoseconds, which nanoseconds since 1970 would overflow;
+// each slice an event named as there, its args the event's stats.
+// Times: as in the Chrome trace, from the earliest tracer's origin
+// (timestamp_ns 0; events picoseconds from there: the plugin keeps times
+// in int64 picoseconds, which nanoseconds since 1970 would overflow;
 // docs/profiling.md "TensorBoard's Profile tab").
 //
 //===----------------------------------------------------------------------===//

@@ -76,7 +76,8 @@ class Board:
 
     def get(self, path, **query):
         if self.proc.poll() is not None:
-            raise Failed("tensorboard exited (code %s):\n%s" % (self.proc.returncode, self.output()))
+            raise Failed("tensorboard exited (code %s):\n%s"
+                         % (self.proc.returncode, self.output()))
         if self.left() <= 0:
             raise Failed("deadline passed before GET %s" % path)
         url = "http://127.0.0.1:%d%s" % (self.port, path)
