@@ -108,6 +108,20 @@ else:
     lit_config.note("no tensorboard package for %s: TensorBoard tests are UNSUPPORTED "
                     "(pip install tensorboard)" % config.python_executable)
 
+# TensorBoard's profile plugin (tensorboard-plugin-profile, which brings
+# xprof; scripts/setup.sh) for test/tools/tensorboard-profile.test, which
+# asks a running TensorBoard's Profile tab for Kiln's trace. find_spec looks
+# for it without importing it; CI=true runs the test regardless, as above.
+if subprocess.run([config.python_executable, "-c",
+                   "import importlib.util, sys; sys.exit(importlib.util.find_spec('xprof') is None"
+                   " or importlib.util.find_spec('tensorboard_plugin_profile') is None)"],
+                  capture_output=True).returncode == 0 or os.environ.get("CI") == "true":
+    config.available_features.add("tensorboard-profile")
+else:
+    lit_config.note("no tensorboard-plugin-profile package for %s: the TensorBoard Profile tab "
+                    "test is UNSUPPORTED (pip install tensorboard-plugin-profile)"
+                    % config.python_executable)
+
 # PyTorch (CPU) for the tests that train the tutorial models in PyTorch
 # too (test/e2e/tutorials-torch*.test); scripts/setup.sh does not install
 # it, so without it those tests are UNSUPPORTED. find_spec looks for the
