@@ -9,17 +9,37 @@
 // past the container. A custom mutator therefore also mutates one section
 // of a well-formed artifact and re-serializes it with fresh CRCs: those
 // inputs reach the section parsers, which are what a damaged or hand-made
-// artifact really exercises. Seeds: artifacts of the examples
-// (test/fuzz/run.sh).
+// artifact really exercises. Seeds: artifacts of the examples, single- and
+// multi-device (data, tensor and pipeline parallel, ZeRO, gradient
+// accumulation: test/fuzz/run.sh).
+//
+// An artifact Package::open accepts then goes through what kiln-run does
+// with it before the first kernel runs, on every device of its mesh (up to
+// kMaxDevices): the one-device check, the start-up handshake's collective
+// sequence, each collective's communicator group as the device would form
+// it, the inter-op threads' exact dependencies and schedule listing, and
+// Model::attach with a backend that runs nothing but checks every write of
+// the initial values (ZeRO blocks, tensor-parallel blocks, stage-local
+// buffers) against the device's arena. An internal error there, a group
+// or peer out of range, or a write outside the arena means open() let
+// through a plan the runtime would misuse: the target aborts.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/Artifact.h"
+#include "runtime/core/Backend.h"
+#include "runtime/core/Collectives.h"
+#include "runtime/core/Handshake.h"
 #include "runtime/core/Package.h"
+#include "runtime/core/StepLoop.h"
+#include "runtime/train/Model.h"
 #include "test/fuzz/MemFile.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 using namespace kiln;
 
@@ -49,14 +69,113 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max
   return image->size();
 }
 
+namespace {
+
+/// Devices of a mesh whose pre-run checks are replayed (each costs a pass
+/// over the initial values).
+constexpr int kMaxDevices = 16;
+
+[[noreturn]] void bug(const std::string &what) {
+  std::fprintf(stderr, "kiln artifact loader bug: %s\n", what.c_str());
+  std::abort();
+}
+
+/// A backend that runs nothing: write() checks what the CPU executor's
+/// would (the buffer in range, held by the device, the bytes inside the
+/// device's arena) and keeps nothing.
+class CheckingBackend : public Backend {
+public:
+  CheckingBackend(const program::Program &p, int device) : p_(p), device_(device) {}
+  const program::Program &program() const override { return p_; }
+  std::string describe() const override { return "fuzz"; }
+  Status write(int id, const void *, size_t bytes) override {
+    const program::BufferPlan &plan = p_.plan(device_);
+    if (id < 0 || size_t(id) >= plan.buffers.size() ||
+        bytes > size_t(plan.buffers[size_t(id)].bytes))
+      return Status::internal("write to buffer " + std::to_string(id) + " out of range");
+    if (!p_.holds(device_, id))
+      return notHeld(p_, device_, id, "write");
+    const program::Buffer &b = plan.buffers[size_t(id)];
+    if (b.offset < 0 || b.offset + int64_t(bytes) > plan.arenaBytes)
+      bug("device " + std::to_string(device_) + " writes buffer " + std::to_string(id) +
+          " outside its arena");
+    return Status::ok();
+  }
+  Status read(int, void *, size_t) override { return Status::internal("fuzz: no reads"); }
+  Status runSteps(const std::string &, size_t, size_t) override {
+    return Status::internal("fuzz: nothing runs");
+  }
+  Status synchronize() override { return Status::ok(); }
+  void setProfiling(bool) override {}
+  std::vector<Timing> timings() override { return {}; }
+
+private:
+  const program::Program &p_;
+  int device_;
+};
+
+/// kiln-run's checks between loading the artifact and running it.
+void checkBeforeRun(Package pkg) {
+  train::Model m;
+  m.pkg = std::move(pkg);
+  const program::Program &p = m.prog();
+  int devices = p.numDevices();
+  if (devices == 1)
+    (void)checkSingleDevice(p);
+  // The handshake (every rank compares these).
+  (void)collectiveDigest(p);
+  if (collectiveLines(p).size() != size_t(collectiveCount(p)))
+    bug("the collective sequence has a line per collective step");
+  (void)collectiveGroups(p);
+  // Inter-op threads: exact dependencies and the schedule listing.
+  for (const program::Function &f : p.functions) {
+    program::Function exact = f;
+    program::exactDependencies(p, exact);
+    for (size_t i = 0; i < exact.steps.size(); ++i)
+      for (int d : exact.steps[i].deps)
+        if (d < 0 || size_t(d) >= i)
+          bug("exactDependencies gives a step a dependency that is not an earlier step");
+    (void)program::scheduleShape(exact);
+    for (size_t i = 0; i < f.steps.size(); ++i)
+      (void)program::scheduleNote(f, i);
+  }
+  // Each device: the communicator group of every collective it runs, as
+  // callCommunicator() forms it, then the initial values into its arena.
+  for (int d = 0; d < devices && d < kMaxDevices; ++d) {
+    for (const program::Function &f : p.functions)
+      for (const program::Step &s : f.steps) {
+        if (s.kind != program::Step::Collective || !p.runs(d, s))
+          continue;
+        const program::Collective &c = s.collective;
+        comm::Group g = collectiveGroup(p.mesh, c, d);
+        int members = g.empty() ? devices : int(g.size());
+        if (members != c.groupSize(p.mesh))
+          bug("a collective's group differs from its group size");
+        for (int r : g)
+          if (r < 0 || r >= devices)
+            bug("a collective's group names a device outside the mesh");
+        if (c.peer >= members)
+          bug("a collective's peer is outside its group");
+      }
+    m.device = d;
+    m.shards.clear();
+    Status s = m.attach(std::make_unique<CheckingBackend>(p, d));
+    if (!s && s.kind() == ErrorKind::Internal)
+      bug("device " + std::to_string(d) + ": an internal error loading the initial values of " +
+          "an accepted artifact: " + s.message());
+    m.exec.reset();
+  }
+}
+
+} // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static fuzz::MemFile file;
   const std::string &path = file.set(data, size);
   Expected<Package> p = Package::open(path);
-  if (!p && p.status().message().find(path) == std::string::npos) {
-    std::fprintf(stderr, "kiln artifact loader bug: an error that does not name the file\n%s\n",
-                 p.status().message().c_str());
-    std::abort();
-  }
+  if (!p && p.status().message().find(path) == std::string::npos)
+    bug("an error that does not name the file\n" + p.status().message());
+  if (p)
+    checkBeforeRun(std::move(*p));
   return 0;
 }
