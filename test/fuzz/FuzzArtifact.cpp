@@ -34,10 +34,14 @@
 #include "runtime/train/Model.h"
 #include "test/fuzz/MemFile.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -45,23 +49,128 @@ using namespace kiln;
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t maxSize);
 
+namespace {
+
+using json = nlohmann::ordered_json;
+
+/// Mutates the JSON of a manifest or plan section in place, keeping it
+/// JSON: 1 to 3 times, one value (a number set to a neighbour, a boundary
+/// or another number of the document; a string set to another string of
+/// it; a boolean flipped) or one array (an element dropped, duplicated or
+/// two swapped). Byte mutations of these sections nearly always break the
+/// JSON; these reach the plan's checks (mesh, per-device buffer plans,
+/// collectives, queues, dependencies, stages) and what runs after them.
+bool mutateJson(std::string &text, std::minstd_rand &rng) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_structured())
+    return false;
+  std::vector<json *> leaves, arrays;
+  std::vector<json> numbers, strings;
+  std::vector<json *> stack{&j};
+  while (!stack.empty()) {
+    json *v = stack.back();
+    stack.pop_back();
+    if (v->is_array())
+      arrays.push_back(v);
+    if (v->is_structured()) {
+      for (json &c : *v)
+        stack.push_back(&c);
+      continue;
+    }
+    leaves.push_back(v);
+    if (v->is_number())
+      numbers.push_back(*v);
+    else if (v->is_string())
+      strings.push_back(*v);
+  }
+  if (leaves.empty() && arrays.empty())
+    return false;
+  auto pick = [&](size_t n) { return size_t(rng() % n); };
+  for (int times = 1 + int(rng() % 3); times > 0; --times) {
+    if (!arrays.empty() && (leaves.empty() || rng() % 4 == 0)) {
+      json &a = *arrays[pick(arrays.size())];
+      if (a.empty())
+        continue;
+      size_t i = pick(a.size()), k = pick(a.size());
+      switch (rng() % 3) {
+      case 0: a.erase(a.begin() + std::ptrdiff_t(i)); break;
+      case 1: a.push_back(a[i]); break;
+      default: std::swap(a[i], a[k]); break;
+      }
+      arrays.clear(); // pointers into a changed array may dangle
+      leaves.clear();
+      continue;
+    }
+    if (leaves.empty())
+      continue;
+    json &v = *leaves[pick(leaves.size())];
+    if (v.is_boolean()) {
+      v = !v.get<bool>();
+    } else if (v.is_string()) {
+      if (!strings.empty())
+        v = strings[pick(strings.size())];
+    } else if (v.is_number_integer() || v.is_number_unsigned()) {
+      int64_t x = v.is_number_unsigned() ? int64_t(v.get<uint64_t>()) : v.get<int64_t>();
+      auto add = [x](uint64_t d) { return int64_t(uint64_t(x) + d); }; // wraps, no UB
+      const int64_t choices[] = {add(1), add(~uint64_t(0)), 0, 1, -1, add(uint64_t(x)), x / 2,
+                                 add(64), add(~uint64_t(63)), int64_t(1) << 31,
+                                 int64_t(1) << 40, INT64_MAX, INT64_MIN};
+      size_t c = pick(sizeof choices / sizeof choices[0] + 1);
+      if (c < sizeof choices / sizeof choices[0])
+        v = choices[c];
+      else if (!numbers.empty())
+        v = numbers[pick(numbers.size())];
+    } else if (v.is_number_float()) {
+      const double choices[] = {0.0, -1.0, 1e300, -0.5};
+      v = choices[pick(4)];
+    } else if (v.is_null()) {
+      v = 0;
+    }
+  }
+  text = j.dump();
+  return true;
+}
+
+} // namespace
+
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t maxSize,
                                           unsigned int seed) {
   Expected<artifact::Artifact> a =
       artifact::Artifact::parse(std::string(reinterpret_cast<char *>(data), size), "seed");
-  // Half of the time (and whenever the input is not a valid container),
-  // mutate the raw bytes.
-  if (!a || a->sections().empty() || seed % 2 == 0)
+  // A third of the time (and whenever the input is not a valid container),
+  // mutate the raw bytes; a third, one section's bytes; a third, the JSON
+  // of the manifest or the plan.
+  if (!a || a->sections().empty() || seed % 3 == 0)
     return LLVMFuzzerMutate(data, size, maxSize);
   std::vector<artifact::Section> sections = a->sections();
-  artifact::Section &s = sections[(seed / 2) % sections.size()];
-  // Room for the section to grow by up to 1 KiB (bounded by maxSize below).
-  std::string bytes = s.bytes;
-  size_t room = bytes.size() + 1024;
-  bytes.resize(room);
-  size_t n = LLVMFuzzerMutate(reinterpret_cast<uint8_t *>(bytes.data()), s.bytes.size(), room);
-  bytes.resize(n);
-  s.bytes = std::move(bytes);
+  artifact::Section *s = &sections[(seed / 3) % sections.size()];
+  bool mutated = false;
+  if (seed % 3 == 2) {
+    artifact::Section *plan = nullptr, *manifest = nullptr;
+    for (artifact::Section &t : sections) {
+      if (t.kind == artifact::SectionKind::Plan)
+        plan = &t;
+      if (t.kind == artifact::SectionKind::Manifest)
+        manifest = &t;
+    }
+    // The plan twice as often as the manifest.
+    std::minstd_rand rng(seed / 3 + 1);
+    artifact::Section *t = plan && (!manifest || rng() % 3 != 0) ? plan : manifest;
+    if (t) {
+      s = t;
+      mutated = mutateJson(s->bytes, rng);
+    }
+  }
+  if (!mutated) {
+    // Room for the section to grow by up to 1 KiB (bounded by maxSize below).
+    std::string bytes = s->bytes;
+    size_t room = bytes.size() + 1024;
+    bytes.resize(room);
+    size_t n =
+        LLVMFuzzerMutate(reinterpret_cast<uint8_t *>(bytes.data()), s->bytes.size(), room);
+    bytes.resize(n);
+    s->bytes = std::move(bytes);
+  }
   Expected<std::string> image = artifact::serialize(sections);
   if (!image || image->size() > maxSize)
     return LLVMFuzzerMutate(data, size, maxSize);
