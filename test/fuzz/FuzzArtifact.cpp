@@ -9,7 +9,9 @@
 // past the container. A custom mutator therefore also mutates one section
 // of a well-formed artifact and re-serializes it with fresh CRCs: those
 // inputs reach the section parsers, which are what a damaged or hand-made
-// artifact really exercises. Seeds: artifacts of the examples, single- and
+// artifact really exercises. For the plan and the manifest it may instead
+// change one JSON value or array (mutateJson), which keeps them JSON and
+// gets past the JSON parser to the plan's own checks. Seeds: artifacts of the examples, single- and
 // multi-device (data, tensor and pipeline parallel, ZeRO, gradient
 // accumulation: test/fuzz/run.sh).
 //
