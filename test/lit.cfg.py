@@ -51,85 +51,81 @@ else:
     lit_config.note("no CUDA GPU here: GPU tests are UNSUPPORTED (%s)" %
                     (devices.strip().splitlines()[-1] if devices.strip() else "kiln-run devices failed"))
 
+import shutil
+
+
+def runs(*commands):
+    """Whether each command runs and exits 0 in turn (False when one cannot
+    start, fails or takes over 20 s)."""
+    try:
+        return all(subprocess.run(c, capture_output=True, timeout=20).returncode == 0
+                   for c in commands)
+    except Exception:  # noqa: BLE001 - no such tool, no permission: False
+        return False
+
+
+def has_modules(*names):
+    """Whether the test Python finds every package (find_spec: without
+    importing them, which takes seconds on every lit run)."""
+    return runs([config.python_executable, "-c",
+                 "import importlib.util, sys; sys.exit(any(importlib.util.find_spec(n) is None"
+                 " for n in sys.argv[1:]))", *names])
+
+
+def feature(name, present, unsupported):
+    """Adds lit feature `name`, or notes why the tests needing it are
+    UNSUPPORTED."""
+    if present:
+        config.available_features.add(name)
+    else:
+        lit_config.note(unsupported)
+
+
+# CI (CI=true) runs the tests that need the Python packages scripts/setup.sh
+# installs, so a missing package fails them instead of hiding them.
+in_ci = os.environ.get("CI") == "true"
+
 # A real full disk: a small tmpfs mounted in a private user and mount
 # namespace (unshare -rm), where the kernel allows it.
-try:
-    ok = subprocess.run(["unshare", "-rm", "sh", "-c",
-                         "mount -t tmpfs -o size=64k tmpfs /mnt && touch /mnt/x"],
-                        capture_output=True, timeout=20).returncode == 0
-except Exception:  # noqa: BLE001 - no unshare, no namespaces: no feature
-    ok = False
-if ok:
-    config.available_features.add("tmpfs-mount")
-else:
-    lit_config.note("cannot mount a tmpfs in a namespace: the full-disk test is UNSUPPORTED")
+feature("tmpfs-mount",
+        runs(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt && touch /mnt/x"]),
+        "cannot mount a tmpfs in a namespace: the full-disk test is UNSUPPORTED")
 
 # taskset narrows a process to fewer CPUs than it may use (cpu-threads.test):
 # there must be at least two to narrow.
-import shutil
-if shutil.which("taskset") and len(os.sched_getaffinity(0)) >= 2:
-    config.available_features.add("taskset")
-else:
-    lit_config.note("no taskset or a single CPU: the thread-budget test is UNSUPPORTED")
+feature("taskset", shutil.which("taskset") and len(os.sched_getaffinity(0)) >= 2,
+        "no taskset or a single CPU: the thread-budget test is UNSUPPORTED")
 
 # Network namespaces (ip netns, root): two-hosts.test simulates two hosts
 # on this machine, one namespace each, joined by veth pairs on a bridge.
-try:
-    name = "kiln-lit-probe-%d" % os.getpid()
-    ok = subprocess.run(["ip", "netns", "add", name], capture_output=True,
-                        timeout=20).returncode == 0
-    if ok:
-        ok = subprocess.run(["ip", "netns", "del", name], capture_output=True,
-                            timeout=20).returncode == 0
-except Exception:  # noqa: BLE001 - no ip, no permission: no feature
-    ok = False
-if ok:
-    config.available_features.add("netns")
-else:
-    lit_config.note("cannot create network namespaces (ip netns add, needs root): the two-hosts test is UNSUPPORTED")
+probe = "kiln-lit-probe-%d" % os.getpid()
+feature("netns", runs(["ip", "netns", "add", probe], ["ip", "netns", "del", probe]),
+        "cannot create network namespaces (ip netns add, needs root): the two-hosts test is "
+        "UNSUPPORTED")
 
 # MPI (OpenMPI from Debian, scripts/setup.sh): multi-process tests launch
 # ranks with %mpirun, which allows root and more ranks than cores.
-import shutil
-if shutil.which("mpirun"):
-    config.available_features.add("mpi")
-    config.substitutions.append(("%mpirun", "mpirun --allow-run-as-root --oversubscribe"
-                                 " --mca btl self,vader --bind-to none"))
-else:
-    lit_config.note("no mpirun here: MPI tests are UNSUPPORTED (scripts/setup.sh installs OpenMPI)")
+feature("mpi", shutil.which("mpirun"),
+        "no mpirun here: MPI tests are UNSUPPORTED (scripts/setup.sh installs OpenMPI)")
+config.substitutions.append(("%mpirun", "mpirun --allow-run-as-root --oversubscribe"
+                             " --mca btl self,vader --bind-to none"))
 
-# TensorBoard's reader (the tensorboard package, scripts/setup.sh) for the
-# tests that read event files back. In CI (CI=true) those tests always run,
-# so a missing package fails them instead of hiding them.
-if subprocess.run([config.python_executable, "-c", "import tensorboard"],
-                  capture_output=True).returncode == 0 or os.environ.get("CI") == "true":
-    config.available_features.add("tensorboard")
-else:
-    lit_config.note("no tensorboard package for %s: TensorBoard tests are UNSUPPORTED "
-                    "(pip install tensorboard)" % config.python_executable)
+# TensorBoard's reader (the tensorboard package) for the tests that read
+# event files back.
+feature("tensorboard", has_modules("tensorboard") or in_ci,
+        "no tensorboard package for %s: TensorBoard tests are UNSUPPORTED "
+        "(pip install tensorboard)" % config.python_executable)
 
 # TensorBoard's profile plugin (tensorboard-plugin-profile, which brings
-# xprof; scripts/setup.sh) for test/tools/tensorboard-profile.test, which
-# asks a running TensorBoard's Profile tab for Kiln's trace. find_spec looks
-# for it without importing it; CI=true runs the test regardless, as above.
-if subprocess.run([config.python_executable, "-c",
-                   "import importlib.util, sys; sys.exit(importlib.util.find_spec('xprof') is None"
-                   " or importlib.util.find_spec('tensorboard_plugin_profile') is None)"],
-                  capture_output=True).returncode == 0 or os.environ.get("CI") == "true":
-    config.available_features.add("tensorboard-profile")
-else:
-    lit_config.note("no tensorboard-plugin-profile package for %s: the TensorBoard Profile tab "
-                    "test is UNSUPPORTED (pip install tensorboard-plugin-profile)"
-                    % config.python_executable)
+# xprof) for test/tools/tensorboard-profile.test, which asks a running
+# TensorBoard's Profile tab for Kiln's trace.
+feature("tensorboard-profile", has_modules("xprof", "tensorboard_plugin_profile") or in_ci,
+        "no tensorboard-plugin-profile package for %s: the TensorBoard Profile tab test is "
+        "UNSUPPORTED (pip install tensorboard-plugin-profile)" % config.python_executable)
 
 # PyTorch (CPU) for the tests that train the tutorial models in PyTorch
 # too (test/e2e/tutorials-torch*.test); scripts/setup.sh does not install
-# it, so without it those tests are UNSUPPORTED. find_spec looks for the
-# package without importing it (an import takes seconds, on every lit run).
-if subprocess.run([config.python_executable, "-c",
-                   "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"],
-                  capture_output=True).returncode == 0:
-    config.available_features.add("torch")
-else:
-    lit_config.note("no torch package for %s: the PyTorch comparison tests are UNSUPPORTED "
-                    "(pip install torch)" % config.python_executable)
+# it, so without it those tests are UNSUPPORTED.
+feature("torch", has_modules("torch"),
+        "no torch package for %s: the PyTorch comparison tests are UNSUPPORTED "
+        "(pip install torch)" % config.python_executable)

@@ -1,10 +1,10 @@
 //===- Cpus.cpp - The CPUs this process may use ---------------------------===//
 
 #include "runtime/core/Cpus.h"
+#include "runtime/core/Files.h"
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sched.h>
 #include <sstream>
 #include <thread>
@@ -14,16 +14,6 @@
 
 namespace kiln {
 namespace {
-
-bool readFile(const std::string &path, std::string &text) {
-  std::ifstream in(path);
-  if (!in)
-    return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  text = s.str();
-  return true;
-}
 
 /// The quota in `dir` (a cgroup directory), in CPUs; 0 when unlimited or
 /// not there. v2: cpu.max is "max 100000" or "QUOTA PERIOD"; v1:

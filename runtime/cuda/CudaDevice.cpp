@@ -8,6 +8,7 @@
 // version); else the driver JIT-compiles the closest PTX.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/core/Files.h"
 #include "runtime/cuda/Blas.h"
 #include "runtime/cuda/Device.h"
 #include "runtime/cuda/Driver.h"
@@ -17,7 +18,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,16 +33,6 @@ std::string cacheDir() {
   if (const char *h = std::getenv("HOME"))
     return std::string(h) + "/.cache/kiln/cuda";
   return "/tmp/kiln-cuda-cache";
-}
-
-bool readFile(const std::string &path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
 }
 
 void writeFileAtomically(const std::string &path, const std::string &bytes) {

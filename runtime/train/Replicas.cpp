@@ -44,6 +44,34 @@ std::string hostName() {
   return std::string(name, strnlen(name, sizeof(int64_t) * kHostWords - 1));
 }
 
+/// Ranks grouped by a key (a host name, an error message), the groups in
+/// the order their first rank comes.
+class RankGroups {
+public:
+  void add(const std::string &key, int rank) {
+    auto same = std::find_if(groups_.begin(), groups_.end(),
+                             [&](const auto &g) { return g.first == key; });
+    if (same == groups_.end())
+      groups_.push_back({key, {rank}});
+    else
+      same->second.push_back(rank);
+  }
+  size_t size() const { return groups_.size(); }
+  const std::string &key(size_t i) const { return groups_[i].first; }
+  /// One "rank 3 KEY" / "ranks 0, 1 KEY" line per group, joined by `sep`;
+  /// `join` goes between the ranks and the key (" on ", ": ").
+  std::string lines(const std::string &join, const std::string &sep) const {
+    std::vector<std::string> out;
+    for (const auto &[key, ranks] : groups_)
+      out.push_back(fmt::format("{} {}{}{}", ranks.size() == 1 ? "rank" : "ranks",
+                                fmt::join(ranks, ", "), join, key));
+    return fmt::format("{}", fmt::join(out, sep));
+  }
+
+private:
+  std::vector<std::pair<std::string, std::vector<int>>> groups_;
+};
+
 } // namespace
 
 StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
@@ -65,25 +93,15 @@ StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
   }
   bool any = false;
   int64_t longest = 1;
-  std::vector<std::pair<std::string, std::vector<int>>> hosts;
+  RankGroups hosts;
   for (int r = 0; r < n; ++r) {
     const int64_t *h = heads.data() + size_t(kHead * r);
     any = any || h[0];
     longest = std::max(longest, h[2] + 1);
     const char *name = reinterpret_cast<const char *>(h + 3);
-    std::string hr(name, strnlen(name, sizeof(int64_t) * kHostWords));
-    auto same = std::find_if(hosts.begin(), hosts.end(),
-                             [&](const auto &x) { return x.first == hr; });
-    if (same == hosts.end())
-      hosts.push_back({hr, {r}});
-    else
-      same->second.push_back(r);
+    hosts.add(std::string(name, strnlen(name, sizeof(int64_t) * kHostWords)), r);
   }
-  std::vector<std::string> where;
-  for (const auto &[name, ranks] : hosts)
-    where.push_back(fmt::format("{} {} on {}", ranks.size() == 1 ? "rank" : "ranks",
-                                fmt::join(ranks, ", "), name));
-  a.hosts = fmt::format("{}", fmt::join(where, "; "));
+  a.hosts = hosts.lines(" on ", "; ");
   if (!any)
     return a;
   std::vector<int64_t> text;
@@ -96,7 +114,7 @@ StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
     return a;
   }
   // The distinct messages, in rank order, each with its ranks.
-  std::vector<std::pair<std::string, std::vector<int>>> failed;
+  RankGroups failed;
   int failedRanks = 0, firstCode = 0;
   for (int r = 0; r < n; ++r) {
     if (!heads[size_t(kHead * r)])
@@ -104,28 +122,18 @@ StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
     if (!failedRanks++)
       firstCode = int(heads[size_t(kHead * r + 1)]);
     const int64_t *at = all.data() + size_t(r * longest);
-    std::string m(reinterpret_cast<const char *>(at + 1), size_t(at[0]));
-    auto same = std::find_if(failed.begin(), failed.end(),
-                             [&](const auto &f) { return f.first == m; });
-    if (same == failed.end())
-      failed.push_back({m, {r}});
-    else
-      same->second.push_back(r);
+    failed.add(std::string(reinterpret_cast<const char *>(at + 1), size_t(at[0])), r);
   }
   ErrorKind kind = firstCode == 2 ? ErrorKind::Internal : ErrorKind::User;
   if (failed.size() == 1 && failedRanks == n) {
-    a.status = Status::error(failed[0].first, kind);
+    a.status = Status::error(failed.key(0), kind);
     return a;
   }
-  std::vector<std::string> lines;
-  for (const auto &[m, ranks] : failed)
-    lines.push_back(fmt::format("{} {}: {}", ranks.size() == 1 ? "rank" : "ranks",
-                                fmt::join(ranks, ", "), m));
   a.status = Status::error(
-      lines.size() == 1
-          ? lines[0]
+      failed.size() == 1
+          ? failed.lines(": ", "")
           : fmt::format("{} of {} ranks could not start:\n  {}", failedRanks, n,
-                        fmt::join(lines, "\n  ")),
+                        failed.lines(": ", "\n  ")),
       kind);
   return a;
 }
