@@ -211,26 +211,10 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches)
                          argOf_.lookup(a)));
         vecs[a] = va;
       }
-      SmallVector<std::string> results;
-      for (size_t j = 0; j < outs.size(); ++j) {
-        results.push_back(fresh("r"));
-        line(fmt::format("float {}[4];", results.back()));
-      }
-      const char *comp[] = {"x", "y", "z", "w"};
-      for (int c = 0; c < 4; ++c) {
-        for (Value a : identityArgs)
-          laneRead_[a] = vecs[a] + "." + comp[c];
-        line("{");
-        push();
-        std::string lin = fresh("e");
-        line(fmt::format("const int {} = 4 * q + {};", lin, c));
-        SmallVector<std::string> idx = delinear(lin, shape);
-        for (auto [j, o] : llvm::enumerate(outs))
-          line(fmt::format("{}[{}] = {};", results[j], c, emit(yields[o], idx)));
-        pop();
-        line("}");
-      }
-      laneRead_.clear();
+      static const char *comp[] = {"x", "y", "z", "w"};
+      SmallVector<std::string> results =
+          emitLanes(4, shape, outs, identityArgs.getArrayRef(),
+                    [&](Value a, int c) { return vecs[a] + "." + comp[c]; });
       for (auto [j, o] : llvm::enumerate(outs))
         line(fmt::format("reinterpret_cast<float4 *>(a{0})[q] = make_float4({1}[0], {1}[1], "
                          "{1}[2], {1}[3]);",
@@ -242,8 +226,7 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches)
                        n));
       push();
       SmallVector<std::string> idx = delinear("e", shape);
-      for (unsigned o : outs)
-        store(o, idx);
+      storeAll(outs, idx);
       pop();
       line("}");
     }
@@ -256,6 +239,32 @@ LogicalResult KernelEmitter::emitElementwise(std::vector<gpu::Launch> &launches)
            grid, block, launches);
   }
   return success();
+}
+
+SmallVector<std::string> KernelEmitter::emitLanes(
+    int width, ArrayRef<int64_t> shape, ArrayRef<unsigned> outs, ArrayRef<Value> identityArgs,
+    llvm::function_ref<std::string(Value, int)> laneOf) {
+  auto yields = fusion_.getBlock().getTerminator()->getOperands();
+  SmallVector<std::string> results;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    results.push_back(fresh("r"));
+    line(fmt::format("float {}[{}];", results.back(), width));
+  }
+  for (int c = 0; c < width; ++c) {
+    for (Value a : identityArgs)
+      laneRead_[a] = laneOf(a, c);
+    line("{");
+    push();
+    std::string lin = fresh("e");
+    line(fmt::format("const int {} = {} * q + {};", lin, width, c));
+    SmallVector<std::string> idx = delinear(lin, shape);
+    for (auto [j, o] : llvm::enumerate(outs))
+      line(fmt::format("{}[{}] = {};", results[j], c, emit(yields[o], idx)));
+    pop();
+    line("}");
+  }
+  laneRead_.clear();
+  return results;
 }
 
 void KernelEmitter::emitHalfVectors(ArrayRef<int64_t> shape, ArrayRef<unsigned> outs,
@@ -292,25 +301,8 @@ void KernelEmitter::emitHalfVectors(ArrayRef<int64_t> shape, ArrayRef<unsigned> 
       };
     }
   }
-  SmallVector<std::string> results;
-  for (size_t j = 0; j < outs.size(); ++j) {
-    results.push_back(fresh("r"));
-    line(fmt::format("float {}[8];", results.back()));
-  }
-  for (int c = 0; c < 8; ++c) {
-    for (Value a : identityArgs)
-      laneRead_[a] = lanes[a](c);
-    line("{");
-    push();
-    std::string lin = fresh("e");
-    line(fmt::format("const int {} = 8 * q + {};", lin, c));
-    SmallVector<std::string> idx = delinear(lin, shape);
-    for (auto [j, o] : llvm::enumerate(outs))
-      line(fmt::format("{}[{}] = {};", results[j], c, emit(yields[o], idx)));
-    pop();
-    line("}");
-  }
-  laneRead_.clear();
+  SmallVector<std::string> results =
+      emitLanes(8, shape, outs, identityArgs, [&](Value a, int c) { return lanes[a](c); });
   for (auto [j, o] : llvm::enumerate(outs)) {
     TypeInfo ti;
     typeInfo(tensorOf(yields[o]).getElementType(), ti);

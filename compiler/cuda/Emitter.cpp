@@ -183,8 +183,19 @@ std::string KernelEmitter::emit(Value v, ArrayRef<std::string> idx) {
 }
 
 void KernelEmitter::store(unsigned i, ArrayRef<std::string> idx) {
+  write(i, idx, emit(fusion_.getBlock().getTerminator()->getOperand(i), idx));
+}
+
+void KernelEmitter::storeAll(ArrayRef<unsigned> outs, ArrayRef<std::string> idx) {
+  SmallVector<std::string> values;
+  for (unsigned o : outs)
+    values.push_back(emit(fusion_.getBlock().getTerminator()->getOperand(o), idx));
+  for (auto [o, v] : llvm::zip(outs, values))
+    write(o, idx, v);
+}
+
+void KernelEmitter::write(unsigned i, ArrayRef<std::string> idx, const std::string &v) {
   Value y = fusion_.getBlock().getTerminator()->getOperand(i);
-  std::string v = emit(y, idx);
   TypeInfo ti;
   typeInfo(tensorOf(y).getElementType(), ti);
   std::string target =

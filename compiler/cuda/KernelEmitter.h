@@ -175,6 +175,13 @@ private:
   /// `identityArgs` read at the output's index.
   void emitHalfVectors(ArrayRef<int64_t> shape, ArrayRef<unsigned> outs,
                        ArrayRef<Value> identityArgs);
+  /// The lanes of a vector loop: thread q computes elements width*q ..
+  /// width*q + width-1 of every output in `outs` into float arrays (their
+  /// names returned, in the order of `outs`), reading input `a` of
+  /// `identityArgs` at lane c as `laneOf(a, c)`.
+  SmallVector<std::string> emitLanes(int width, ArrayRef<int64_t> shape,
+                                     ArrayRef<unsigned> outs, ArrayRef<Value> identityArgs,
+                                     llvm::function_ref<std::string(Value, int)> laneOf);
   LogicalResult emitRows(int64_t rows, std::vector<gpu::Launch> &launches);
   LogicalResult emitColumns(std::vector<gpu::Launch> &launches);
   LogicalResult emitColumnTiles(
@@ -201,6 +208,13 @@ private:
   LogicalResult emitMatmul(MatmulOp op, std::vector<gpu::Launch> &launches);
   /// Stores output `i` at `idx`.
   void store(unsigned i, ArrayRef<std::string> idx);
+  /// Stores every output of `outs` at `idx`: all values computed (their
+  /// inputs loaded) first, then all written, since an output may be written
+  /// over an input (a tie: an in-place update, a gradient accumulated in
+  /// place) that another output still reads.
+  void storeAll(ArrayRef<unsigned> outs, ArrayRef<std::string> idx);
+  /// Writes `v`, output `i`'s value, at `idx`.
+  void write(unsigned i, ArrayRef<std::string> idx, const std::string &v);
   std::string signature(const std::string &fname);
   void finish(const std::string &fname, const char *form, int64_t grid, int64_t block,
               std::vector<gpu::Launch> &launches, int64_t shared = 0);
