@@ -3,14 +3,13 @@
 #include "tools/kilnc/Planner.h"
 
 #include "compiler/Codegen.h"
+#include "compiler/Driver.h"
 #include "compiler/Training.h"
 #include "dialects/kiln/KilnDialect.h"
-#include "dialects/kiln/Sharding.h"
 #include "runtime/comm/InProcess.h"
 #include "runtime/core/Program.h"
 #include "runtime/train/Calibrate.h"
 
-#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SmallVector.h"
@@ -561,37 +560,6 @@ bool measureMachine(int devices, Machine &m, std::string &error) {
       "lockstep and {} (best of 3); 4 MiB {:.2f} ms",
       m.devices, tSmall * 1e6, between, tBig * 1e3);
   return true;
-}
-
-void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
-               int64_t pp, int64_t microBatches, int64_t virtualStages) {
-  mlir::Builder b(module.getContext());
-  auto train =
-      module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
-  mlir::NamedAttrList t(train ? train.getValue()
-                              : llvm::ArrayRef<mlir::NamedAttribute>{});
-  t.set("devices", b.getI64IntegerAttr(devices));
-  t.set("tp", b.getI64IntegerAttr(tp));
-  t.set("zero", b.getI64IntegerAttr(zero));
-  if (pp > 1) {
-    t.set("pp", b.getI64IntegerAttr(pp));
-    t.set("micro_batches", b.getI64IntegerAttr(microBatches));
-    t.set("grad_accum", b.getI64IntegerAttr(microBatches));
-    if (virtualStages > 1) {
-      t.set("pipeline", b.getStringAttr("interleaved"));
-      t.set("virtual_stages", b.getI64IntegerAttr(virtualStages));
-    } else {
-      t.erase("pipeline");
-      t.erase("virtual_stages");
-    }
-  } else {
-    t.erase("pp");
-    t.erase("pipeline");
-    t.erase("virtual_stages");
-  }
-  module->setAttr(KilnDialect::kTrainAttr,
-                  t.getDictionary(module.getContext()));
-  setMesh(module, meshFor(devices, tp, pp));
 }
 
 Result plan(mlir::ModuleOp module, const Options &o, Machine &m,

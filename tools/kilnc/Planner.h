@@ -142,13 +142,6 @@ struct Result {
   std::string error; ///< set when nothing fits (exit 1)
 };
 
-/// Sets the layout on `module` as kilnc's --devices/--tp/--zero/--pp/
-/// --micro-batches/--pipeline/--virtual-stages flags do (the kiln.train
-/// attribute and the mesh). With pp = 1 the train section's grad_accum is
-/// kept; virtualStages > 1 is the interleaved schedule.
-void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
-               int64_t pp = 1, int64_t microBatches = 1, int64_t virtualStages = 1);
-
 /// Compiles every layout of `module` (as the frontend built it; it is not
 /// changed), times the float32 GEMM shapes their plans run (into
 /// `machine.gemmSeconds`) and predicts each. `diagnostics` is the string the

@@ -13,26 +13,22 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"
-#include "compiler/Package.h"
+#include "compiler/Driver.h"
 #include "compiler/PrecisionReport.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
-#include "compiler/cuda/Assemble.h"
-#include "compiler/cuda/Emitter.h"
 #include "frontend/Frontend.h"
+#include "runtime/core/Artifact.h"
 #include "runtime/core/Counters.h"
 #include "runtime/core/GpuCost.h"
 #include "runtime/core/Log.h"
 #include "tools/kilnc/Planner.h"
 
 #include "dialects/kiln/KilnDialect.h"
-#include "dialects/kiln/Precision.h"
-#include "dialects/kiln/Sharding.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
-#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
@@ -459,180 +455,54 @@ int main(int argc, char **argv) {
     }
     return 1;
   }
-  // Data-parallel settings from the command line (docs/parallel.md).
-  if (devicesOpt.getNumOccurrences() || tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
-      ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
-      pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences() ||
-      bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences() ||
-      gradReduce.getNumOccurrences()) {
-    mlir::Builder b(&context);
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
-    if (devicesOpt.getNumOccurrences()) {
-      if (devicesOpt < 1 || devicesOpt > 65536)
-        return userError("--devices must be an integer from 1 to 65536");
-      t.set("devices", b.getI64IntegerAttr(devicesOpt));
+  // The layout and precision flags, as the driver's options; the driver
+  // writes them into the module and checks the layout rules.
+  kiln::CompileOptions co;
+  co.modelPath = inputFile;
+  co.sourceText = source.text();
+  kiln::LayoutOptions &layout = co.layout;
+  if (devicesOpt.getNumOccurrences())
+    layout.devices = devicesOpt.getValue();
+  if (tpOpt.getNumOccurrences())
+    layout.tp = tpOpt.getValue();
+  if (ppOpt.getNumOccurrences())
+    layout.pp = ppOpt.getValue();
+  if (microBatchesOpt.getNumOccurrences())
+    layout.microBatches = microBatchesOpt.getValue();
+  if (pipelineOpt.getNumOccurrences())
+    layout.pipeline = pipelineOpt.getValue();
+  if (virtualStagesOpt.getNumOccurrences())
+    layout.virtualStages = virtualStagesOpt.getValue();
+  if (zeroOpt.getNumOccurrences())
+    layout.zero = zeroOpt.getValue();
+  if (bucketMb.getNumOccurrences())
+    layout.bucketMb = bucketMb.getValue();
+  if (firstBucketMb.getNumOccurrences())
+    layout.firstBucketMb = firstBucketMb.getValue();
+  if (gradReduce.getNumOccurrences())
+    layout.gradReduce = gradReduce.getValue();
+  if (precisionOpt.getNumOccurrences())
+    co.precision = precisionOpt.getValue();
+  if (precisionModeOpt.getNumOccurrences())
+    co.precisionMode = precisionModeOpt.getValue();
+  if (seedOpt.getNumOccurrences())
+    co.seed = seedOpt.getValue();
+  co.fusion = !noFusion;
+  co.printKernelIRAfterAll = printKernelIR;
+  co.omitZeroInitializers = omitZeroInitializers;
+  co.target = target;
+  if (!cudaArchs.empty())
+    co.cudaArchs.assign(cudaArchs.begin(), cudaArchs.end());
+  co.cudaMaxRegisters = cudaMaxRegisters;
+  co.note = [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); };
+  if (kiln::Status st = kiln::configure(*module, co); !st) {
+    if (st.exitCode() == 2) {
+      std::fprintf(stderr, "kilnc: internal error: %s\n%s", st.message().c_str(),
+                   mlirDiags.c_str());
+      return 2;
     }
-    if (tpOpt.getNumOccurrences()) {
-      if (tpOpt < 1 || tpOpt > 65536)
-        return userError("--tp must be an integer from 1 to 65536");
-      t.set("tp", b.getI64IntegerAttr(tpOpt));
-      if (!t.get("devices"))
-        t.set("devices", b.getI64IntegerAttr(tpOpt));
-    }
-    if (ppOpt.getNumOccurrences()) {
-      if (ppOpt < 1 || ppOpt > 64)
-        return userError("--pp must be an integer from 1 to 64");
-      auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
-      // The train section's interleaved schedule: the blocks name pp x V
-      // model chunks.
-      // (--pipeline 1f1b or gpipe over an interleaved train section: one
-      // stage per block.)
-      int64_t V = pipelineOpt.getNumOccurrences() && pipelineOpt != "interleaved"
-                      ? 1
-                      : kiln::virtualStages(*module);
-      if (placed && ppOpt > 1 && ppOpt * V < placed.getInt())
-        return userError("--pp " + std::to_string(ppOpt) + " is fewer than the " +
-                         std::to_string(placed.getInt()) +
-                         (V > 1 ? " model chunks (" + std::to_string(V) + " per device)"
-                                : std::string(" stages")) +
-                         " the model's `stage N { ... }` blocks name (--pp 1 "
-                         "compiles the model for one stage, ignoring them)");
-      if (placed && ppOpt == 1) {
-        // One stage: the model's placement is set aside (to compare a
-        // placed model with one device, or to run it on fewer devices).
-        (*module)->removeAttr("kiln.stages_placed");
-        module->walk([](mlir::Operation *op) { op->removeAttr(kiln::kStageAttr); });
-      }
-      t.set("pp", b.getI64IntegerAttr(ppOpt));
-      if (!devicesOpt.getNumOccurrences())
-        t.set("devices", b.getI64IntegerAttr(ppOpt * std::max<int64_t>(1, tpOpt)));
-    }
-    if (microBatchesOpt.getNumOccurrences()) {
-      if (microBatchesOpt < 1 || microBatchesOpt > 4096)
-        return userError("--micro-batches must be an integer from 1 to 4096");
-      t.set("micro_batches", b.getI64IntegerAttr(microBatchesOpt));
-      t.set("grad_accum", b.getI64IntegerAttr(microBatchesOpt));
-    }
-    if (pipelineOpt.getNumOccurrences()) {
-      if (pipelineOpt != "1f1b" && pipelineOpt != "gpipe" && pipelineOpt != "interleaved")
-        return userError("--pipeline=" + pipelineOpt + ": use 1f1b, gpipe or interleaved");
-      t.set("pipeline", b.getStringAttr(pipelineOpt));
-      auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
-      if (pipelineOpt != "interleaved" && kiln::virtualStages(*module) > 1 && placed &&
-          !ppOpt.getNumOccurrences()) {
-        // The train section's interleaved schedule numbered model chunks;
-        // another schedule runs each named chunk as a stage of its own
-        // (as the same stage blocks under pipeline = "1f1b" would).
-        auto get = [&](llvm::StringRef k) {
-          auto a = t.get(k);
-          return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(1);
-        };
-        int64_t oldPp = std::max<int64_t>(1, get("pp"));
-        int64_t stages = placed.getInt();
-        t.set("pp", b.getI64IntegerAttr(stages));
-        if (!devicesOpt.getNumOccurrences())
-          t.set("devices", b.getI64IntegerAttr(std::max<int64_t>(1, get("devices")) / oldPp *
-                                                stages));
-      }
-      if (pipelineOpt != "interleaved")
-        t.erase("virtual_stages");
-    }
-    if (virtualStagesOpt.getNumOccurrences()) {
-      if (virtualStagesOpt < 1 || virtualStagesOpt > 64)
-        return userError("--virtual-stages must be an integer from 1 to 64");
-      auto sched = t.get("pipeline");
-      if (!sched || mlir::cast<mlir::StringAttr>(sched).getValue() != "interleaved")
-        return userError("--virtual-stages is the interleaved schedule's model chunks per "
-                         "device; add --pipeline interleaved");
-      t.set("virtual_stages", b.getI64IntegerAttr(virtualStagesOpt));
-    }
-    if (zeroOpt.getNumOccurrences()) {
-      if (zeroOpt < 0 || zeroOpt > 2)
-        return userError("--zero must be 0, 1 or 2");
-      t.set("zero", b.getI64IntegerAttr(zeroOpt));
-    }
-    if (bucketMb.getNumOccurrences()) {
-      if (!(bucketMb > 0))
-        return userError("--bucket-mb must be > 0");
-      t.set("bucket_mb", b.getF64FloatAttr(bucketMb));
-    }
-    if (firstBucketMb.getNumOccurrences()) {
-      if (!(firstBucketMb > 0))
-        return userError("--first-bucket-mb must be > 0");
-      t.set("first_bucket_mb", b.getF64FloatAttr(firstBucketMb));
-    }
-    if (gradReduce.getNumOccurrences()) {
-      if (gradReduce != "fp32" && gradReduce != "bf16")
-        return userError("--grad-reduce must be fp32 or bf16, got '" + gradReduce + "'");
-      t.set("grad_reduce", b.getStringAttr(gradReduce));
-    }
-    auto get = [&](llvm::StringRef k) {
-      auto a = t.get(k);
-      return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(0);
-    };
-    int64_t n = std::max<int64_t>(1, get("devices"));
-    int64_t tp = std::max<int64_t>(1, get("tp"));
-    int64_t pp = std::max<int64_t>(1, get("pp"));
-    if (n % tp != 0)
-      return userError("--tp " + std::to_string(tp) + " must divide the device count " +
-                       std::to_string(n) + " (--devices counts all devices: dp = devices / tp)");
-    if (n % (tp * pp) != 0)
-      return userError("--devices " + std::to_string(n) + " is not a multiple of pp x tp = " +
-                       std::to_string(pp) + " x " + std::to_string(tp) +
-                       " (--devices counts all devices: dp = devices / (pp x tp))");
-    if (get("zero") > 0 && n / (tp * pp) <= 1)
-      return userError("--zero " + std::to_string(get("zero")) +
-                       " shards optimizer state over data-parallel devices; it needs "
-                       "--devices N (or devices = N in the train section) with N > 1" +
-                       std::string(tp * pp > 1 ? " data-parallel replicas (N / (pp x tp) > 1)"
-                                               : ""));
-    (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
-    kiln::setMesh(*module, kiln::meshFor(n, tp, pp));
+    return userError(st.message());
   }
-  // Mixed precision from the command line: kiln-mixed-precision reads it.
-  if (precisionOpt.getNumOccurrences() || precisionModeOpt.getNumOccurrences()) {
-    mlir::Builder b(&context);
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
-    if (precisionOpt.getNumOccurrences()) {
-      if (precisionOpt != "fp32" && precisionOpt != "tf32" && precisionOpt != "bf16" &&
-          precisionOpt != "fp16")
-        return userError("--precision=" + precisionOpt + ": use fp32, tf32, bf16 or fp16");
-      t.set("precision", b.getStringAttr(precisionOpt));
-      // The model's loss scale may be too large for fp16 (docs/training.md
-      // "The largest initial scale"); the frontend checked it against the
-      // train section's precision only.
-      if (auto ls = t.getDictionary(&context).getAs<mlir::DictionaryAttr>("loss_scale"))
-        if (auto init = ls.getAs<mlir::FloatAttr>("init")) {
-          std::string why =
-              kiln::lossScaleInitError(precisionOpt, init.getValueAsDouble());
-          if (!why.empty()) {
-            auto line = ls.getAs<mlir::IntegerAttr>("line");
-            auto col = ls.getAs<mlir::IntegerAttr>("col");
-            std::string where = inputFile;
-            if (line && col)
-              where += ":" + std::to_string(line.getInt()) + ":" + std::to_string(col.getInt());
-            return userError(where + ": the train section's loss_scale with --precision fp16: " +
-                             why);
-          }
-        }
-    }
-    if (precisionModeOpt.getNumOccurrences()) {
-      if (precisionModeOpt != "kiln" && precisionModeOpt != "autocast")
-        return userError("--precision-mode=" + precisionModeOpt + ": use kiln or autocast");
-      t.set("precision_mode", b.getStringAttr(precisionModeOpt));
-    }
-    (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
-  }
-  if (mlir::failed(mlir::verify(*module))) {
-    std::fprintf(stderr,
-                 "kilnc: internal error: the frontend built invalid IR for "
-                 "'%s'; please report this with the model file.\n%s",
-                 inputFile.c_str(), mlirDiags.c_str());
-    return 2;
-  }
-
   // The planner: choose the layout, then compile it as if its flags had
   // been given.
   if (parallelOpt.getNumOccurrences()) {
@@ -701,7 +571,7 @@ int main(int argc, char **argv) {
     if (!result.chosen)
       return userError(result.error);
     const kiln::planner::Candidate &c = result.candidates[*result.chosen];
-    kiln::planner::setLayout(*module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp,
+    kiln::setLayout(*module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp,
                              c.microBatches, c.virtualStages);
     if (outputFile == "-" && !emit.getNumOccurrences())
       return 0; // the report was the output
@@ -780,12 +650,7 @@ int main(int argc, char **argv) {
   // The seed of the initial parameters: the artifact's and the reference's
   // are the same, so a reference exported for another framework starts from
   // the weights kiln-run trains.
-  uint64_t initSeed = 0;
-  if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr))
-    if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
-      initSeed = uint64_t(s.getInt());
-  if (seedOpt.getNumOccurrences())
-    initSeed = seedOpt;
+  uint64_t initSeed = kiln::initSeed(*module, co.seed);
   if (!exportReference.empty()) {
     // The interpreter runs one device: a multi-device model's reference is
     // the one-device program of the same model (what its layouts are
@@ -843,22 +708,9 @@ int main(int argc, char **argv) {
   if (!emit.getNumOccurrences() && StringRef(outputFile).ends_with(".kpack"))
     emit = Emit::Package;
   bool targetCuda = false;
-  {
-    SmallVector<StringRef> ts;
-    StringRef(target).split(ts, ',');
-    for (StringRef t : ts) {
-      if (t == "cuda")
-        targetCuda = true;
-      else if (t != "cpu")
-        return userError("--target=" + target + ": unknown target '" + t.str() +
-                         "' (use cpu, cuda or cpu,cuda)");
-    }
-  }
-  if (emit == Emit::Cuda && !targetCuda)
-    targetCuda = true;
-  std::vector<std::string> archs(cudaArchs.begin(), cudaArchs.end());
-  if (archs.empty())
-    archs = {"sm_80", "sm_90"};
+  if (kiln::Status st = kiln::parseTarget(target, targetCuda); !st)
+    return userError(st.message());
+  co.cuda = targetCuda || emit == Emit::Cuda;
   if (fusionReport || !gpuCost.empty())
     emit = Emit::Plan; // the report replaces the plan's listing below
   const kiln::gpu::DeviceSpec *costDevice = nullptr;
@@ -871,86 +723,45 @@ int main(int argc, char **argv) {
       return userError("--gpu-cost=" + gpuCost + ": no such device in the cost model's table (" +
                        known + ")");
     }
-    if (!targetCuda)
+    if (!co.cuda)
       return userError("--gpu-cost predicts the CUDA plan: add --target=cuda");
   }
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
       emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused ||
       emit == Emit::Counters) {
-    if (!module->lookupSymbol("train_step") && mlir::failed(kiln::buildTrainProgram(*module))) {
-      std::fprintf(stderr, "%s", mlirDiags.c_str());
-      std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
-                   inputFile.c_str());
-      return 1;
-    }
-    kiln::CodegenOptions co;
-    co.emitLLVM = emit == Emit::LLVM || emit == Emit::Package;
-    co.keepLLVMText = emit == Emit::LLVM;
-    co.fusion = !noFusion;
-    co.printKernelIRAfterAll = printKernelIR;
-    std::string err;
-    co.emitLLVM = co.emitLLVM && emit != Emit::Cuda && emit != Emit::Fused;
-    auto compiled = kiln::compileProgram(*module, co, err);
-    if (mlir::failed(compiled)) {
-      std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
-      return 1;
-    }
-    std::optional<kiln::CudaProgram> cuda;
-    if (targetCuda) {
+    if (co.cuda) {
       if (cudaColumns != "tiles" && cudaColumns != "block")
         return userError("--cuda-columns must be tiles or block, got '" + cudaColumns + "'");
       if (cudaScatter != "chunks" && cudaScatter != "walk")
         return userError("--cuda-scatter must be chunks or walk, got '" + cudaScatter + "'");
-      kiln::CudaEmitOptions eo;
-      eo.columnTiles = cudaColumns == "tiles";
-      eo.scatterChunks = cudaScatter == "chunks";
       if (cudaHalfVectors != "on" && cudaHalfVectors != "off")
         return userError("--cuda-half-vectors must be on or off, got '" + cudaHalfVectors + "'");
-      eo.halfVectors = cudaHalfVectors == "on";
-      auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err, eo);
-      if (mlir::failed(c)) {
-        std::fprintf(stderr, "kilnc: error: CUDA code generation: %s\n", err.c_str());
-        return 2;
-      }
-      cuda = std::move(*c);
+      co.cudaEmit.columnTiles = cudaColumns == "tiles";
+      co.cudaEmit.scatterChunks = cudaScatter == "chunks";
+      co.cudaEmit.halfVectors = cudaHalfVectors == "on";
     }
+    if (emit == Emit::Package && outputFile == "-")
+      return userError("--emit=kpack needs -o FILE.kpack");
+    co.output = emit == Emit::LLVM      ? kiln::CompileOutput::LLVM
+                : emit == Emit::Package ? kiln::CompileOutput::Package
+                                        : kiln::CompileOutput::Program;
+    kiln::CompileResult compiled = kiln::compile(*module, co);
+    if (!compiled) {
+      if (compiled.diagnosticsFirst)
+        std::fprintf(stderr, "%s", mlirDiags.c_str());
+      std::fprintf(stderr, "kilnc: error: %s\n", compiled.status.message().c_str());
+      return compiled.status.exitCode();
+    }
+    const kiln::program::Program &p = compiled.compiled->program;
     if (emit == Emit::Package) {
-      if (outputFile == "-")
-        return userError("--emit=kpack needs -o FILE.kpack");
-      kiln::PackageInputs in;
-      in.sourcePath = inputFile;
-      in.sourceText = source.text();
-      in.target = target;
-      in.seed = initSeed;
-      in.omitZeroInitializers = omitZeroInitializers;
-      if (cuda) {
-        kiln::CudaAssembleOptions ao;
-        ao.archs = archs;
-        ao.maxRegisters = cudaMaxRegisters;
-        auto assembled = kiln::assembleCuda(
-            *cuda, compiled->program.kernels.size(), ao,
-            [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); });
-        if (!assembled) {
-          std::fprintf(stderr, "kilnc: error: %s\n", assembled.status().message().c_str());
-          return 2;
-        }
-        in.extraSections = std::move(assembled->sections);
-        in.cudaManifest = std::move(assembled->manifest);
-      }
-      auto sections = kiln::buildPackage(*module, *compiled, in);
-      if (!sections) {
-        std::fprintf(stderr, "kilnc: error: %s\n", sections.status().message().c_str());
-        return sections.status().exitCode();
-      }
-      kiln::Status st = kiln::artifact::write(outputFile, *sections);
+      kiln::Status st = kiln::artifact::write(outputFile, compiled.package);
       if (!st) {
         std::fprintf(stderr, "kilnc: error: %s\n", st.message().c_str());
         return st.exitCode();
       }
       size_t bytes = 0;
-      for (const auto &sec : *sections)
+      for (const auto &sec : compiled.package)
         bytes += sec.bytes.size();
-      const auto &p = compiled->program;
       // Pipeline stages differ in arena: the largest is what a device needs.
       int64_t arena = 0;
       for (int d = 0; d < p.numDevices(); ++d)
@@ -975,34 +786,32 @@ int main(int argc, char **argv) {
       o.gemmSplit = [f = *form](const kiln::program::GemmParams &g) {
         return kiln::gpu::gemmCalls(g, f);
       };
-      for (const auto &f : compiled->program.functions)
+      for (const auto &f : p.functions)
         if (f.name == "train_step")
           output->os() << "@train_step on "
                        << kiln::gpu::formatReport(
-                              kiln::gpu::predict(compiled->program, f, cuda->kernels,
-                                                 *costDevice, o),
+                              kiln::gpu::predict(p, f, compiled.cuda->kernels, *costDevice, o),
                               gpuCostTop);
     } else if (fusionReport)
-      kiln::printFusionReport(compiled->program, compiled->refusals, output->os());
+      kiln::printFusionReport(p, compiled.compiled->refusals, output->os());
     else if (emit == Emit::Plan)
-      kiln::printPlan(compiled->program, output->os(), compiled->activations);
+      kiln::printPlan(p, output->os(), compiled.compiled->activations);
     else if (emit == Emit::Kernels)
-      compiled->kernels->print(output->os());
+      compiled.compiled->kernels->print(output->os());
     else if (emit == Emit::Fused)
       module->print(output->os());
     else if (emit == Emit::Cuda)
-      output->os() << cuda->source;
+      output->os() << compiled.cuda->source;
     else if (emit == Emit::Counters) {
       // GEMM library calls as kiln-run's CUDA devices split them.
       auto form = kiln::gpu::gemmPlanFormFromEnv();
       if (!form)
         return userError(form.status().message());
-      output->os() << kiln::program::countPlan(compiled->program,
-                                               cuda ? &cuda->kernels : nullptr, *form)
+      output->os() << kiln::program::countPlan(p, compiled.cuda ? &compiled.cuda->kernels : nullptr,
+                                               *form)
                           .toJson();
-    }
-    else
-      output->os() << compiled->llvmIR;
+    } else
+      output->os() << compiled.compiled->llvmIR;
     output->keep();
     return 0;
   }
