@@ -530,6 +530,19 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     }
     return true;
   };
+  auto returnedValue = [&](Value a) { // returned, as it is or reshaped
+    SmallVector<Value> work{a};
+    while (!work.empty()) {
+      Value x = work.pop_back_val();
+      for (Operation *u : x.getUsers()) {
+        if (isa<func::ReturnOp>(u))
+          return true;
+        if (isa<ReshapeOp, OptimizationBarrierOp>(u))
+          work.push_back(u->getResult(0));
+      }
+    }
+    return false;
+  };
   auto tiesOf = [&](FusionOp f, ArrayRef<Value> ins, ArrayRef<Value> outs) {
     SmallVector<std::pair<unsigned, unsigned>> ties;
     auto yield = f.getBlock().getTerminator();
@@ -545,6 +558,43 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
         auto a = dyn_cast<BlockArgument>(in);
         if (a && f.getOperand(a.getArgNumber()) == it->second)
           ties.push_back({unsigned(o), unsigned(i)});
+      }
+    }
+    // Temporaries: an output written over an input of its type that dies
+    // here (a gradient accumulated over micro-batches, a chain of
+    // elementwise kernels) needs no memory of its own. makeKernel keeps the
+    // tie only for one-loop kernels, which read each element before they
+    // write it; the input must be read element for element (no broadcast,
+    // which could permute it), by this fusion alone from here on, and be no
+    // function argument; the output must be no returned value.
+    auto tiedIn = [&](unsigned i) {
+      return llvm::any_of(ties, [&](auto t) { return t.second == i; });
+    };
+    for (auto [o, inner] : llvm::enumerate(outs)) {
+      if (llvm::any_of(ties, [&](auto t) { return t.first == o; }))
+        continue;
+      Value outer;
+      for (auto [k, y] : llvm::enumerate(yield->getOperands()))
+        if (y == inner)
+          outer = f.getResult(k);
+      if (!outer || oldValueOf.count(outer) || returnedValue(outer))
+        continue;
+      for (auto [i, in] : llvm::enumerate(ins)) {
+        auto a = dyn_cast<BlockArgument>(in);
+        if (!a || a.getOwner() != &f.getBlock() || tiedIn(unsigned(i)) ||
+            a.getType() != inner.getType())
+          continue;
+        Value v = f.getOperand(a.getArgNumber());
+        Value src = v; // the value before reshapes, whose buffer v shares
+        while (isa_and_nonnull<ReshapeOp, OptimizationBarrierOp>(src.getDefiningOp()))
+          src = src.getDefiningOp()->getOperand(0);
+        if (isa<BlockArgument>(src) || llvm::count(f.getOperands(), v) != 1 ||
+            !lastReader(src, f))
+          continue;
+        if (!llvm::all_of(a.getUsers(), [](Operation *u) { return isElementwiseOp(u); }))
+          continue;
+        ties.push_back({unsigned(o), unsigned(i)});
+        break;
       }
     }
     return ties;
@@ -840,11 +890,16 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
   for (Value v : ret.getOperands())
     last[root(v)] = kEnd;
 
-  // Outputs tied to an input live in the input's buffer.
+  // Outputs tied to an input live in the input's buffer: a parameter's or
+  // state tensor's now, a temporary's once it has one (below).
   llvm::DenseSet<Value> tiedOut;
+  llvm::DenseMap<Value, Value> tiedTemp; // output -> the temporary input
   for (VStep &s : steps)
     for (auto [o, i] : s.tied) {
-      buffer[o] = buffer.lookup(root(i));
+      if (buffer.count(root(i)))
+        buffer[o] = buffer.lookup(root(i));
+      else
+        tiedTemp[o] = root(i);
       tiedOut.insert(o);
     }
   // Results that are new values of a parameter or state tensor go
@@ -940,9 +995,26 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
         l->end = std::max(l->end, last.lookup(res));
       }
     }
-    for (Value v : llvm::concat<Value>(steps[i].outs, steps[i].epiOuts))
+    for (Value v : llvm::concat<Value>(steps[i].outs, steps[i].epiOuts)) {
+      auto t = tiedTemp.find(v);
+      if (t != tiedTemp.end()) {
+        // Written over a temporary that dies here: its buffer, which now
+        // lives as long as the output.
+        auto in = buffer.find(t->second);
+        Live *l = nullptr;
+        if (in != buffer.end())
+          for (Live &x : live)
+            if (x.id == in->second && prog_.buffers[size_t(x.id)].role == Role::Temp)
+              l = &x;
+        if (!l)
+          return fail(v.getDefiningOp(), "an output tied to a temporary that has no live buffer");
+        buffer[v] = l->id;
+        l->end = std::max(l->end, last.lookup(v));
+        continue;
+      }
       if (!buffer.count(v))
         buffer[v] = allocate(v, returned.count(v) ? Role::Output : Role::Temp, "");
+    }
   }
 
   for (BlockArgument a : block.getArguments())
@@ -1404,7 +1476,10 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
   };
   for (size_t i = 0; i < f->steps.size(); ++i) {
     const Step &s = f->steps[i];
-    int64_t m = moved(s.args);
+    // Kernels: in-place (tied) outputs are read and written.
+    int64_t m = s.kind == Step::Kernel
+                    ? int64_t(program::kernelTrafficBytes(p, s.kernel, s.args))
+                    : moved(s.args);
     if (s.kind == Step::Gemm) {
       ++gemms;
       int64_t fl = 2 * s.gemm.batch * s.gemm.m * s.gemm.n * s.gemm.k;
@@ -1415,7 +1490,7 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
         const program::Kernel &k = p.kernels[s.epilogue];
         ++epilogues;
         fl += k.flops;
-        m += moved(s.epilogueArgs);
+        m += int64_t(program::kernelTrafficBytes(p, s.epilogue, s.epilogueArgs));
         lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
                              "gemm+epilogue", shape + " + " + k.symbol, fl, m, s.loc);
         lines += fmt::format("       epilogue: {}\n", opsOf(k));

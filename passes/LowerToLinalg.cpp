@@ -86,15 +86,26 @@ Type accumulatorType(Type et) { return isLowFloat(et) ? Float32Type::get(et.getC
 
 /// An f32 accumulator tensor to `to` (bf16/f16): a truncf tagged
 /// kAccumulatorAttr, which kiln-widen-low-precision rounds only where it is
-/// stored. Identity when `to` is not a low type.
-Value endAccumulation(OpBuilder &b, Location loc, Value acc, RankedTensorType to) {
+/// stored, unless `of` (the op accumulated) is a rounding point
+/// (kRoundAttr): then it rounds for its uses inside the kernel too. Identity
+/// when `to` is not a low type.
+Value endAccumulation(OpBuilder &b, Location loc, Value acc, RankedTensorType to, Operation *of) {
   if (!isLowFloat(to.getElementType()))
     return acc;
+  bool round = of->hasAttr(kRoundAttr);
   return elementwise(b, loc, to, acc, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
     auto t = nb.create<arith::TruncFOp>(l, to.getElementType(), a[0]);
     t->setAttr(kAccumulatorAttr, nb.getUnitAttr());
+    if (round)
+      t->setAttr(kRoundAttr, nb.getUnitAttr());
     return t;
   });
+}
+
+/// `v` replaces `op`: a rounding point stays one (decompositions).
+void keepRounding(Operation *op, Value v) {
+  if (Operation *d = v.getDefiningOp(); d && op->hasAttr(kRoundAttr))
+    d->setAttr(kRoundAttr, UnitAttr::get(op->getContext()));
 }
 
 } // namespace
@@ -161,8 +172,14 @@ Value buildScalarOp(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
 }
 
 namespace {
+/// buildScalarOp, with the rounding point of `op` (kRoundAttr) moved to the
+/// scalar op computing its value.
 Value scalar(Operation *op, OpBuilder &b, Location loc, ValueRange a) {
-  return buildScalarOp(op, b, loc, a);
+  Value s = buildScalarOp(op, b, loc, a);
+  if (s && op->hasAttr(kRoundAttr) && isLowFloat(s.getType()))
+    if (Operation *d = s.getDefiningOp(); d && d->getBlock() == b.getInsertionBlock())
+      d->setAttr(kRoundAttr, b.getUnitAttr());
+  return s;
 }
 
 /// Every elementwise kiln op, one pattern.
@@ -306,7 +323,7 @@ struct LowerReduce : OpRewritePattern<OpT> {
     // After the expand, so that the truncation fuses into the reduction's
     // readers (softmax, layer_norm: an f32 statistic, never rounded inside
     // the kernel).
-    rw.replaceOp(op, endAccumulation(rw, loc, r, op.getType()));
+    rw.replaceOp(op, endAccumulation(rw, loc, r, op.getType(), op));
     return success();
   }
 };
@@ -353,7 +370,7 @@ struct LowerMatmul : OpRewritePattern<MatmulOp> {
                         }
                         return b.create<arith::AddIOp>(l, a[2], b.create<arith::MulIOp>(l, a[0], a[1]));
                       });
-    rw.replaceOp(op, endAccumulation(rw, loc, r, lowType));
+    rw.replaceOp(op, endAccumulation(rw, loc, r, lowType, op));
     return success();
   }
 };
@@ -443,10 +460,11 @@ struct DecomposeSoftmax : OpRewritePattern<OpT> {
     Value shifted = rw.create<SubOp>(op.getLoc(), x, k.bcastKeep(k.reduceKeep(x, axis, 2), t));
     Value e = rw.create<ExpOp>(op.getLoc(), shifted);
     Value s = k.bcastKeep(k.reduceKeep(e, axis, 0), t);
-    if (std::is_same_v<OpT, SoftmaxOp>)
-      rw.replaceOpWithNewOp<DivOp>(op, e, s);
-    else
-      rw.replaceOpWithNewOp<SubOp>(op, shifted, rw.create<LogOp>(op.getLoc(), s));
+    Value r = std::is_same_v<OpT, SoftmaxOp>
+                  ? rw.create<DivOp>(op.getLoc(), e, s).getResult()
+                  : rw.create<SubOp>(op.getLoc(), shifted, rw.create<LogOp>(op.getLoc(), s)).getResult();
+    keepRounding(op, r);
+    rw.replaceOp(op, r);
     return success();
   }
 };
@@ -468,6 +486,7 @@ struct DecomposeLayerNorm : OpRewritePattern<LayerNormOp> {
       y = rw.create<MulOp>(loc, y, rw.create<BroadcastInDimOp>(loc, t, g, ArrayRef<int64_t>{last}));
     if (Value b = op.getBias())
       y = rw.create<AddOp>(loc, y, rw.create<BroadcastInDimOp>(loc, t, b, ArrayRef<int64_t>{last}));
+    keepRounding(op, y);
     rw.replaceOp(op, y);
     return success();
   }
@@ -496,6 +515,7 @@ struct DecomposeCrossEntropy : OpRewritePattern<CrossEntropyOp> {
     Value per = rw.create<NegOp>(loc, rw.create<ReduceSumOp>(
         loc, perType, picked, rw.getDenseI64ArrayAttr({cls}), UnitAttr()));
     if (op.getReduction() == LossReduction::none) {
+      keepRounding(op, per);
       rw.replaceOp(op, per);
       return success();
     }
@@ -503,10 +523,12 @@ struct DecomposeCrossEntropy : OpRewritePattern<CrossEntropyOp> {
     for (int64_t d = 0; d < perType.getRank(); ++d)
       all.push_back(d);
     auto scalarT = RankedTensorType::get({}, zt.getElementType());
-    if (op.getReduction() == LossReduction::mean)
-      rw.replaceOpWithNewOp<ReduceMeanOp>(op, scalarT, per, rw.getDenseI64ArrayAttr(all), UnitAttr());
-    else
-      rw.replaceOpWithNewOp<ReduceSumOp>(op, scalarT, per, rw.getDenseI64ArrayAttr(all), UnitAttr());
+    auto axesAttr = rw.getDenseI64ArrayAttr(all);
+    Value loss = op.getReduction() == LossReduction::mean
+                     ? rw.create<ReduceMeanOp>(loc, scalarT, per, axesAttr, UnitAttr()).getResult()
+                     : rw.create<ReduceSumOp>(loc, scalarT, per, axesAttr, UnitAttr()).getResult();
+    keepRounding(op, loss);
+    rw.replaceOp(op, loss);
     return success();
   }
 };
@@ -744,7 +766,7 @@ struct LowerScatterAdd : OpRewritePattern<ScatterAddOp> {
           b.create<scf::YieldOp>(l, next);
         });
     Value r = reshapeVia1D(rw, loc, loop.getResult(0), res.clone(et));
-    rw.replaceOp(op, endAccumulation(rw, loc, r, res));
+    rw.replaceOp(op, endAccumulation(rw, loc, r, res, op));
     return success();
   }
 };
@@ -895,6 +917,16 @@ void inlineFusion(FusionOp f) {
 
 } // namespace
 
+void markRoundingPoints(Operation *root) {
+  root->walk([](Operation *op) {
+    if (!op->getDialect() || !isa<KilnDialect>(op->getDialect()) || isa<FusionOp>(op))
+      return;
+    if (llvm::any_of(op->getResultTypes(),
+                     [](Type t) { return isLowFloat(getElementTypeOrSelf(t)); }))
+      op->setAttr(kRoundAttr, UnitAttr::get(op->getContext()));
+  });
+}
+
 void populateKilnDecompositionPatterns(RewritePatternSet &patterns) {
   patterns.add<DecomposeSoftmax<SoftmaxOp>, DecomposeSoftmax<LogSoftmaxOp>, DecomposeLayerNorm,
                DecomposeCrossEntropy>(patterns.getContext());
@@ -906,6 +938,7 @@ struct KilnLowerToLinalgPass : impl::KilnLowerToLinalgPassBase<KilnLowerToLinalg
   using KilnLowerToLinalgPassBase::KilnLowerToLinalgPassBase;
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
+    markRoundingPoints(getOperation());
     SmallVector<FusionOp> fusions;
     getOperation()->walk([&](FusionOp f) { fusions.push_back(f); });
     for (FusionOp f : fusions) {

@@ -35,6 +35,21 @@ inline constexpr llvm::StringLiteral kDpGradNormAttr = "kiln.dp.grad_norm";
 /// truncf, which has no such attribute, is always a rounding point).
 inline constexpr llvm::StringLiteral kAccumulatorAttr = "kiln_accumulator";
 
+/// The rounding points of a low-precision kernel (docs/training.md "Kernels:
+/// low-precision storage, fp32 arithmetic"): every kiln op of a kernel whose
+/// result is bf16/f16 rounds it to that type, inside a fused kernel as when
+/// it is stored, so the bits do not depend on what is fused with what (nor,
+/// therefore, on sharding, ZeRO or the device count). The ops that
+/// softmax, log_softmax, layer_norm and cross_entropy decompose into are not
+/// rounding points (their statistics stay f32); the decomposed op's result
+/// is. markRoundingPoints() puts kRoundAttr on the kiln ops before the
+/// decomposition, which moves it to each decomposed op's result; the CPU
+/// lowering then puts it on the scalar op (or accumulation end) computing
+/// the value, and kiln-widen-low-precision rounds there; the CUDA emitter
+/// rounds where the kiln op has it.
+inline constexpr llvm::StringLiteral kRoundAttr = "kiln_round";
+void markRoundingPoints(mlir::Operation *root);
+
 /// The reverse sweep shared by kiln-autodiff and kiln-train-step. The ops
 /// that compute `loss` must already be in the builder's block; gradients are
 /// appended at the builder's insertion point. Returns one gradient per `wrt`

@@ -5,11 +5,13 @@
 // a kernel every low-precision value is widened to f32 once, where it is
 // loaded; every op between the load and the store computes in f32; the
 // result is rounded to nearest even once, where it is stored to a bf16/f16
-// buffer (the linalg.yield of a generic). An explicit kiln.cast to a low
-// type stays a rounding point (its value is the rounded one); a truncation
-// that only ends an f32 accumulation (kAccumulatorAttr, set by
-// kiln-lower-to-linalg on reductions, matmuls and scatter_add over low
-// types) does not round a value that is used inside the kernel.
+// buffer (the linalg.yield of a generic). So is every value of a kiln op
+// whose result type is bf16/f16 (kRoundAttr, passes/Passes.h), including
+// an explicit kiln.cast: rounded for its uses inside the kernel too, as if
+// it were stored, so fusion does not change the bits. A truncation that
+// only ends an f32 accumulation inside a decomposed op (kAccumulatorAttr
+// without kRoundAttr: the statistics of softmax and layer_norm) does not
+// round a value that is used inside the kernel.
 //
 // Without the pass, LLVM would round after every op (it legalises bfloat
 // arithmetic by promoting each op to float and truncating its result): a
@@ -93,14 +95,15 @@ bool widen(linalg::GenericOp g) {
       Value in = t.getIn();
       if (isLow(in.getType())) // f16 -> bf16: round the f32 value once
         t->setOperand(0, wideOf(in));
-      if (t->hasAttr(kAccumulatorAttr) && !isLow(in.getType())) {
+      if (t->hasAttr(kAccumulatorAttr) && !t->hasAttr(kRoundAttr) && !isLow(in.getType())) {
         // The end of an f32 accumulation: no rounding inside the kernel.
         wide.map(t.getResult(),
                  in.getType().isF32()
                      ? in
                      : b.create<arith::TruncFOp>(loc, f32, in).getResult());
       } else {
-        // A user's cast: a rounding point.
+        // A user's cast, or the end of a kiln op's accumulation: a
+        // rounding point.
         b.setInsertionPointAfter(&op);
         wide.map(t.getResult(),
                  b.create<arith::ExtFOp>(loc, f32, t.getResult()).getResult());
@@ -124,6 +127,8 @@ bool widen(linalg::GenericOp g) {
     for (Type t : op.getResultTypes())
       st.types.push_back(isLow(t) ? f32 : t);
     for (NamedAttribute a : op.getAttrs()) {
+      if (a.getName() == kRoundAttr)
+        continue;
       if (auto fa = dyn_cast<FloatAttr>(a.getValue());
           fa && isLow(fa.getType()))
         st.addAttribute(a.getName(),
@@ -132,11 +137,16 @@ bool widen(linalg::GenericOp g) {
         st.addAttribute(a.getName(), a.getValue());
     }
     Operation *w = b.create(st);
+    bool round = op.hasAttr(kRoundAttr);
     for (auto [o, n] : llvm::zip(op.getResults(), w->getResults())) {
-      if (isLow(o.getType()))
-        wide.map(o, n);
-      else
+      if (!isLow(o.getType())) {
         o.replaceAllUsesWith(n);
+        continue;
+      }
+      Value v = n;
+      if (round) // a kiln op's result: rounded for its uses here too
+        v = b.create<arith::ExtFOp>(loc, f32, b.create<arith::TruncFOp>(loc, o.getType(), n).getResult());
+      wide.map(o, v);
     }
     replaced.push_back(&op);
   }

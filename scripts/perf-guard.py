@@ -33,6 +33,7 @@ DEFAULT_BASELINE = os.path.join("test", "perf", "baseline.json")
 # then the data-parallel CPU GPT (plain and ZeRO-1), the tensor-parallel one
 # (tp = 2, and dp x tp = 2 x 2) and the GPU GPT's CUDA plan in fp32 and bf16
 # (its cuBLASLt calls counted as runtime/core/GemmPlan.h splits them).
+ACCUM_MLP = ["--param", "features=100", "--param", "hidden=1000", "--batch", "4"]
 CONFIGS = [(f"examples/{f}", f"examples/{f}", [])
            for f in sorted(os.listdir(os.path.join(ROOT, "examples"))) if f.endswith(".kiln")]
 CONFIGS += [
@@ -46,6 +47,18 @@ CONFIGS += [
      "examples/shakespeare_char_cpu.kiln", ["--devices", "4", "--tp", "2"]),
     ("examples/shakespeare_char_cpu.kiln --pp 2 --micro-batches 4",
      "examples/shakespeare_char_cpu.kiln", ["--pp", "2", "--micro-batches", "4"]),
+    # Gradient accumulation in place: the 100-1000-1000-10 MLP with micro-batches
+    # of 4 rows keeps the M = 1 arena plus the activations in flight (with
+    # test/codegen/accumulate-memory.test), on one device and per schedule.
+    ("examples/mlp.kiln 100-1000-1000 --batch 4", "examples/mlp.kiln", ACCUM_MLP),
+    ("examples/mlp.kiln 100-1000-1000 --batch 4 --micro-batches 4", "examples/mlp.kiln",
+     ACCUM_MLP + ["--micro-batches", "4"]),
+    ("examples/mlp.kiln 100-1000-1000 --batch 4 --pp 2 --micro-batches 4 --pipeline gpipe",
+     "examples/mlp.kiln",
+     ACCUM_MLP + ["--devices", "2", "--pp", "2", "--micro-batches", "4", "--pipeline", "gpipe"]),
+    ("examples/mlp.kiln 100-1000-1000 --batch 4 --pp 2 --micro-batches 4 --pipeline 1f1b",
+     "examples/mlp.kiln",
+     ACCUM_MLP + ["--devices", "2", "--pp", "2", "--micro-batches", "4", "--pipeline", "1f1b"]),
     ("examples/shakespeare_char.kiln --target=cuda", "examples/shakespeare_char.kiln",
      ["--target=cuda"]),
     ("examples/shakespeare_char.kiln --target=cuda --precision=bf16",

@@ -34,6 +34,10 @@ PYTHON=${PYTHON:-python3}
 PY_PACKAGES=(numpy:numpy "jax:jax[cpu]" mkl:mkl)
 PY_PACKAGES+=(tensorboard:tensorboard) # TensorBoard's reader: test/tools/tensorboard*.test, tools/tb-plot.py
 PY_PACKAGES+=(perfetto:perfetto) # test/runtime/check-trace.py: Perfetto's trace processor (with KILN_TRACE_PROCESSOR)
+# TensorBoard's Profile tab (it brings xprof, which reads the XSpace files of
+# kiln-run train --tensorboard DIR --trace-steps A:B): test/tools/tensorboard-profile*.test.
+# 2.24 is the version those files were checked against.
+PY_PACKAGES+=("tensorboard-plugin-profile:tensorboard-plugin-profile==2.24.*")
 for entry in "${PY_PACKAGES[@]}"; do
   dist=${entry%%:*} spec=${entry#*:}
   "$PYTHON" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$dist" 2>/dev/null ||

@@ -64,6 +64,30 @@ if ok:
 else:
     lit_config.note("cannot mount a tmpfs in a namespace: the full-disk test is UNSUPPORTED")
 
+# taskset narrows a process to fewer CPUs than it may use (cpu-threads.test):
+# there must be at least two to narrow.
+import shutil
+if shutil.which("taskset") and len(os.sched_getaffinity(0)) >= 2:
+    config.available_features.add("taskset")
+else:
+    lit_config.note("no taskset or a single CPU: the thread-budget test is UNSUPPORTED")
+
+# Network namespaces (ip netns, root): two-hosts.test simulates two hosts
+# on this machine, one namespace each, joined by veth pairs on a bridge.
+try:
+    name = "kiln-lit-probe-%d" % os.getpid()
+    ok = subprocess.run(["ip", "netns", "add", name], capture_output=True,
+                        timeout=20).returncode == 0
+    if ok:
+        ok = subprocess.run(["ip", "netns", "del", name], capture_output=True,
+                            timeout=20).returncode == 0
+except Exception:  # noqa: BLE001 - no ip, no permission: no feature
+    ok = False
+if ok:
+    config.available_features.add("netns")
+else:
+    lit_config.note("cannot create network namespaces (ip netns add, needs root): the two-hosts test is UNSUPPORTED")
+
 # MPI (OpenMPI from Debian, scripts/setup.sh): multi-process tests launch
 # ranks with %mpirun, which allows root and more ranks than cores.
 import shutil
@@ -83,6 +107,20 @@ if subprocess.run([config.python_executable, "-c", "import tensorboard"],
 else:
     lit_config.note("no tensorboard package for %s: TensorBoard tests are UNSUPPORTED "
                     "(pip install tensorboard)" % config.python_executable)
+
+# TensorBoard's profile plugin (tensorboard-plugin-profile, which brings
+# xprof; scripts/setup.sh) for test/tools/tensorboard-profile.test, which
+# asks a running TensorBoard's Profile tab for Kiln's trace. find_spec looks
+# for it without importing it; CI=true runs the test regardless, as above.
+if subprocess.run([config.python_executable, "-c",
+                   "import importlib.util, sys; sys.exit(importlib.util.find_spec('xprof') is None"
+                   " or importlib.util.find_spec('tensorboard_plugin_profile') is None)"],
+                  capture_output=True).returncode == 0 or os.environ.get("CI") == "true":
+    config.available_features.add("tensorboard-profile")
+else:
+    lit_config.note("no tensorboard-plugin-profile package for %s: the TensorBoard Profile tab "
+                    "test is UNSUPPORTED (pip install tensorboard-plugin-profile)"
+                    % config.python_executable)
 
 # PyTorch (CPU) for the tests that train the tutorial models in PyTorch
 # too (test/e2e/tutorials-torch*.test); scripts/setup.sh does not install

@@ -289,7 +289,7 @@ LogicalResult KernelEmitter::emitColumnTiles(
     rr.op = r.op;
     rr.indexed = false;
     rr.storage = fresh("red");
-    line(fmt::format("const {} {} = {};", r.ti.compute, rr.storage, fin));
+    line(fmt::format("const {} {} = {};", r.ti.compute, rr.storage, rounded(r.op, r.ti, fin)));
   }
   for (unsigned o : reducedOuts)
     store(o, reducedIndex(yields[o], kc));

@@ -165,6 +165,10 @@ private:
   LogicalResult rowStage(Reduction &r, int64_t rows, ArrayRef<std::string> rowCoords);
   std::string accumulate(Operation *red, const std::string &acc, const std::string &v);
   std::string accInit(Operation *red);
+  /// `e`, rounded to the low type `ti` when `op` is a rounding point
+  /// (kRoundAttr, passes/Passes.h): the value every consumer in the kernel
+  /// reads, as if it had been stored.
+  std::string rounded(Operation *op, const TypeInfo &ti, const std::string &e);
 
   LogicalResult emitElementwise(std::vector<gpu::Launch> &launches);
   /// The `elementwise(vec8)` loop over `shape` for outputs `outs`, each of

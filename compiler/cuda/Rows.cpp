@@ -48,7 +48,7 @@ LogicalResult KernelEmitter::rowStage(Reduction &r, int64_t rows,
   double scale = isa<ReduceMeanOp>(red) ? 1.0 / double(n) : 1.0;
   auto finalize = [&](const std::string &a) {
     std::string e = scale == 1.0 ? a : fmt::format("{} * {}", a, floatLiteral(scale, ti.compute == "double"));
-    return e; // fp32 statistics: rounded only where stored
+    return rounded(red, ti, e); // a decomposed op's statistic stays fp32
   };
   auto inputIndex = [&](ArrayRef<std::string> kc, ArrayRef<std::string> nc) {
     SmallVector<std::string> idx(in.getRank());

@@ -11,6 +11,7 @@
 #include "dialects/kiln/Elementwise.h"
 #include "dialects/kiln/KilnOps.h"
 #include "passes/Fusion.h"
+#include "passes/Passes.h"
 #include "runtime/core/Random.h"
 
 #include <fmt/format.h>
@@ -49,6 +50,10 @@ std::string KernelEmitter::scalarOp(Operation *op, ArrayRef<std::string> a, cons
   return "";
 }
 
+std::string KernelEmitter::rounded(Operation *op, const TypeInfo &ti, const std::string &e) {
+  return ti.round.empty() || !op->hasAttr(kRoundAttr) ? e : ti.round + "(" + e + ")";
+}
+
 std::string KernelEmitter::emitOp(Operation *op, ArrayRef<std::string> idx) {
   Value r = op->getResult(0);
   RankedTensorType rt = tensorOf(r);
@@ -59,10 +64,13 @@ std::string KernelEmitter::emitOp(Operation *op, ArrayRef<std::string> idx) {
   }
   // bf16/f16 are storage types (docs/dialect.md, "Element types"): values
   // stay in float registers, rounded where stored (store(): kiln_from_float)
-  // and where a kiln.cast to the low type says so; not after every op.
+  // and at every kiln op whose result is of the low type (kRoundAttr: the
+  // same bits fused or not), not inside an op's own arithmetic or a
+  // decomposed op's statistics.
   auto define = [&](const std::string &expr) {
     std::string name = fresh("v");
-    std::string e = ti.round.empty() || !isa<CastOp>(op) ? expr : ti.round + "(" + expr + ")";
+    std::string e = isa<CastOp>(op) && !ti.round.empty() ? ti.round + "(" + expr + ")"
+                                                         : rounded(op, ti, expr);
     line(fmt::format("const {} {} = {};", ti.compute, name, e));
     return name;
   };

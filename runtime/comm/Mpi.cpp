@@ -240,6 +240,8 @@ public:
       w.comm = found->second;
       return w;
     }
+    if (Status met = meetBeforeCreating(w, what); !met)
+      return met;
     MPI_Group worldGroup, sub;
     MPI_Comm_group(s.world, &worldGroup);
     MPI_Group_incl(worldGroup, w.n, w.ranks.data(), &sub);
@@ -254,6 +256,44 @@ public:
     s.groups[w.ranks] = comm;
     w.comm = comm;
     return w;
+  }
+
+  /// MPI_Comm_create_group blocks until every member calls it and has no
+  /// deadline of its own: the members first exchange a token naming the
+  /// group (nonblocking, point to point, polled against the deadline like
+  /// every other wait), so a member that never comes is named by the
+  /// timeout instead of hanging the job. A member creating another group at
+  /// this point (the ranks disagree on the order of the program's groups)
+  /// is refused. After the meeting every member is at the call.
+  Status meetBeforeCreating(const Where &w, const std::string &what) {
+    uint64_t mine = 1469598103934665603ull; // FNV-1a of the ranks
+    for (int r : w.ranks)
+      for (int b = 0; b < 4; ++b)
+        mine = (mine ^ uint64_t((unsigned(r) >> (8 * b)) & 0xff)) * 1099511628211ull;
+    std::vector<uint64_t> theirs(size_t(w.n), 0);
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    for (int k = 0; k < w.n; ++k) {
+      if (k == w.member)
+        continue;
+      MPI_Request rq, sq;
+      MPI_Irecv(&theirs[size_t(k)], 1, MPI_UINT64_T, w.ranks[size_t(k)], kTag + 2, s.world,
+                &rq);
+      MPI_Isend(&mine, 1, MPI_UINT64_T, w.ranks[size_t(k)], kTag + 2, s.world, &sq);
+      reqs.insert(reqs.end(), {rq, sq});
+      peers.insert(peers.end(), {w.ranks[size_t(k)], w.ranks[size_t(k)]});
+    }
+    waitAll(reqs, peers,
+            fmt::format("{} (creating the communicator of ranks [{}]: MPI_Comm_create_group)",
+                        what, fmt::join(w.ranks, ", ")),
+            &w);
+    for (int k = 0; k < w.n; ++k)
+      if (k != w.member && theirs[size_t(k)] != mine)
+        return fail(what, fmt::format("rank {} is creating the communicator of another group "
+                                      "than [{}] at this point: the ranks run different "
+                                      "programs",
+                                      w.ranks[size_t(k)], fmt::join(w.ranks, ", ")));
+    return Status::ok();
   }
 
   /// Polls `req` until it completes; a missed deadline or an MPI error

@@ -74,7 +74,7 @@ Counters countPlan(const Program &p,
       switch (s.kind) {
       case Step::Kernel:
         addKernel(p, s.kernel, c);
-        c.bytes += argBytes(p, s.args);
+        c.bytes += int64_t(kernelTrafficBytes(p, s.kernel, s.args));
         if (cudaLaunches)
           c.cudaLaunches += launchesOf(*cudaLaunches, s.kernel);
         break;
@@ -89,7 +89,7 @@ Counters countPlan(const Program &p,
         }
         if (s.epilogue >= 0) {
           addKernel(p, s.epilogue, c);
-          c.bytes += argBytes(p, s.epilogueArgs);
+          c.bytes += int64_t(kernelTrafficBytes(p, s.epilogue, s.epilogueArgs));
           if (cudaLaunches && !s.lt.valid())
             c.cudaLaunches += launchesOf(*cudaLaunches, s.epilogue);
         }

@@ -291,7 +291,7 @@ CostReport predict(const Program &p, const program::Function &f,
       return;
     const std::vector<Launch> &ls = launches[size_t(kernel)];
     const program::Kernel &k = p.kernels[size_t(kernel)];
-    double bytes = argBytes(p, args);
+    double bytes = kernelTrafficBytes(p, kernel, args);
     int64_t width = elementWidth(p, args);
     int64_t indices = indexCount(p, args);
     double threads = 0;
@@ -340,7 +340,7 @@ CostReport predict(const Program &p, const program::Function &f,
                                           : GemmCalls{1, std::max<int64_t>(s.gemm.batch, 1)};
       double bytes = argBytes(p, s.args);
       if (s.lt.valid() && s.epilogue >= 0)
-        bytes += argBytes(p, s.epilogueArgs);
+        bytes += kernelTrafficBytes(p, s.epilogue, s.epilogueArgs);
       Timed t = gemmTime(s.gemm, split, bytes, options.tf32, dev);
       item.what = program::gemmLabel(s.gemm);
       item.form = "gemm";

@@ -863,4 +863,20 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
   return p;
 }
 
+double kernelTrafficBytes(const Program &p, int kernel, const std::vector<int> &args) {
+  auto bytesOf = [&](int a) {
+    return a >= 0 && size_t(a) < p.buffers.size() ? double(p.buffers[size_t(a)].bytes) : 0.0;
+  };
+  double b = 0;
+  for (int a : args)
+    b += bytesOf(a);
+  if (kernel >= 0 && size_t(kernel) < p.kernels.size()) {
+    const Kernel &k = p.kernels[size_t(kernel)];
+    for (int w : k.writes)
+      if (w >= 0 && w < k.numInputs && size_t(w) < args.size())
+        b += bytesOf(args[size_t(w)]);
+  }
+  return b;
+}
+
 } // namespace kiln::program

@@ -300,6 +300,11 @@ struct Program : BufferPlan {
 /// epilogue included), as buffer ids of `p`.
 void stepAccesses(const Program &p, const Step &s, std::vector<int> &reads,
                   std::vector<int> &writes);
+/// The bytes a call of kernel `kernel` with `args` moves: every argument
+/// once, plus once more each input it writes over (a tied output, e.g. an
+/// in-place optimizer update or a gradient accumulated in place: read, then
+/// written). The performance counters and the GPU cost model use it.
+double kernelTrafficBytes(const Program &p, int kernel, const std::vector<int> &args);
 /// Sets every step of `f` on queue 0 with the dependencies its memory
 /// accesses imply: a step waits for the last earlier step that wrote memory
 /// it reads or writes (RAW, WAW) and for the steps that read memory it

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 
 namespace kiln::train {
 
@@ -33,28 +34,56 @@ void packText(std::vector<int64_t> &words, const std::string &text) {
   std::memcpy(words.data() + at, text.data(), text.size());
 }
 
+constexpr int kHostWords = 8; ///< a host name's words in the start exchange
+
+/// This machine's name, at most 63 characters ("?" when it has none).
+std::string hostName() {
+  char name[sizeof(int64_t) * kHostWords + 1] = {};
+  if (gethostname(name, sizeof(name) - 2) != 0 || !name[0])
+    return "?";
+  return std::string(name, strnlen(name, sizeof(int64_t) * kHostWords - 1));
+}
+
 } // namespace
 
 StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
   StartAgreement a;
   a.report = c.rank() == 0;
   int n = c.size();
-  // Each rank's (failed, exit code, message words), then the messages in
-  // words of the longest.
+  // Each rank's (failed, exit code, message words, host name in 8 words),
+  // then the messages in words of the longest.
+  constexpr int kHead = 3 + kHostWords;
   int64_t words = int64_t(mine.message().size() + 7) / 8;
-  int64_t head[3] = {mine ? 0 : 1, mine.exitCode(), words};
-  std::vector<int64_t> heads(size_t(3 * n));
-  if (Status s = c.allGather(head, heads.data(), 3, ElementType::I64); !s) {
+  int64_t head[kHead] = {mine ? 0 : 1, mine.exitCode(), words};
+  std::string host = hostName();
+  std::memcpy(head + 3, host.data(), host.size());
+  std::vector<int64_t> heads(size_t(kHead * n));
+  if (Status s = c.allGather(head, heads.data(), kHead, ElementType::I64); !s) {
     a.status = s;
     a.report = true;
     return a;
   }
   bool any = false;
   int64_t longest = 1;
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;
   for (int r = 0; r < n; ++r) {
-    any = any || heads[size_t(3 * r)];
-    longest = std::max(longest, heads[size_t(3 * r + 2)] + 1);
+    const int64_t *h = heads.data() + size_t(kHead * r);
+    any = any || h[0];
+    longest = std::max(longest, h[2] + 1);
+    const char *name = reinterpret_cast<const char *>(h + 3);
+    std::string hr(name, strnlen(name, sizeof(int64_t) * kHostWords));
+    auto same = std::find_if(hosts.begin(), hosts.end(),
+                             [&](const auto &x) { return x.first == hr; });
+    if (same == hosts.end())
+      hosts.push_back({hr, {r}});
+    else
+      same->second.push_back(r);
   }
+  std::vector<std::string> where;
+  for (const auto &[name, ranks] : hosts)
+    where.push_back(fmt::format("{} {} on {}", ranks.size() == 1 ? "rank" : "ranks",
+                                fmt::join(ranks, ", "), name));
+  a.hosts = fmt::format("{}", fmt::join(where, "; "));
   if (!any)
     return a;
   std::vector<int64_t> text;
@@ -70,10 +99,10 @@ StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine) {
   std::vector<std::pair<std::string, std::vector<int>>> failed;
   int failedRanks = 0, firstCode = 0;
   for (int r = 0; r < n; ++r) {
-    if (!heads[size_t(3 * r)])
+    if (!heads[size_t(kHead * r)])
       continue;
     if (!failedRanks++)
-      firstCode = int(heads[size_t(3 * r + 1)]);
+      firstCode = int(heads[size_t(kHead * r + 1)]);
     const int64_t *at = all.data() + size_t(r * longest);
     std::string m(reinterpret_cast<const char *>(at + 1), size_t(at[0]));
     auto same = std::find_if(failed.begin(), failed.end(),
@@ -141,6 +170,8 @@ Expected<ReplicaRun> trainReplicas(const Package &pkg, const ReplicaOptions &o,
       *o.started = agreeOnStart(*m->comm, t ? Status::ok() : t.status());
       if (!o.started->status)
         return o.started->status;
+      if (c->rank() == 0 && !o.train.quiet)
+        emit(out, Channel::Line, "  hosts: " + o.started->hosts);
     }
     if (!t) {
       // The other processes of an MPI world find this rank missing at the

@@ -36,6 +36,9 @@ struct StartAgreement {
   /// This rank (the lowest) reports `status` for the world; the others
   /// exit with its exit code without printing it again.
   bool report = true;
+  /// Where the ranks run, rank 0's view: "ranks 0, 1 on node-a; rank 2 on
+  /// node-b" (host names as gethostname gives them, up to 63 characters).
+  std::string hosts;
 };
 
 /// Every rank of `c`'s world says whether it could start (`mine`), so that
@@ -46,7 +49,7 @@ struct StartAgreement {
 /// the ranks' own when all failed with the same one (as one process would
 /// print it), else "rank R: message" per distinct message, ranks with the
 /// same one together ("ranks 1, 3: ..."), a line each; its kind is the
-/// lowest failed rank's.
+/// lowest failed rank's. The same exchange carries each rank's host name.
 StartAgreement agreeOnStart(comm::Communicator &c, const Status &mine);
 
 struct ReplicaOptions {

@@ -179,7 +179,7 @@ std::string stripDialect(const std::string &op) {
 /// Track ids within a device's process (the file's tid is pid * 1000 plus
 /// these: unique across processes, never 0, which Perfetto treats as
 /// special, like pid 0).
-constexpr int kTrainerTid = 1, kComputeTid = 2, kWorkerTid = 100;
+constexpr int kTrainerTid = kTrainerTrack, kComputeTid = kComputeTrack, kWorkerTid = kWorkerTrack;
 constexpr int kTidsPerProcess = 1000;
 
 int trackOf(const Span &s) {
@@ -207,7 +207,9 @@ int trackOf(const Span &s) {
   }
 }
 
-std::string trackName(int tid) {
+} // namespace
+
+std::string traceTrackName(int tid) {
   if (tid == kTrainerTid)
     return "trainer";
   if (tid == kComputeTid)
@@ -217,14 +219,10 @@ std::string trackName(int tid) {
   return fmt::format("communication (queue {})", tid - kComputeTid);
 }
 
-struct Slice {
-  int tid = 0;
-  int64_t begin = 0, end = 0; ///< nanoseconds from the trace's origin
-  std::string name, cat, args;
-};
+namespace {
 
 /// A span's slice name and args.
-void describe(const Span &s, const program::Program *p, Slice &out) {
+void describe(const Span &s, const program::Program *p, TraceSlice &out) {
   double secs = s.seconds;
   auto rate = [&](double amount) { return secs > 0 ? amount / secs / 1e9 : 0.0; };
   const program::Step *step = nullptr;
@@ -232,9 +230,12 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
     if (const program::Function *f = p->function(s.function))
       if (size_t(s.planStep) < f->steps.size())
         step = &f->steps[size_t(s.planStep)];
-  std::string common = fmt::format("\"step\":{}", s.step);
-  if (!s.function.empty())
-    common += fmt::format(",\"function\":{},\"plan step\":{}", jsonString(s.function), s.planStep);
+  auto &args = out.args;
+  args.push_back(TraceArg::number("step", double(s.step)));
+  if (!s.function.empty()) {
+    args.push_back(TraceArg::string("function", s.function));
+    args.push_back(TraceArg::number("plan step", s.planStep));
+  }
   out.cat = spanKindName(s.kind);
   switch (s.kind) {
   case Span::Kernel: {
@@ -248,72 +249,102 @@ void describe(const Span &s, const program::Program *p, Slice &out) {
       out.name = k->locs.empty() ? fmt::format("(compiler) {}", op)
                                  : fmt::format("{} {}", shortLoc(k->locs[0]), op);
       if (k->locs.empty())
-        common += ",\"generated\":true";
+        args.push_back(TraceArg::flag("generated", true));
       std::vector<std::string> ops;
       for (const std::string &o : k->ops)
         ops.push_back(stripDialect(o));
-      out.args = fmt::format("{},\"symbol\":{},\"ops\":{},\"lines\":{},\"flops\":{},\"bytes\":{},"
-                             "\"GFLOP/s\":{},\"GB/s\":{}",
-                             common, jsonString(k->symbol), jsonList(ops), jsonList(k->locs),
-                             num(s.flops), num(s.bytes), num(rate(s.flops)), num(rate(s.bytes)));
+      args.push_back(TraceArg::string("symbol", k->symbol));
+      args.push_back(TraceArg::strings("ops", ops));
+      args.push_back(TraceArg::strings("lines", k->locs));
+      args.push_back(TraceArg::number("flops", s.flops));
+      args.push_back(TraceArg::number("bytes", s.bytes));
+      args.push_back(TraceArg::number("GFLOP/s", rate(s.flops)));
+      args.push_back(TraceArg::number("GB/s", rate(s.bytes)));
     } else {
       out.name = s.name;
-      out.args = fmt::format("{},\"symbol\":{},\"flops\":{},\"bytes\":{}", common,
-                             jsonString(s.name), num(s.flops), num(s.bytes));
+      args.push_back(TraceArg::string("symbol", s.name));
+      args.push_back(TraceArg::number("flops", s.flops));
+      args.push_back(TraceArg::number("bytes", s.bytes));
     }
     break;
   }
   case Span::Gemm: {
     out.name = s.name;
     std::string shape = s.name.rfind("gemm ", 0) == 0 ? s.name.substr(5) : s.name;
-    out.args = fmt::format("{},\"shape\":{},\"line\":{},\"flops\":{},\"bytes\":{},"
-                           "\"GFLOP/s\":{},\"GB/s\":{}",
-                           common, jsonString(shape), jsonString(step ? step->loc : ""),
-                           num(s.flops), num(s.bytes), num(rate(s.flops)), num(rate(s.bytes)));
+    args.push_back(TraceArg::string("shape", shape));
+    args.push_back(TraceArg::string("line", step ? step->loc : ""));
+    args.push_back(TraceArg::number("flops", s.flops));
+    args.push_back(TraceArg::number("bytes", s.bytes));
+    args.push_back(TraceArg::number("GFLOP/s", rate(s.flops)));
+    args.push_back(TraceArg::number("GB/s", rate(s.bytes)));
     break;
   }
   case Span::Collective:
   case Span::CollectiveWait: {
     out.name = s.kind == Span::Collective ? s.name : "wait " + s.name;
-    std::string extra;
+    args.push_back(TraceArg::number("bytes", s.bytes));
+    args.push_back(TraceArg::number("GB/s", s.kind == Span::Collective ? rate(s.bytes) : 0.0));
     if (step && p) {
-      extra =
-          fmt::format(",\"axis\":{},\"devices\":{},\"line\":{}", jsonString(step->collective.axis),
-                      step->collective.groupSize(p->mesh), jsonString(step->loc));
+      args.push_back(TraceArg::string("axis", step->collective.axis));
+      args.push_back(TraceArg::number("devices", step->collective.groupSize(p->mesh)));
+      args.push_back(TraceArg::string("line", step->loc));
     }
-    out.args = fmt::format("{},\"bytes\":{},\"GB/s\":{}{}", common, num(s.bytes),
-                           num(s.kind == Span::Collective ? rate(s.bytes) : 0.0), extra);
     break;
   }
   case Span::Copy:
     out.name = "copy";
-    out.args = fmt::format("{},\"bytes\":{},\"GB/s\":{}", common, num(s.bytes), num(rate(s.bytes)));
+    args.push_back(TraceArg::number("bytes", s.bytes));
+    args.push_back(TraceArg::number("GB/s", rate(s.bytes)));
     break;
   default:
     out.name = s.kind == Span::Other || s.kind == Span::Step ? s.name : spanKindName(s.kind);
-    out.args = common;
     break;
   }
+}
+
+/// The args as the members of a JSON object (without the braces).
+std::string jsonArgs(const std::vector<TraceArg> &args) {
+  std::string out;
+  for (const TraceArg &a : args) {
+    if (!out.empty())
+      out += ',';
+    out += jsonString(a.key) + ':';
+    switch (a.kind) {
+    case TraceArg::Number:
+      out += num(a.value);
+      break;
+    case TraceArg::Bool:
+      out += a.value != 0 ? "true" : "false";
+      break;
+    case TraceArg::String:
+      out += jsonString(a.text);
+      break;
+    case TraceArg::Strings:
+      out += jsonList(a.list);
+      break;
+    }
+  }
+  return out;
 }
 
 /// Clips the slices of each track so they nest: a slice that starts
 /// inside another and ends after it is a neighbour overlapping by clock
 /// noise (its start moves to the other's end) or, when most of it lies
 /// inside, a child (its end moves to the other's end).
-void nest(std::vector<Slice> &slices) {
-  std::stable_sort(slices.begin(), slices.end(), [](const Slice &a, const Slice &b) {
-    if (a.tid != b.tid)
-      return a.tid < b.tid;
+void nest(std::vector<TraceSlice> &slices) {
+  std::stable_sort(slices.begin(), slices.end(), [](const TraceSlice &a, const TraceSlice &b) {
+    if (a.track != b.track)
+      return a.track < b.track;
     if (a.begin != b.begin)
       return a.begin < b.begin;
     return a.end > b.end; // the parent first
   });
   std::vector<int64_t> open; // ends of the enclosing slices
-  int tid = -1;
-  for (Slice &s : slices) {
-    if (s.tid != tid) {
+  int track = -1;
+  for (TraceSlice &s : slices) {
+    if (s.track != track) {
       open.clear();
-      tid = s.tid;
+      track = s.track;
     }
     while (!open.empty() && open.back() <= s.begin)
       open.pop_back();
@@ -333,9 +364,9 @@ void nest(std::vector<Slice> &slices) {
     open.push_back(s.end);
   }
   // Moving a start may have unsorted the track.
-  std::stable_sort(slices.begin(), slices.end(), [](const Slice &a, const Slice &b) {
-    if (a.tid != b.tid)
-      return a.tid < b.tid;
+  std::stable_sort(slices.begin(), slices.end(), [](const TraceSlice &a, const TraceSlice &b) {
+    if (a.track != b.track)
+      return a.track < b.track;
     if (a.begin != b.begin)
       return a.begin < b.begin;
     return a.end > b.end;
@@ -344,9 +375,9 @@ void nest(std::vector<Slice> &slices) {
 
 } // namespace
 
-std::string renderTraceEvents(const TraceSource &src) {
+std::vector<TraceSlice> traceSlices(const TraceSource &src) {
   if (!src.tracer)
-    return "";
+    return {};
   std::vector<Span> spans = src.tracer->spans();
   auto ns = [&](double seconds) { return int64_t(std::llround((seconds + src.shift) * 1e9)); };
   // An asynchronous collective ran for `seconds` and had finished when
@@ -398,12 +429,12 @@ std::string renderTraceEvents(const TraceSource &src) {
       free[trackOf(s)] = start + secs;
     }
   }
-  std::vector<Slice> slices;
+  std::vector<TraceSlice> slices;
   slices.reserve(spans.size() + spans.size() / 4);
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span &s = spans[i];
-    Slice sl;
-    sl.tid = trackOf(s);
+    TraceSlice sl;
+    sl.track = trackOf(s);
     double start = s.start, secs = std::max(0.0, s.seconds);
     if (s.kind == Span::Collective)
       std::tie(start, secs) = placed[i];
@@ -415,12 +446,12 @@ std::string renderTraceEvents(const TraceSource &src) {
   // Idle: inside each step, the gaps between what ran on the compute
   // tracks (queue 0 and the inter-op workers).
   std::vector<std::pair<int64_t, int64_t>> busy;
-  for (const Slice &s : slices)
-    if (s.tid == kComputeTid || s.tid >= kWorkerTid)
+  for (const TraceSlice &s : slices)
+    if (s.track == kComputeTid || s.track >= kWorkerTid)
       busy.emplace_back(s.begin, s.end);
   std::sort(busy.begin(), busy.end());
   int64_t minIdle = int64_t(kMinIdleSeconds * 1e9);
-  std::vector<Slice> idle;
+  std::vector<TraceSlice> idle;
   for (const Span &s : spans) {
     if (s.kind != Span::Step)
       continue;
@@ -438,13 +469,14 @@ std::string renderTraceEvents(const TraceSource &src) {
     auto gap = [&](int64_t from, int64_t to) {
       if (to - from < minIdle)
         return;
-      Slice g;
-      g.tid = kComputeTid;
+      TraceSlice g;
+      g.track = kComputeTid;
       g.begin = from;
       g.end = to;
       g.name = "idle";
       g.cat = "idle";
-      g.args = fmt::format("\"step\":{},\"microseconds\":{}", s.step, num(double(to - from) / 1e3));
+      g.args = {TraceArg::number("step", double(s.step)),
+                TraceArg::number("microseconds", double(to - from) / 1e3)};
       idle.push_back(std::move(g));
     };
     for (; it != busy.end() && it->first < e; ++it) {
@@ -455,10 +487,16 @@ std::string renderTraceEvents(const TraceSource &src) {
     if (e > at)
       gap(at, e);
   }
-  for (Slice &g : idle)
+  for (TraceSlice &g : idle)
     slices.push_back(std::move(g));
   nest(slices);
+  return slices;
+}
 
+std::string renderTraceEvents(const TraceSource &src) {
+  if (!src.tracer)
+    return "";
+  std::vector<TraceSlice> slices = traceSlices(src);
   std::string out;
   auto add = [&](const std::string &event) {
     if (!out.empty())
@@ -475,21 +513,21 @@ std::string renderTraceEvents(const TraceSource &src) {
                   "\"args\":{{\"sort_index\":{}}}}}",
                   pid, fileTid(kTrainerTid), src.pid));
   std::map<int, bool> tids{{kTrainerTid, true}, {kComputeTid, true}};
-  for (const Slice &s : slices)
-    tids[s.tid] = true;
+  for (const TraceSlice &s : slices)
+    tids[s.track] = true;
   for (auto &[tid, _] : tids) {
     add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_name\","
                     "\"args\":{{\"name\":{}}}}}",
-                    pid, fileTid(tid), jsonString(trackName(tid))));
+                    pid, fileTid(tid), jsonString(traceTrackName(tid))));
     add(fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"thread_sort_index\","
                     "\"args\":{{\"sort_index\":{}}}}}",
                     pid, fileTid(tid), tid));
   }
-  for (const Slice &s : slices)
+  for (const TraceSlice &s : slices)
     add(fmt::format("{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{},"
                     "\"cat\":{},\"args\":{{{}}}}}",
-                    pid, fileTid(s.tid), micros(s.begin), micros(s.end - s.begin),
-                    jsonString(s.name), jsonString(s.cat), s.args));
+                    pid, fileTid(s.track), micros(s.begin), micros(s.end - s.begin),
+                    jsonString(s.name), jsonString(s.cat), jsonArgs(s.args)));
   return out;
 }
 
@@ -526,7 +564,8 @@ Status writeTraceFile(const std::string &path, const std::vector<std::string> &p
   return Status::ok();
 }
 
-Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src) {
+Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src,
+                                               const TraceRender &render) {
   int n = c.size();
   c.setContext("gathering the trace (--trace)");
   int64_t mine = src.tracer ? originNanos(*src.tracer) : 0;
@@ -535,7 +574,7 @@ Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSourc
     return s;
   int64_t earliest = *std::min_element(origins.begin(), origins.end());
   src.shift = double(mine - earliest) / 1e9;
-  return gatherText(c, renderTraceEvents(src));
+  return gatherText(c, render(src));
 }
 
 Expected<std::vector<std::string>> gatherText(comm::Communicator &c, std::string text) {

@@ -32,6 +32,7 @@
 #include "runtime/core/Trace.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,48 @@ struct TraceSource {
 /// "idle" slices (the loop's own bookkeeping between two steps).
 constexpr double kMinIdleSeconds = 5e-6;
 
+/// A slice's argument: what the Chrome trace shows under "args" and the
+/// TensorBoard profile (XPlane.h) as the event's stats.
+struct TraceArg {
+  enum Kind : uint8_t { Number, Bool, String, Strings };
+  Kind kind = Number;
+  std::string key;
+  double value = 0;              ///< Number, Bool (0 or 1)
+  std::string text;              ///< String
+  std::vector<std::string> list; ///< Strings
+  static TraceArg number(std::string key, double v) { return {Number, std::move(key), v, {}, {}}; }
+  static TraceArg flag(std::string key, bool v) {
+    return {Bool, std::move(key), v ? 1.0 : 0.0, {}, {}};
+  }
+  static TraceArg string(std::string key, std::string v) {
+    return {String, std::move(key), 0, std::move(v), {}};
+  }
+  static TraceArg strings(std::string key, std::vector<std::string> v) {
+    return {Strings, std::move(key), 0, {}, std::move(v)};
+  }
+};
+
+/// The tracks of a device: the trainer's, queue 0's (kComputeTrack + q for
+/// queue q), and inter-op worker w's (kWorkerTrack + w).
+constexpr int kTrainerTrack = 1, kComputeTrack = 2, kWorkerTrack = 100;
+/// "trainer", "compute (queue 0)", "communication (queue 1)", "compute worker 1".
+std::string traceTrackName(int track);
+
+/// One slice of the timeline: a span, or an idle gap of a step.
+struct TraceSlice {
+  int track = 0;
+  int64_t begin = 0, end = 0; ///< nanoseconds since the trace's origin (src.shift applied)
+  std::string name;           ///< "gpt.kiln:41 softmax", "gemm 64x256x64 NT", "step 3", "idle"
+  std::string cat;            ///< the span's kind ("kernel", "gemm", ...; "idle")
+  std::vector<TraceArg> args;
+};
+
+/// `src`'s slices, sorted by track and start, nested on each track (a
+/// slice overlapping its neighbour by clock noise clipped), with the idle
+/// gaps of each step on the compute track: what the Chrome trace and the
+/// TensorBoard profile draw.
+std::vector<TraceSlice> traceSlices(const TraceSource &src);
+
 /// `src`'s events (metadata, then its slices, by track), as JSON objects
 /// separated by commas without the enclosing array: the pieces
 /// writeTraceFile() joins.
@@ -101,11 +144,17 @@ std::vector<std::pair<std::string, std::string>>
 traceSourceInfo(const std::string &artifact, const std::string &sourcePath,
                 const std::string &sourceAbsPath, const std::string &sourceHash);
 
-/// Multi-process runs: every rank renders its events (shifted to the
-/// earliest rank's origin, exchanged through `c`) and rank 0 receives them
-/// all, in rank order; the other ranks get an empty list. Collective over
-/// `c` (every rank calls it); its calls fail after c's timeout.
-Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src);
+/// Renders one device's trace: renderTraceEvents (the Chrome trace's
+/// events) or renderXSpace (XPlane.h: the TensorBoard profile's file).
+using TraceRender = std::function<std::string(const TraceSource &)>;
+
+/// Multi-process runs: every rank renders its events with `render`
+/// (shifted to the earliest rank's origin, exchanged through `c`) and rank
+/// 0 receives them all, in rank order; the other ranks get an empty list.
+/// Collective over `c` (every rank calls it); its calls fail after c's
+/// timeout.
+Expected<std::vector<std::string>> gatherTrace(comm::Communicator &c, TraceSource src,
+                                               const TraceRender &render = renderTraceEvents);
 
 /// Every rank's `text` to rank 0, in rank order (the other ranks get an
 /// empty list). Collective over `c`.

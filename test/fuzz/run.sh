@@ -37,6 +37,30 @@ if [ ! -f "$WORK"/seeds/checkpoint/mlp.safetensors ]; then
   "$BIN"/kiln-run train "$WORK"/mlp4.kpack --data "$WORK"/mlpdata/train --steps 1 \
     --eval-interval 0 --quiet --checkpoint "$WORK"/seeds/checkpoint/mlp.safetensors >/dev/null
 fi
+# Multi-device artifacts, so the plan's mesh, per-device buffer plans,
+# collectives, queues, dependencies and pipeline stages get fuzzed too: data
+# parallelism, ZeRO-1/2, tensor parallelism (alone and with dp and ZeRO),
+# pipelines (1F1B, GPipe with dp and ZeRO, interleaved) and gradient
+# accumulation. Tiny widths keep each seed around 0.1-0.3 MiB.
+if [ ! -f "$WORK"/seeds/artifact/pp3dp2-gpipe.kpack ]; then
+  A="$WORK"/seeds/artifact TINY="--param hidden=16 --omit-zero-initializers"
+  MLP="$SRC"/examples/mlp.kiln IN="$SRC"/test/runtime/Inputs
+  sed -e 's/^  steps = 500$/  steps = 500\n  grad_accum = 2\n  grad_clip = 0.5/' "$MLP" >"$WORK"/accum.kiln
+  {
+    "$BIN"/kilnc "$MLP" $TINY --devices 2 --batch 8 -o "$A"/dp2.kpack
+    "$BIN"/kilnc "$MLP" $TINY --devices 4 --batch 4 --zero 1 -o "$A"/dp4-zero1.kpack
+    "$BIN"/kilnc "$MLP" $TINY --devices 2 --batch 8 --zero 2 -o "$A"/dp2-zero2.kpack
+    "$BIN"/kilnc "$IN"/tp_mlp.kiln $TINY --tp 2 --batch 8 -o "$A"/tp2.kpack
+    "$BIN"/kilnc "$IN"/tp_mlp.kiln $TINY --devices 4 --tp 2 --zero 1 --batch 4 -o "$A"/dp2-tp2-zero1.kpack
+    "$BIN"/kilnc "$IN"/pp_mlp3.kiln $TINY --param features=16 --micro-batches 4 --pipeline 1f1b \
+      --batch 8 -o "$A"/pp3-1f1b.kpack
+    "$BIN"/kilnc "$MLP" $TINY --pp 2 --micro-batches 2 --pipeline interleaved --batch 8 \
+      -o "$A"/pp2-interleaved.kpack
+    "$BIN"/kilnc "$WORK"/accum.kiln $TINY --devices 2 --batch 8 -o "$A"/dp2-accum2.kpack
+    "$BIN"/kilnc "$IN"/pp_mlp3.kiln $TINY --param features=16 --micro-batches 2 --pipeline gpipe \
+      --devices 6 --zero 1 --batch 4 -o "$A"/pp3dp2-gpipe.kpack
+  } >/dev/null 2>&1
+fi
 # Small hand-made files: a checkpoint without Kiln's CRC, .npy arrays of
 # every dtype the loader takes, token files (the first byte picks the reader).
 python3 - "$WORK"/seeds "$SRC"/examples/data/tinyshakespeare.txt <<'PY'

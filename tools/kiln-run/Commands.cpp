@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/kiln-run/Commands.h"
 
+#include "runtime/core/Cpus.h"
 #include "runtime/core/Handshake.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
@@ -20,6 +21,7 @@
 #include "runtime/train/TensorBoard.h"
 #include "runtime/train/TraceFile.h"
 #include "runtime/train/Trainer.h"
+#include "runtime/train/XPlane.h"
 
 #include <fmt/format.h>
 
@@ -121,6 +123,15 @@ struct Flags {
   train::InitWeights init; ///< --init FILE, --init-rename FROM=TO, --init-ignore NAME
   std::string trace;    ///< --trace FILE (train)
   int64_t traceFrom = -1, traceTo = -1; ///< --trace-steps A:B; -1: the default window
+  std::string profileRun; ///< the TensorBoard profile's run name (profileRunName)
+
+  /// --tensorboard DIR with --trace FILE or --trace-steps A:B: the traced
+  /// steps also go to DIR/plugins/profile (TensorBoard's Profile tab).
+  bool tensorboardProfile() const {
+    return !tensorboard.empty() && (!trace.empty() || traceFrom >= 0);
+  }
+  /// Some steps are traced: into --trace's file, the TensorBoard profile, or both.
+  bool traced() const { return !trace.empty() || tensorboardProfile(); }
 };
 
 /// Counts are bounded so that nothing downstream overflows (a step count,
@@ -265,13 +276,22 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
                          "batch: give it with --resume CKPT");
   if (f.init.path.empty() && (!f.init.renames.empty() || !f.init.ignore.empty()))
     return Status::error("--init-rename and --init-ignore apply to --init FILE: give it");
-  if (f.traceFrom >= 0 && f.trace.empty())
-    return Status::error("--trace-steps needs --trace FILE (where the trace goes)");
+  if (f.traceFrom >= 0 && f.trace.empty() && f.tensorboard.empty())
+    return Status::error("--trace-steps needs where the trace goes: --trace FILE (a Chrome "
+                         "trace) or --tensorboard DIR (TensorBoard's Profile tab), or both");
   if (f.artifact.empty())
     return Status::error("no artifact given (MODEL.kpack, from kilnc MODEL.kiln -o MODEL.kpack)");
   if (f.threads == 0)
-    f.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    f.threads = cpuBudget().usable(); // the CPUs this process may use
   return Status::ok();
+}
+
+/// Threads for each replica when --threads is not given: the CPUs this
+/// process may use (runtime/core/Cpus.h), shared by the host's replicas
+/// (mpirun's local ranks, or the in-process devices).
+int replicaThreads(const train::Launch &launch, int devicesInProcess) {
+  return threadsPerReplica(cpuBudget(), launch.multiProcess() ? launch.localSize : 1,
+                           launch.multiProcess() ? 1 : devicesInProcess);
 }
 
 /// The backend --device names, created as the flags say.
@@ -442,31 +462,59 @@ train::TraceSource traceSource(const Tracer &t, const train::Model &m, int rank)
 }
 
 /// Writes --trace's file from the devices' rendered events (every rank's,
-/// for rank 0 of an MPI run) for a run of steps [start, next) that traced
-/// the window `o` asked for.
+/// for rank 0 of an MPI run) and, with --tensorboard, the TensorBoard
+/// profile from their XSpaces (rank order), for a run of steps [start,
+/// next) that traced the window `o` asked for.
 int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model &m,
-               const std::vector<std::string> &pieces, int64_t start, int64_t next,
-               int devices) {
+               const std::vector<std::string> &pieces, const std::vector<std::string> &spaces,
+               int64_t start, int64_t next, int devices) {
   auto [from, to] = train::traceWindow(o.traceFrom, o.traceTo, start, next);
-  std::vector<std::pair<std::string, std::string>> info = {
-      {"tool", "\"kiln-run train\""}, {"model", train::jsonString(m.pkg.model)}};
-  for (auto &kv : train::traceSourceInfo(f.artifact, m.pkg.sourcePath, m.pkg.sourceAbsPath,
-                                         m.pkg.sourceHash))
-    info.push_back(kv);
-  info.insert(info.end(), {
-      {"steps", fmt::format("[{},{}]", from, to)},
-      {"devices", fmt::format("{}", devices)},
-      {"clock", "\"host steady clock, microseconds since the earliest tracer's origin; "
-                "ranks on one host share it, several hosts are not aligned\""}});
-  if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
-    return fail(s);
-  if (from == to)
+  if (!f.trace.empty()) {
+    std::vector<std::pair<std::string, std::string>> info = {
+        {"tool", "\"kiln-run train\""}, {"model", train::jsonString(m.pkg.model)}};
+    for (auto &kv : train::traceSourceInfo(f.artifact, m.pkg.sourcePath, m.pkg.sourceAbsPath,
+                                           m.pkg.sourceHash))
+      info.push_back(kv);
+    info.insert(info.end(), {
+        {"steps", fmt::format("[{},{}]", from, to)},
+        {"devices", fmt::format("{}", devices)},
+        {"clock", "\"host steady clock, microseconds since the earliest tracer's origin; "
+                  "ranks on one host share it, several hosts are not aligned\""}});
+    if (Status s = train::writeTraceFile(f.trace, pieces, info); !s)
+      return fail(s);
+  }
+  // An empty window: the Chrome trace file is written (as before), no
+  // profile run that would only clutter the Profile tab's list.
+  bool profile = f.tensorboardProfile() && from < to;
+  train::ProfileFiles written;
+  if (profile) {
+    std::vector<std::pair<std::string, std::string>> hosts;
+    for (size_t i = 0; i < spaces.size(); ++i)
+      hosts.emplace_back(train::profileHostName(int(i)), spaces[i]);
+    auto w = train::writeProfile(f.tensorboard, f.profileRun, hosts);
+    if (!w)
+      return fail(w.status());
+    written = std::move(*w);
+  }
+  if (from == to) {
+    std::string what = f.trace.empty() ? "" : fmt::format("{} holds no steps", f.trace);
+    if (f.tensorboardProfile())
+      what += fmt::format("{}no TensorBoard profile written", what.empty() ? "" : "; ");
     print(Channel::Warning,
-          fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {} holds no steps",
-                      f.traceFrom, f.traceTo, start, next - 1, f.trace));
-  if (!f.quiet)
+          fmt::format("--trace-steps {}:{} is outside this run's steps {}..{}: {}", f.traceFrom,
+                      f.traceTo, start, next - 1, what));
+  }
+  if (!f.quiet && !f.trace.empty())
     fmt::print("kiln-run: trace of steps {}..{} written to {} (open it in ui.perfetto.dev "
                "or chrome://tracing)\n", from, to - 1, f.trace);
+  if (!f.quiet && profile) {
+    std::string names;
+    for (const std::string &path : written.files)
+      names += (names.empty() ? "" : ", ") + path.substr(path.rfind('/') + 1);
+    fmt::print("kiln-run: TensorBoard profile of steps {}..{} written to {} ({}; tensorboard "
+               "--logdir {}, Profile tab)\n",
+               from, to - 1, written.dir, names, f.tensorboard);
+  }
   return 0;
 }
 
@@ -581,13 +629,9 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     ro.comms.push_back(c.get());
   for (auto &c : host)
     ro.hostComms.push_back(c.get());
-  // Threads: the machine's cores shared by this node's replicas, unless
-  // --threads says how many each gets.
-  int perReplica = f.threads;
-  if (!f.threadsSet) {
-    int sharing = launch.multiProcess() ? launch.localSize : spec.count;
-    perReplica = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, sharing));
-  }
+  // Threads: the CPUs this process may use shared by this host's replicas,
+  // unless --threads says how many each gets.
+  int perReplica = f.threadsSet ? f.threads : replicaThreads(launch, spec.count);
   Flags bf = f;
   bf.threads = perReplica;
   ro.backend = [bf, gpus, ordinals](int device, comm::Communicator *c) -> train::BackendFactory {
@@ -627,7 +671,7 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
   std::vector<std::unique_ptr<Tracer>> ownTracers;
   std::vector<Tracer *> tracers;
   bool stages = profileStages(f, model.prog());
-  if (!f.trace.empty() || stages)
+  if (f.traced() || stages)
     for (comm::Communicator *c : ro.comms) {
       Tracer *t = c->rank() == 0 ? o.tracer : nullptr;
       if (!t) {
@@ -653,18 +697,29 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
     }
     return rc;
   }
-  if (!f.trace.empty()) {
-    std::vector<std::string> pieces;
+  if (f.traced()) {
+    std::vector<std::string> pieces, spaces;
+    std::string host = train::machineName();
+    auto xspace = [&host](const train::TraceSource &src) { return train::renderXSpace(src, host); };
     if (launch.multiProcess()) {
       // Every rank's events to rank 0, under the communicator's deadline.
-      auto got = train::gatherTrace(*r->models[0]->comm,
-                                    traceSource(*tracers[0], *r->models[0], launch.rank));
-      if (!got) {
-        int rc = fail(got.status());
-        owned[0]->abort("stopping the other ranks after the error above");
-        return rc;
-      }
-      pieces = std::move(*got);
+      train::TraceSource src = traceSource(*tracers[0], *r->models[0], launch.rank);
+      auto gather = [&](std::vector<std::string> &out, const train::TraceRender &render) {
+        auto got = train::gatherTrace(*r->models[0]->comm, src, render);
+        if (!got) {
+          int rc = fail(got.status());
+          owned[0]->abort("stopping the other ranks after the error above");
+          return rc;
+        }
+        out = std::move(*got);
+        return 0;
+      };
+      if (!f.trace.empty())
+        if (int rc = gather(pieces, train::renderTraceEvents))
+          return rc;
+      if (f.tensorboardProfile())
+        if (int rc = gather(spaces, xspace))
+          return rc;
     } else {
       int64_t earliest = INT64_MAX;
       for (Tracer *t : tracers)
@@ -672,11 +727,15 @@ static int trainReplicas(const Flags &f, const train::TrainOptions &o, const tra
       for (size_t i = 0; i < tracers.size(); ++i) {
         train::TraceSource src = traceSource(*tracers[i], *r->models[i], tracers[i]->rank);
         src.shift = double(train::originNanos(*tracers[i]) - earliest) / 1e9;
-        pieces.push_back(train::renderTraceEvents(src));
+        if (!f.trace.empty())
+          pieces.push_back(train::renderTraceEvents(src));
+        if (f.tensorboardProfile())
+          spaces.push_back(xspace(src));
       }
     }
     if (ro.comms[0]->rank() == 0)
-      if (int rc = writeTrace(f, o, model, pieces, r->result.start, r->result.next, devices))
+      if (int rc = writeTrace(f, o, model, pieces, spaces, r->result.start, r->result.next,
+                              devices))
         return rc;
   }
   if (r->result.interrupted) {
@@ -754,12 +813,28 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   if (!detected)
     return fail(detected.status());
   train::Launch launch = *detected;
+  // Threads narrower than the machine (taskset, a launcher's binding, a
+  // cgroup quota): say why, once, as the leader sees it.
+  if (!f.threadsSet && !f.quiet && launch.rank == 0 && f.device.rfind("cuda", 0) != 0)
+    if (CpuBudget b = cpuBudget(); b.narrowed())
+      print(Channel::Note,
+            fmt::format("threads: {} per device, for the {} this process may use (--threads N "
+                        "to choose)",
+                        launch.multiProcess() || spec->count > 1
+                            ? replicaThreads(launch, spec->count)
+                            : f.threads,
+                        b.describe()));
   // --log-placement: once, by the leader (rank 0 under mpirun).
   if (f.logPlacement && launch.rank == 0)
     logPlacement(*model, "train_step");
   // --trace: a file rank 0 can write, before anything is compiled.
   if (!f.trace.empty() && launch.rank == 0)
     if (Status s = train::checkTraceFile(f.trace); !s)
+      return fail(s);
+  // The TensorBoard profile's run: named for the run's start, checked now.
+  f.profileRun = train::profileRunName(std::time(nullptr));
+  if (f.tensorboardProfile() && launch.rank == 0)
+    if (Status s = train::checkProfileDir(f.tensorboard, f.profileRun); !s)
       return fail(s);
   // A program over a mesh, even of one device (a world of one), runs its
   // collectives through a communicator.
@@ -814,7 +889,7 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   // with --trace, the trace's window (--trace-steps, or its default), which
   // the overview then covers too. Set after startProfile on every rank.
   auto traceWindow = [&] {
-    if (f.trace.empty())
+    if (!f.traced())
       return;
     o.traceFrom = f.traceFrom;
     o.traceTo = f.traceTo < 0 ? INT64_MAX : f.traceTo;
@@ -823,12 +898,8 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   if (multi) {
     // The threads rank 0 gets (trainReplicas' split of the cores).
     // Under mpirun only rank 0 profiles (it prints the overview).
-    int sharing = launch.multiProcess() ? launch.localSize : spec->count;
     if (!launch.multiProcess() || launch.rank == 0)
-      startProfile(f, o, prof,
-                   f.threadsSet ? f.threads
-                                : std::max(1, int(std::thread::hardware_concurrency()) /
-                                                  std::max(1, sharing)));
+      startProfile(f, o, prof, f.threadsSet ? f.threads : replicaThreads(launch, spec->count));
     else if (profileStages(f, model->prog()))
       train::profileWindow(o); // every stage records the same steps
     traceWindow();
@@ -840,7 +911,7 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   }
   startProfile(f, o, prof, f.threads);
   traceWindow();
-  if (!f.trace.empty() && !o.tracer)
+  if (f.traced() && !o.tracer)
     o.tracer = &tracer;
   auto trainer = train::Trainer::open(*model, o, backendFor(f), print);
   if (!trainer)
@@ -851,11 +922,16 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   releaseStops();
   if (!r)
     return fail(r.status());
-  if (!f.trace.empty())
-    if (int rc = writeTrace(f, o, *model,
-                            {train::renderTraceEvents(traceSource(*o.tracer, *model, 0))},
-                            r->start, r->next, 1))
+  if (f.traced()) {
+    train::TraceSource src = traceSource(*o.tracer, *model, 0);
+    std::vector<std::string> pieces, spaces;
+    if (!f.trace.empty())
+      pieces.push_back(train::renderTraceEvents(src));
+    if (f.tensorboardProfile())
+      spaces.push_back(train::renderXSpace(src, train::machineName()));
+    if (int rc = writeTrace(f, o, *model, pieces, spaces, r->start, r->next, 1))
       return rc;
+  }
   if (r->interrupted) {
     fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: {}\n", r->next,
                r->checkpoint, resumeCommand(f, "", r->checkpoint));

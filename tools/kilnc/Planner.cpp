@@ -7,6 +7,7 @@
 #include "compiler/Training.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "runtime/comm/InProcess.h"
+#include "runtime/core/Cpus.h"
 #include "runtime/core/Program.h"
 #include "runtime/train/Calibrate.h"
 
@@ -507,7 +508,7 @@ bool parseMachine(const std::string &text, int devices, Machine &m,
 
 bool measureMachine(int devices, Machine &m, std::string &error) {
   m.devices = std::max(1, devices);
-  m.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  m.cores = cpuBudget().usable(); // the CPUs kilnc may use, not the machine's
   shareCores(m);
   // Every core at once (one sgemm and one copy block per thread), as N
   // devices that each use their share run together.

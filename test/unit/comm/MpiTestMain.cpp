@@ -6,6 +6,9 @@
 //   kiln-comm-mpi-test in-process N              the same on N threads
 //   mpirun -np N kiln-comm-mpi-test stall S      rank 1 sleeps S s before an
 //                                                all_reduce with a 1 s deadline
+//   mpirun -np N kiln-comm-mpi-test stall-group S   the same on the group
+//                                                [1, 0], whose communicator
+//                                                rank 0 creates first
 //   mpirun -np N kiln-comm-mpi-test exit         rank 1 exits before it
 //   mpirun -np N kiln-comm-mpi-test kill         rank 1 is killed (SIGKILL)
 //   kiln-comm-mpi-test launcher                  prints detectLauncher()
@@ -75,6 +78,26 @@ int main(int argc, char **argv) {
       return fail(s);
     std::printf("rank %d hash %016llx\n", c.rank(), (unsigned long long)hash);
     std::fflush(stdout);
+    return 0;
+  }
+  if (mode == "stall-group") {
+    // A tensor- or pipeline-parallel subgroup: its communicator is created
+    // at its first collective, which rank 1 never reaches in time.
+    // The other ranks go on working meanwhile (they sleep as long as rank
+    // 1), so the abort ends them mid-run as it would in training. Had they
+    // returned, MPI_Finalize racing MPI_Abort crashes or hangs OpenMPI
+    // 4.1's mpirun itself (seen about one run in three under load).
+    std::vector<float> x(16, 0.5f);
+    if (c.rank() >= 1)
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(argc > 2 ? std::atof(argv[2]) : 30));
+    if (c.rank() > 1)
+      return 0; // not a member
+    c.setTimeout(1.0);
+    c.setContext("step 1");
+    Status s = c.allReduce(x.data(), x.data(), 16, ElementType::F32, Reduction::Sum, {1, 0});
+    std::printf("rank %d: the all_reduce returned (%s)\n", c.rank(),
+                s ? "ok" : s.message().c_str());
     return 0;
   }
   if (mode == "stall" || mode == "exit" || mode == "kill") {

@@ -2,12 +2,13 @@
 # The MPI communicator end to end (ctest runs this with the test binary and
 # a world size): every op checked on N processes, the same bits as N
 # in-process ranks, and a stalled rank ending the job within the deadline.
-# Every mpirun is guarded by `timeout 60`, so the test itself never hangs.
+# Every mpirun is guarded by `timeout -k 5 60` (KILL 5 s after TERM, which
+# a wedged mpirun may ignore), so the test itself never hangs.
 set -u
 bin=$1
 n=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun="timeout 60 mpirun --oversubscribe -np $n"
+mpirun="timeout -k 5 60 mpirun --oversubscribe -np $n"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -28,13 +29,28 @@ start=$(date +%s)
 $mpirun "$bin" stall 30 >"$tmp/stall.out" 2>"$tmp/stall.err"
 rc=$?
 took=$(( $(date +%s) - start ))
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -gt 20 ]; then
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || [ "$took" -gt 20 ]; then
   echo "FAIL: stalled rank: rc $rc after ${took} s"; cat "$tmp/stall.out" "$tmp/stall.err"; exit 1
 fi
 if ! grep -q "rank 0: all_reduce (sum, 4096 x f32) at step 3, bucket 1 timed out after 1 s: rank(s) 1 did not take part" "$tmp/stall.err"; then
   echo "FAIL: no timeout message naming rank 0, the op and the context"; cat "$tmp/stall.err"; exit 1
 fi
 echo "stalled rank 1: the job ended in ${took} s with rc $rc"
+
+# The same stall where the collective's group [1, 0] needs a communicator
+# of its own first (MPI_Comm_create_group, which has no deadline): the
+# members meet under the deadline before it, and the timeout names the call.
+start=$(date +%s)
+$mpirun "$bin" stall-group 30 >"$tmp/sg.out" 2>"$tmp/sg.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || [ "$took" -gt 20 ]; then
+  echo "FAIL: stalled rank at group creation: rc $rc after ${took} s"; cat "$tmp/sg.out" "$tmp/sg.err"; exit 1
+fi
+if ! grep -q "rank 0: all_reduce (sum, 16 x f32) (creating the communicator of ranks \[1, 0\]: MPI_Comm_create_group) at step 1 timed out after 1 s: rank(s) 1 did not take part" "$tmp/sg.err"; then
+  echo "FAIL: no timeout message naming rank 0, the group creation and rank 1"; cat "$tmp/sg.err"; exit 1
+fi
+echo "stalled rank 1 at group creation: the job ended in ${took} s with rc $rc"
 
 # A rank that exits without a word, and one killed: the job ends, nonzero,
 # no hang.
@@ -43,7 +59,7 @@ for how in exit kill; do
   $mpirun "$bin" $how >"$tmp/$how.out" 2>"$tmp/$how.err"
   rc=$?
   took=$(( $(date +%s) - start ))
-  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -gt 20 ]; then
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || [ "$took" -gt 20 ]; then
     echo "FAIL: rank 1 $how: rc $rc after ${took} s"; cat "$tmp/$how.out" "$tmp/$how.err"; exit 1
   fi
   if grep -q "the all_reduce returned" "$tmp/$how.out"; then
