@@ -10,9 +10,13 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <algorithm>
 
@@ -184,6 +188,51 @@ Status applyPrecision(mlir::ModuleOp module, const CompileOptions &o, mlir::Name
   return Status::ok();
 }
 
+/// One diagnostic and its notes as DiagnosticText renders them.
+std::string renderDiagnostic(mlir::Diagnostic &d, const frontend::SourceFile &source) {
+  mlir::FileLineColLoc at;
+  d.getLocation()->walk([&](mlir::Location l) {
+    if (auto f = mlir::dyn_cast<mlir::FileLineColLoc>(l)) {
+      at = f;
+      return mlir::WalkResult::interrupt();
+    }
+    return mlir::WalkResult::advance();
+  });
+  std::string message;
+  llvm::raw_string_ostream os(message);
+  os << d;
+  bool note = d.getSeverity() == mlir::DiagnosticSeverity::Note;
+  bool warning = d.getSeverity() == mlir::DiagnosticSeverity::Warning;
+  std::string out;
+  if (at && at.getFilename().getValue() == source.name() && at.getLine() > 0) {
+    frontend::DiagEngine one(source);
+    frontend::SourceLoc loc{at.getLine(), std::max(1u, at.getColumn()), 1};
+    if (note)
+      one.note(loc, message);
+    else if (warning)
+      one.warning(loc, message);
+    else
+      one.error(loc, message);
+    out = one.render();
+  } else {
+    std::string where = at ? (at.getFilename().getValue() + ":" + llvm::Twine(at.getLine()) +
+                              ":" + llvm::Twine(at.getColumn()))
+                                 .str()
+                           : std::string("kilnc");
+    out = where + (note ? ": note: " : warning ? ": warning: " : ": error: ") + message + "\n";
+  }
+  for (mlir::Diagnostic &n : d.getNotes())
+    out += renderDiagnostic(n, source);
+  return out;
+}
+
+/// A value of the train section's layout (1 where it names none).
+int64_t trainLayout(mlir::ModuleOp module, llvm::StringRef key) {
+  auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
+  auto a = train ? train.getAs<mlir::IntegerAttr>(key) : nullptr;
+  return a ? a.getInt() : int64_t(1);
+}
+
 mlir::NamedAttrList trainEntries(mlir::ModuleOp module) {
   auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
   return mlir::NamedAttrList(train ? train.getValue()
@@ -191,6 +240,42 @@ mlir::NamedAttrList trainEntries(mlir::ModuleOp module) {
 }
 
 } // namespace
+
+DiagnosticText::DiagnosticText(mlir::MLIRContext &context, const frontend::SourceFile &source)
+    : mlir::ScopedDiagnosticHandler(&context, [this, &source](mlir::Diagnostic &d) {
+        text += renderDiagnostic(d, source);
+        return mlir::success();
+      }) {
+  context.printOpOnDiagnostic(false);
+}
+
+LoadResult load(mlir::MLIRContext &context, const frontend::SourceFile &source,
+                const frontend::FrontendOptions &options) {
+  LoadResult r;
+  if (llvm::StringRef(source.name()).ends_with(".mlir")) {
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(source.text(), source.name()),
+                                 llvm::SMLoc());
+    llvm::raw_string_ostream os(r.diagnostics);
+    mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context, os);
+    r.module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+    if (!r.module || !(r.module->lookupSymbol("forward") || r.module->lookupSymbol("train_step"))) {
+      r.module = nullptr;
+      r.status = userError("'" + source.name() +
+                           "' is not a kiln module with func.func @forward or @train_step");
+    }
+    return r;
+  }
+  frontend::DiagEngine diags(source);
+  r.module = frontend::buildModule(context, source, options, diags);
+  if (!diags.diagnostics().empty())
+    r.diagnostics = diags.render();
+  if (!r.module)
+    r.status = diags.hasErrors() ? userError("")
+                                 : Status::internal("no module and no diagnostic for '" +
+                                                    source.name() + "'");
+  return r;
+}
 
 Status configure(mlir::ModuleOp module, const CompileOptions &options) {
   mlir::MLIRContext *context = module.getContext();
@@ -271,13 +356,84 @@ uint64_t initSeed(mlir::ModuleOp module, std::optional<uint64_t> seed) {
   return 0;
 }
 
+Outcome buildTraining(mlir::ModuleOp module, const CompileOptions &options, bool gradOnly) {
+  if (mlir::succeeded(buildTrainProgram(module, gradOnly)))
+    return {};
+  return {userError("cannot build the training program for '" + options.modelPath + "'"), true};
+}
+
+Outcome precisionReport(mlir::ModuleOp module, const CompileOptions &options,
+                        PrecisionReport &report) {
+  // The same model in fp32, for the activation memory it would need.
+  mlir::OwningOpRef<mlir::ModuleOp> fp32 = module.clone();
+  std::string why;
+  bool haveFp32 = makeFp32Variant(*fp32, why);
+  auto build = [&](mlir::ModuleOp m) {
+    return m.lookupSymbol("train_step") ? Outcome{} : buildTraining(m, options);
+  };
+  if (Outcome o = build(module); !o)
+    return o;
+  report = collectPrecisionReport(module);
+  if (report.precision == "fp32")
+    return {};
+  std::string err;
+  report.activationBytes =
+      trainStepActivationBytes(module, options.fusion, &report.activationBytesByType, err);
+  if (report.activationBytes < 0 && module.lookupSymbol("train_step"))
+    return {userError(err)};
+  if (!haveFp32) {
+    report.fp32Note = why;
+    return {};
+  }
+  if (Outcome o = build(*fp32); !o)
+    return o;
+  report.fp32ActivationBytes = trainStepActivationBytes(*fp32, options.fusion, nullptr, err);
+  if (report.fp32ActivationBytes < 0)
+    report.fp32Note = err;
+  return {};
+}
+
+Status prepareGradCheck(mlir::ModuleOp module) {
+  // Tensor and pipeline parallelism change the gradients (sharded
+  // parameters, stages): those layouts are checked against one device by
+  // training instead.
+  int64_t tp = trainLayout(module, "tp"), pp = trainLayout(module, "pp");
+  if (tp > 1 || pp > 1)
+    return userError(
+        "--gradcheck checks the model's gradients on one device, not a tensor- or "
+        "pipeline-parallel layout (tp = " +
+        std::to_string(tp) + ", pp = " + std::to_string(pp) +
+        "); add --tp 1 --pp 1 to check the model, and compare the layout's training "
+        "with one device's (docs/parallel.md)");
+  // The check runs the whole program, gradients too, in float64.
+  convertToF64(module.lookupSymbol<mlir::func::FuncOp>("forward"));
+  return Status::ok();
+}
+
+void prepareReference(mlir::ModuleOp module, const CompileOptions &options) {
+  auto layout = [&](llvm::StringRef k) { return std::max<int64_t>(trainLayout(module, k), 1); };
+  int64_t dp = layout("devices") / (layout("tp") * layout("pp"));
+  std::string setAside = setOneDeviceLayout(module);
+  if (setAside.empty() || !options.note)
+    return;
+  options.note("note: --export-reference writes the one-device reference of the model (" +
+               setAside + " set aside" +
+               (dp > 1 ? "; it trains one device's batch, and a data-parallel run's global "
+                         "batch is the " +
+                             std::to_string(dp) +
+                             " replicas' batches together: add --batch with the global batch "
+                             "to compare with it"
+                       : std::string()) +
+               ")");
+}
+
 CompileResult compile(mlir::ModuleOp module, const CompileOptions &options) {
   CompileResult r;
-  if (!module.lookupSymbol("train_step") && mlir::failed(buildTrainProgram(module))) {
-    r.status = userError("cannot build the training program for '" + options.modelPath + "'");
-    r.diagnosticsFirst = true;
-    return r;
-  }
+  if (!module.lookupSymbol("train_step"))
+    if (Outcome o = buildTraining(module, options); !o) {
+      static_cast<Outcome &>(r) = o;
+      return r;
+    }
   CodegenOptions co;
   co.emitLLVM = options.output != CompileOutput::Program;
   co.keepLLVMText = options.output == CompileOutput::LLVM;

@@ -4,8 +4,10 @@
 // the frontend built, or a kiln-dialect module read from .mlir) becomes a
 // training program, a plan and an artifact. kilnc parses flags into
 // CompileOptions and prints what the driver returns; the planner
-// (tools/kilnc/Planner.cpp) compiles each candidate layout through it.
+// (tools/kilnc/Planner.cpp) lays out each candidate through it.
 //
+//   load()       the model as a module: a .kiln file through the frontend, or
+//                a kiln-dialect .mlir module parsed as it is
 //   configure()  the options' parallel layout and precision written into the
 //                module's kiln.train and kiln.mesh attributes, the layout
 //                rules checked (pp x tp divides the devices, ZeRO needs
@@ -14,6 +16,15 @@
 //                kernels and plan (compileProgram), CUDA C++ where asked
 //                for, the .kpack sections where asked for
 //
+// and for kilnc's other outputs, on a configured module:
+//
+//   buildTraining()      the training program (--emit=train, --gradcheck,
+//                        --export-reference)
+//   precisionReport()    the rounding points and activation memory
+//                        (--precision-report)
+//   prepareGradCheck()   the one-device float64 model --gradcheck checks
+//   prepareReference()   the one-device layout --export-reference runs
+//
 // Messages name kilnc's flags (--tp, --pp, ...), as the options mirror them.
 //
 //===----------------------------------------------------------------------===//
@@ -21,11 +32,16 @@
 #define KILN_COMPILER_DRIVER_H
 
 #include "compiler/Codegen.h"
+#include "compiler/PrecisionReport.h"
 #include "compiler/cuda/Emitter.h"
+#include "frontend/Frontend.h"
+#include "frontend/Source.h"
 #include "runtime/core/Artifact.h"
 #include "runtime/core/Status.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OwningOpRef.h"
 
 #include <cstdint>
 #include <functional>
@@ -83,9 +99,50 @@ struct CompileOptions {
   /// The initial parameters' seed; unset: the train section's (see initSeed).
   std::optional<uint64_t> seed;
   bool omitZeroInitializers = false;
-  /// Receives the CUDA assembler's notes (one line each, per architecture).
+  /// Receives notes, one line each: the CUDA assembler's (per
+  /// architecture), prepareReference()'s ("note: ...").
   std::function<void(const std::string &)> note;
 };
+
+/// Where a driver step stopped: ok, or a status whose message says why (its
+/// kind gives the exit code).
+struct Outcome {
+  Status status;
+  /// On failure: the context's diagnostics (collected by DiagnosticText) say
+  /// why too, and come before the status's message.
+  bool diagnosticsFirst = false;
+
+  explicit operator bool() const { return status.isOk(); }
+};
+
+/// Collects the context's diagnostics as text while it lives, each rendered
+/// as the frontend renders its own: "file:line:col: error: message", the
+/// model line and a caret when the location (through names, call sites and
+/// fused locations) is in `source`; "kilnc: error: message" when it names
+/// no file. Notes follow their diagnostic. The context stops printing the
+/// op with a diagnostic (the model line says where, not the IR).
+class DiagnosticText : public mlir::ScopedDiagnosticHandler {
+public:
+  DiagnosticText(mlir::MLIRContext &context, const frontend::SourceFile &source);
+
+  std::string text; ///< what was collected (callers clear it once printed)
+};
+
+struct LoadResult : Outcome {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  /// The frontend's or the MLIR parser's diagnostics, rendered: with a
+  /// module, warnings (compilation goes on); without, they come before the
+  /// status's message (which may be empty: the diagnostics say it all).
+  std::string diagnostics;
+};
+
+/// Reads the model in `source` into a module: a name ending in .mlir is a
+/// kiln-dialect module with func.func @forward (as --emit=mlir prints it)
+/// or a hand-written training program (@train_step, compiled as it is);
+/// anything else is a model file the frontend builds with `options` (--dim,
+/// --param, --batch).
+LoadResult load(mlir::MLIRContext &context, const frontend::SourceFile &source,
+                const frontend::FrontendOptions &options);
 
 /// Applies `options`' layout and precision overrides to `module` (the
 /// kiln.train and kiln.mesh attributes), checks the layout rules and
@@ -109,17 +166,33 @@ Status parseTarget(const std::string &target, bool &cuda);
 /// section's, else 0. The artifact and --export-reference share it.
 uint64_t initSeed(mlir::ModuleOp module, std::optional<uint64_t> seed);
 
-struct CompileResult {
-  /// ok, or why compilation stopped (the kind gives the exit code).
-  Status status;
-  /// On failure: the context's diagnostics (collected by the caller's
-  /// handler) say why, and come before the status's message.
-  bool diagnosticsFirst = false;
+/// Builds `module`'s training program (@train_step from @forward and the
+/// train section; with `gradOnly`, the @grad that --gradcheck runs). Fails
+/// with "cannot build the training program", the diagnostics first.
+Outcome buildTraining(mlir::ModuleOp module, const CompileOptions &options,
+                      bool gradOnly = false);
+
+/// The precision report of `module` (configured): every rounding point of
+/// the mixed-precision program and, in a precision other than fp32, the
+/// train step's activation memory against the same model in fp32. Builds
+/// the training program (where the module has none).
+Outcome precisionReport(mlir::ModuleOp module, const CompileOptions &options,
+                        PrecisionReport &report);
+
+/// For --gradcheck, which checks @grad, one device's gradients (data
+/// parallelism leaves them as they are): fails on a tensor- or
+/// pipeline-parallel layout, else converts the model to float64.
+Status prepareGradCheck(mlir::ModuleOp module);
+
+/// For --export-reference, which the interpreter runs on one device: sets
+/// `module` to the one-device layout of the same model, and notes through
+/// options.note what was set aside.
+void prepareReference(mlir::ModuleOp module, const CompileOptions &options);
+
+struct CompileResult : Outcome {
   std::optional<CompiledProgram> compiled;
   std::optional<CudaProgram> cuda;                ///< with options.cuda
   std::vector<artifact::Section> package;         ///< with CompileOutput::Package
-
-  explicit operator bool() const { return status.isOk(); }
 };
 
 /// Compiles `module`, on which configure() ran: builds its training program

@@ -15,6 +15,7 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Path.h"
 
 #include <fmt/format.h>
 
@@ -901,6 +902,45 @@ bool parseSize(const std::string &text, int64_t &bytes) {
     return false;
   bytes = int64_t(b);
   return bytes > 0;
+}
+
+Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional<std::string> &machineSpec,
+                    std::string &diagnostics, llvm::raw_ostream &os) {
+  if (!module.lookupSymbol("forward"))
+    return Status::error("--parallel=auto lays out a model (a .kiln file, or a .mlir module with "
+                         "func.func @forward); '" +
+                         options.modelPath +
+                         "' is a hand-written @train_step, compiled as it is: give --devices and "
+                         "--tp yourself");
+  if (options.devices == 0) {
+    options.devices = 1;
+    if (auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr))
+      if (auto d = train.getAs<mlir::IntegerAttr>("devices"))
+        options.devices = d.getInt();
+  }
+  if (options.devices < 1 || options.devices > 1024)
+    return Status::error("--parallel=auto needs --devices N with N from 1 to 1024 (or devices = "
+                         "N in the train section)");
+  if (options.modelName.empty())
+    options.modelName = module.getName() ? module.getName()->str()
+                                         : llvm::sys::path::stem(options.modelPath).str();
+  Machine machine;
+  std::string err;
+  if (machineSpec) {
+    if (!parseMachine(*machineSpec, int(options.devices), machine, err))
+      return Status::error(err);
+  } else if (!measureMachine(int(options.devices), machine, err)) {
+    return Status::error("--parallel=auto cannot measure this machine: " + err);
+  }
+  Result result = plan(module, options, machine, diagnostics);
+  diagnostics.clear();
+  printReport(result, options, machine, os);
+  os.flush();
+  if (!result.chosen)
+    return Status::error(result.error);
+  const Candidate &c = result.candidates[*result.chosen];
+  setLayout(module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp, c.microBatches, c.virtualStages);
+  return Status::ok();
 }
 
 } // namespace kiln::planner

@@ -17,6 +17,7 @@
 #define KILN_TOOLS_KILNC_PLANNER_H
 
 #include "runtime/core/Program.h"
+#include "runtime/core/Status.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
@@ -153,6 +154,15 @@ Result plan(mlir::ModuleOp module, const Options &options, Machine &machine,
 /// The report: machine constants, the model, the ranked table, the choice.
 void printReport(const Result &r, const Options &options,
                  const Machine &machine, llvm::raw_ostream &os);
+
+/// kilnc --parallel=auto over `module` (configured; a model with @forward):
+/// the machine measured, or from `machineSpec` (parseMachine) where given,
+/// every layout planned, the report printed to `os` and the chosen layout set
+/// on `module` (setLayout). options.devices 0: the train section's (1
+/// without one); options.modelName empty: the module's name or the model
+/// file's stem. Fails with a user error naming the flags.
+Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional<std::string> &machineSpec,
+                    std::string &diagnostics, llvm::raw_ostream &os);
 
 /// Parses "123", "64MiB", "1.5 GiB", "512KiB" into bytes; false when it is
 /// none of those.

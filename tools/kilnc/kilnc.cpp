@@ -26,17 +26,13 @@
 
 #include "dialects/kiln/KilnDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <cstdio>
@@ -305,6 +301,18 @@ int userError(const std::string &message) {
   return 1;
 }
 
+/// A driver step's failure: "kilnc: error: ..." (exit 1) or "kilnc: internal
+/// error: ..." (exit 2), the context's diagnostics first where they say why.
+int fail(const kiln::Status &status, const std::string &diagnostics = "") {
+  std::fputs(diagnostics.c_str(), stderr);
+  std::fprintf(stderr, "kilnc: %s: %s\n", status.exitCode() == 2 ? "internal error" : "error",
+               status.message().c_str());
+  return status.exitCode();
+}
+int fail(const kiln::Outcome &o, const std::string &diagnostics) {
+  return fail(o.status, o.diagnosticsFirst ? diagnostics : "");
+}
+
 bool splitAssign(const std::string &s, std::string &name, std::string &value) {
   size_t eq = s.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
@@ -314,48 +322,6 @@ bool splitAssign(const std::string &s, std::string &name, std::string &value) {
   return true;
 }
 } // namespace
-
-/// A pass's diagnostic as the frontend prints its own: "file:line:col:
-/// error: message", the model line and a caret when the location (through
-/// names, call sites and fused locations) is in the model file; "kilnc:
-/// error: message" when it names no file. Notes follow their diagnostic.
-static std::string renderDiagnostic(mlir::Diagnostic &d,
-                                    const kiln::frontend::SourceFile &source) {
-  mlir::FileLineColLoc at;
-  d.getLocation()->walk([&](mlir::Location l) {
-    if (auto f = mlir::dyn_cast<mlir::FileLineColLoc>(l)) {
-      at = f;
-      return mlir::WalkResult::interrupt();
-    }
-    return mlir::WalkResult::advance();
-  });
-  std::string message;
-  llvm::raw_string_ostream os(message);
-  os << d;
-  bool note = d.getSeverity() == mlir::DiagnosticSeverity::Note;
-  bool warning = d.getSeverity() == mlir::DiagnosticSeverity::Warning;
-  std::string out;
-  if (at && at.getFilename().getValue() == source.name() && at.getLine() > 0) {
-    kiln::frontend::DiagEngine one(source);
-    kiln::frontend::SourceLoc loc{at.getLine(), std::max(1u, at.getColumn()), 1};
-    if (note)
-      one.note(loc, message);
-    else if (warning)
-      one.warning(loc, message);
-    else
-      one.error(loc, message);
-    out = one.render();
-  } else {
-    std::string where = at ? (at.getFilename().getValue() + ":" + llvm::Twine(at.getLine()) +
-                              ":" + llvm::Twine(at.getColumn()))
-                                 .str()
-                           : std::string("kilnc");
-    out = where + (note ? ": note: " : warning ? ": warning: " : ": error: ") + message + "\n";
-  }
-  for (mlir::Diagnostic &n : d.getNotes())
-    out += renderDiagnostic(n, source);
-  return out;
-}
 
 int main(int argc, char **argv) {
   sys::PrintStackTraceOnErrorSignal(argv[0]);
@@ -413,48 +379,15 @@ int main(int argc, char **argv) {
     return userError("'" + inputFile + "' is a directory, not a model file");
 
   kiln::frontend::SourceFile source(inputFile, (*buffer)->getBuffer().str());
-  kiln::frontend::DiagEngine diags(source);
-
   mlir::MLIRContext context;
   context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
-  std::string mlirDiags;
-  context.printOpOnDiagnostic(false); // the model line says where, not the IR
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
-    mlirDiags += renderDiagnostic(d, source);
-    return mlir::success();
-  });
-
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-  if (StringRef(inputFile).ends_with(".mlir")) {
-    // A kiln-dialect module with func @forward (as --emit=mlir prints it).
-    llvm::SourceMgr sourceMgr;
-    sourceMgr.AddNewSourceBuffer(
-        MemoryBuffer::getMemBufferCopy(source.text(), inputFile), SMLoc());
-    mlir::SourceMgrDiagnosticHandler srcHandler(sourceMgr, &context, llvm::errs());
-    module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
-    // Or a hand-written training program (@train_step, e.g. with collectives):
-    // compiled as it is.
-    if (!module || !(module->lookupSymbol("forward") || module->lookupSymbol("train_step"))) {
-      std::fprintf(stderr,
-                   "kilnc: error: '%s' is not a kiln module with func.func @forward or "
-                   "@train_step\n",
-                   inputFile.c_str());
-      return 1;
-    }
-  } else {
-    module = kiln::frontend::buildModule(context, source, opts, diags);
-  }
-  if (module && !diags.diagnostics().empty()) // warnings: compilation goes on
-    std::fputs(diags.render().c_str(), stderr);
-  if (!module) {
-    std::fputs(diags.render().c_str(), stderr);
-    if (!diags.hasErrors()) {
-      std::fprintf(stderr, "kilnc: internal error: no module and no "
-                           "diagnostic for '%s'\n", inputFile.c_str());
-      return 2;
-    }
-    return 1;
-  }
+  kiln::DiagnosticText mlirDiags(context, source);
+  kiln::LoadResult loaded = kiln::load(context, source, opts);
+  std::fputs(loaded.diagnostics.c_str(), stderr); // with a module, warnings: compilation goes on
+  if (!loaded)
+    return loaded.status.message().empty() ? loaded.status.exitCode()
+                                           : fail(loaded.status);
+  mlir::OwningOpRef<mlir::ModuleOp> module = std::move(loaded.module);
   // The layout and precision flags, as the driver's options; the driver
   // writes them into the module and checks the layout rules.
   kiln::CompileOptions co;
@@ -498,7 +431,7 @@ int main(int argc, char **argv) {
   if (kiln::Status st = kiln::configure(*module, co); !st) {
     if (st.exitCode() == 2) {
       std::fprintf(stderr, "kilnc: internal error: %s\n%s", st.message().c_str(),
-                   mlirDiags.c_str());
+                   mlirDiags.text.c_str());
       return 2;
     }
     return userError(st.message());
@@ -516,27 +449,8 @@ int main(int argc, char **argv) {
                        "pipeline schedule itself; leave out --tp, --zero, --pp, "
                        "--micro-batches, --pipeline and --virtual-stages "
                        "(or leave out --parallel=auto to give them)");
-    if (!module->lookupSymbol("forward"))
-      return userError("--parallel=auto lays out a model (a .kiln file, or a "
-                       ".mlir module with "
-                       "func.func @forward); '" +
-                       inputFile +
-                       "' is a hand-written @train_step, compiled as it is: "
-                       "give --devices and "
-                       "--tp yourself");
     kiln::planner::Options po;
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(
-        kiln::KilnDialect::kTrainAttr);
-    po.devices = 1;
-    if (train)
-      if (auto d = train.getAs<mlir::IntegerAttr>("devices"))
-        po.devices = d.getInt();
-    if (devicesOpt.getNumOccurrences())
-      po.devices = devicesOpt;
-    if (po.devices < 1 || po.devices > 1024)
-      return userError("--parallel=auto needs --devices N with N from 1 to "
-                       "1024 (or devices = "
-                       "N in the train section)");
+    po.devices = devicesOpt.getNumOccurrences() ? devicesOpt.getValue() : 0;
     if (memoryPerDevice.getNumOccurrences()) {
       int64_t bytes = 0;
       if (!kiln::planner::parseSize(memoryPerDevice, bytes))
@@ -552,27 +466,13 @@ int main(int argc, char **argv) {
     po.margin = plannerMargin;
     po.fusion = !noFusion;
     po.modelPath = inputFile;
-    po.modelName = module->getName() ? module->getName()->str()
-                                     : sys::path::stem(inputFile).str();
-    kiln::planner::Machine machine;
-    std::string err;
-    if (plannerMachine.getNumOccurrences()) {
-      if (!kiln::planner::parseMachine(plannerMachine, int(po.devices), machine,
-                                       err))
-        return userError(err);
-    } else if (!kiln::planner::measureMachine(int(po.devices), machine, err)) {
-      return userError("--parallel=auto cannot measure this machine: " + err);
-    }
-    kiln::planner::Result result =
-        kiln::planner::plan(*module, po, machine, mlirDiags);
-    mlirDiags.clear();
-    kiln::planner::printReport(result, po, machine, llvm::outs());
-    llvm::outs().flush();
-    if (!result.chosen)
-      return userError(result.error);
-    const kiln::planner::Candidate &c = result.candidates[*result.chosen];
-    kiln::setLayout(*module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp,
-                             c.microBatches, c.virtualStages);
+    std::optional<std::string> machine;
+    if (plannerMachine.getNumOccurrences())
+      machine = plannerMachine.getValue();
+    if (kiln::Status st = kiln::planner::chooseLayout(*module, po, machine, mlirDiags.text,
+                                                      llvm::outs());
+        !st)
+      return userError(st.message());
     if (outputFile == "-" && !emit.getNumOccurrences())
       return 0; // the report was the output
   }
@@ -581,40 +481,9 @@ int main(int argc, char **argv) {
     if (!precisionReport.empty() && precisionReport != "text" && precisionReport != "json")
       return userError("--precision-report takes text (the default) or json, got '" +
                        precisionReport + "'");
-    // The same model in fp32, for the activation memory it would need.
-    mlir::OwningOpRef<mlir::ModuleOp> fp32 = module->clone();
-    std::string why;
-    bool haveFp32 = kiln::makeFp32Variant(*fp32, why);
-    auto build = [&](mlir::ModuleOp m) {
-      if (m.lookupSymbol("train_step") || mlir::succeeded(kiln::buildTrainProgram(m)))
-        return true;
-      std::fprintf(stderr, "%s", mlirDiags.c_str());
-      std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
-                   inputFile.c_str());
-      return false;
-    };
-    if (!build(*module))
-      return 1;
-    kiln::PrecisionReport report = kiln::collectPrecisionReport(*module);
-    if (report.precision != "fp32") {
-      std::string err;
-      report.activationBytes = kiln::trainStepActivationBytes(
-          *module, !noFusion, &report.activationBytesByType, err);
-      if (report.activationBytes < 0 && module->lookupSymbol("train_step")) {
-        std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
-        return 1;
-      }
-      if (haveFp32) {
-        if (!build(*fp32))
-          return 1;
-        report.fp32ActivationBytes =
-            kiln::trainStepActivationBytes(*fp32, !noFusion, nullptr, err);
-        if (report.fp32ActivationBytes < 0)
-          report.fp32Note = err;
-      } else {
-        report.fp32Note = why;
-      }
-    }
+    kiln::PrecisionReport report;
+    if (kiln::Outcome o = kiln::precisionReport(*module, co, report); !o)
+      return fail(o, mlirDiags.text);
     std::string error;
     auto output = mlir::openOutputFile(outputFile, &error);
     if (!output)
@@ -627,60 +496,21 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  if (gradcheck) {
-    // The check runs @grad, the model's gradients on one device, which data
-    // parallelism leaves as it is (it shards @train_step); tensor and
-    // pipeline parallelism change it (sharded parameters, stages), so those
-    // layouts are checked against one device by training instead.
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    auto layout = [&](llvm::StringRef k) {
-      auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
-      return a ? a.getInt() : int64_t(1);
-    };
-    if (layout("tp") > 1 || layout("pp") > 1)
-      return userError(
-          "--gradcheck checks the model's gradients on one device, not a tensor- or "
-          "pipeline-parallel layout (tp = " +
-          std::to_string(layout("tp")) + ", pp = " + std::to_string(layout("pp")) +
-          "); add --tp 1 --pp 1 to check the model, and compare the layout's training "
-          "with one device's (docs/parallel.md)");
-    // The check runs the whole program, gradients too, in float64.
-    kiln::convertToF64(module->lookupSymbol<mlir::func::FuncOp>("forward"));
-  }
+  // --gradcheck runs @grad, one device's gradients in float64;
+  // --export-reference the one-device program in the interpreter.
+  if (gradcheck)
+    if (kiln::Status st = kiln::prepareGradCheck(*module); !st)
+      return userError(st.message());
   // The seed of the initial parameters: the artifact's and the reference's
   // are the same, so a reference exported for another framework starts from
   // the weights kiln-run trains.
   uint64_t initSeed = kiln::initSeed(*module, co.seed);
-  if (!exportReference.empty()) {
-    // The interpreter runs one device: a multi-device model's reference is
-    // the one-device program of the same model (what its layouts are
-    // checked against).
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    auto layout = [&](llvm::StringRef k) {
-      auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
-      return a ? std::max<int64_t>(a.getInt(), 1) : int64_t(1);
-    };
-    int64_t dp = layout("devices") / (layout("tp") * layout("pp"));
-    std::string setAside = kiln::setOneDeviceLayout(*module);
-    if (!setAside.empty())
-      std::fprintf(stderr,
-                   "kilnc: note: --export-reference writes the one-device reference of "
-                   "the model (%s set aside%s)\n",
-                   setAside.c_str(),
-                   dp > 1 ? ("; it trains one device's batch, and a data-parallel run's global "
-                             "batch is the " + std::to_string(dp) +
-                             " replicas' batches together: add --batch with the global batch "
-                             "to compare with it")
-                                .c_str()
-                          : "");
-  }
+  if (!exportReference.empty())
+    kiln::prepareReference(*module, co);
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
-  if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module, gradcheck))) {
-    std::fprintf(stderr, "%s", mlirDiags.c_str());
-    std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
-                 inputFile.c_str());
-    return 1;
-  }
+  if (needsTrain)
+    if (kiln::Outcome o = kiln::buildTraining(*module, co, gradcheck); !o)
+      return fail(o, mlirDiags.text);
   if (gradcheck) {
     kiln::GradCheckOptions g;
     g.tolerance = gradcheckTolerance;
@@ -746,9 +576,9 @@ int main(int argc, char **argv) {
                 : emit == Emit::Package ? kiln::CompileOutput::Package
                                         : kiln::CompileOutput::Program;
     kiln::CompileResult compiled = kiln::compile(*module, co);
-    if (!compiled) {
+    if (!compiled) { // "kilnc: error:" also where the status is internal (exit 2)
       if (compiled.diagnosticsFirst)
-        std::fprintf(stderr, "%s", mlirDiags.c_str());
+        std::fputs(mlirDiags.text.c_str(), stderr);
       std::fprintf(stderr, "kilnc: error: %s\n", compiled.status.message().c_str());
       return compiled.status.exitCode();
     }
@@ -829,7 +659,7 @@ int main(int argc, char **argv) {
   } else {
     kiln::ModelSummary summary = kiln::summarize(*module);
     if (mlir::failed(kiln::buildTrainProgram(*module))) {
-      std::fprintf(stderr, "%s", mlirDiags.c_str());
+      std::fputs(mlirDiags.text.c_str(), stderr);
       return 1;
     }
     kiln::addProgram(summary, *module);
