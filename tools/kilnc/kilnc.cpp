@@ -321,6 +321,81 @@ bool splitAssign(const std::string &s, std::string &name, std::string &value) {
   value = s.substr(eq + 1);
   return true;
 }
+/// Sets `to` to the flag's value where the flag was given.
+template <typename To, typename T> void given(To &to, const cl::opt<T> &flag) {
+  if (flag.getNumOccurrences())
+    to = flag.getValue();
+}
+
+/// The driver's options from the flags (the model's text: `sourceText`).
+kiln::CompileOptions compileOptions(const std::string &sourceText) {
+  kiln::CompileOptions co;
+  co.modelPath = inputFile;
+  co.sourceText = sourceText;
+  kiln::LayoutOptions &layout = co.layout;
+  given(layout.devices, devicesOpt);
+  given(layout.tp, tpOpt);
+  given(layout.pp, ppOpt);
+  given(layout.microBatches, microBatchesOpt);
+  given(layout.pipeline, pipelineOpt);
+  given(layout.virtualStages, virtualStagesOpt);
+  given(layout.zero, zeroOpt);
+  given(layout.bucketMb, bucketMb);
+  given(layout.firstBucketMb, firstBucketMb);
+  given(layout.gradReduce, gradReduce);
+  given(co.precision, precisionOpt);
+  given(co.precisionMode, precisionModeOpt);
+  given(co.seed, seedOpt);
+  co.fusion = !noFusion;
+  co.printKernelIRAfterAll = printKernelIR;
+  co.omitZeroInitializers = omitZeroInitializers;
+  co.target = target;
+  if (!cudaArchs.empty())
+    co.cudaArchs.assign(cudaArchs.begin(), cudaArchs.end());
+  co.cudaMaxRegisters = cudaMaxRegisters;
+  co.note = [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); };
+  return co;
+}
+
+/// --parallel=auto: the planner's layout set on `module`, its report
+/// printed. Returns the exit code where kilnc stops here (an error, or the
+/// report was the output).
+std::optional<int> planLayout(mlir::ModuleOp module, std::string &diagnostics) {
+  if (parallelOpt != "auto")
+    return userError("--parallel=" + parallelOpt + ": the only value is auto");
+  if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
+      ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
+      pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences())
+    return userError("--parallel=auto chooses tp, zero, pp, micro-batches and the "
+                     "pipeline schedule itself; leave out --tp, --zero, --pp, "
+                     "--micro-batches, --pipeline and --virtual-stages "
+                     "(or leave out --parallel=auto to give them)");
+  kiln::planner::Options po;
+  po.devices = 0; // the train section's
+  given(po.devices, devicesOpt);
+  if (memoryPerDevice.getNumOccurrences()) {
+    int64_t bytes = 0;
+    if (!kiln::planner::parseSize(memoryPerDevice, bytes))
+      return userError(
+          "--memory-per-device=" + memoryPerDevice +
+          ": give bytes (e.g. 67108864) or a size with KiB, MiB or GiB (e.g. "
+          "64MiB)");
+    po.budgetBytes = bytes;
+  }
+  if (!(plannerMargin >= 0) || plannerMargin > 10)
+    return userError("--planner-margin must be a fraction from 0 to 10, e.g. 0.1");
+  po.margin = plannerMargin;
+  po.fusion = !noFusion;
+  po.modelPath = inputFile;
+  std::optional<std::string> machine;
+  given(machine, plannerMachine);
+  if (kiln::Status st = kiln::planner::chooseLayout(module, po, machine, diagnostics, llvm::outs());
+      !st)
+    return userError(st.message());
+  if (outputFile == "-" && !emit.getNumOccurrences())
+    return 0; // the report was the output
+  return std::nullopt;
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -390,44 +465,7 @@ int main(int argc, char **argv) {
   mlir::OwningOpRef<mlir::ModuleOp> module = std::move(loaded.module);
   // The layout and precision flags, as the driver's options; the driver
   // writes them into the module and checks the layout rules.
-  kiln::CompileOptions co;
-  co.modelPath = inputFile;
-  co.sourceText = source.text();
-  kiln::LayoutOptions &layout = co.layout;
-  if (devicesOpt.getNumOccurrences())
-    layout.devices = devicesOpt.getValue();
-  if (tpOpt.getNumOccurrences())
-    layout.tp = tpOpt.getValue();
-  if (ppOpt.getNumOccurrences())
-    layout.pp = ppOpt.getValue();
-  if (microBatchesOpt.getNumOccurrences())
-    layout.microBatches = microBatchesOpt.getValue();
-  if (pipelineOpt.getNumOccurrences())
-    layout.pipeline = pipelineOpt.getValue();
-  if (virtualStagesOpt.getNumOccurrences())
-    layout.virtualStages = virtualStagesOpt.getValue();
-  if (zeroOpt.getNumOccurrences())
-    layout.zero = zeroOpt.getValue();
-  if (bucketMb.getNumOccurrences())
-    layout.bucketMb = bucketMb.getValue();
-  if (firstBucketMb.getNumOccurrences())
-    layout.firstBucketMb = firstBucketMb.getValue();
-  if (gradReduce.getNumOccurrences())
-    layout.gradReduce = gradReduce.getValue();
-  if (precisionOpt.getNumOccurrences())
-    co.precision = precisionOpt.getValue();
-  if (precisionModeOpt.getNumOccurrences())
-    co.precisionMode = precisionModeOpt.getValue();
-  if (seedOpt.getNumOccurrences())
-    co.seed = seedOpt.getValue();
-  co.fusion = !noFusion;
-  co.printKernelIRAfterAll = printKernelIR;
-  co.omitZeroInitializers = omitZeroInitializers;
-  co.target = target;
-  if (!cudaArchs.empty())
-    co.cudaArchs.assign(cudaArchs.begin(), cudaArchs.end());
-  co.cudaMaxRegisters = cudaMaxRegisters;
-  co.note = [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); };
+  kiln::CompileOptions co = compileOptions(source.text());
   if (kiln::Status st = kiln::configure(*module, co); !st) {
     if (st.exitCode() == 2) {
       std::fprintf(stderr, "kilnc: internal error: %s\n%s", st.message().c_str(),
@@ -438,44 +476,9 @@ int main(int argc, char **argv) {
   }
   // The planner: choose the layout, then compile it as if its flags had
   // been given.
-  if (parallelOpt.getNumOccurrences()) {
-    if (parallelOpt != "auto")
-      return userError("--parallel=" + parallelOpt +
-                       ": the only value is auto");
-    if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
-        ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
-        pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences())
-      return userError("--parallel=auto chooses tp, zero, pp, micro-batches and the "
-                       "pipeline schedule itself; leave out --tp, --zero, --pp, "
-                       "--micro-batches, --pipeline and --virtual-stages "
-                       "(or leave out --parallel=auto to give them)");
-    kiln::planner::Options po;
-    po.devices = devicesOpt.getNumOccurrences() ? devicesOpt.getValue() : 0;
-    if (memoryPerDevice.getNumOccurrences()) {
-      int64_t bytes = 0;
-      if (!kiln::planner::parseSize(memoryPerDevice, bytes))
-        return userError(
-            "--memory-per-device=" + memoryPerDevice +
-            ": give bytes (e.g. 67108864) or a size with KiB, MiB or GiB (e.g. "
-            "64MiB)");
-      po.budgetBytes = bytes;
-    }
-    if (!(plannerMargin >= 0) || plannerMargin > 10)
-      return userError(
-          "--planner-margin must be a fraction from 0 to 10, e.g. 0.1");
-    po.margin = plannerMargin;
-    po.fusion = !noFusion;
-    po.modelPath = inputFile;
-    std::optional<std::string> machine;
-    if (plannerMachine.getNumOccurrences())
-      machine = plannerMachine.getValue();
-    if (kiln::Status st = kiln::planner::chooseLayout(*module, po, machine, mlirDiags.text,
-                                                      llvm::outs());
-        !st)
-      return userError(st.message());
-    if (outputFile == "-" && !emit.getNumOccurrences())
-      return 0; // the report was the output
-  }
+  if (parallelOpt.getNumOccurrences())
+    if (std::optional<int> exit = planLayout(*module, mlirDiags.text))
+      return *exit;
 
   if (precisionReport.getNumOccurrences()) {
     if (!precisionReport.empty() && precisionReport != "text" && precisionReport != "json")
