@@ -396,6 +396,75 @@ std::optional<int> planLayout(mlir::ModuleOp module, std::string &diagnostics) {
     return 0; // the report was the output
   return std::nullopt;
 }
+
+/// The compiled program as --emit asks: the artifact written (-o), or the
+/// plan, fusion report, GPU cost prediction (on `costDevice`), kernels,
+/// fused module, CUDA C++, counters or LLVM IR printed.
+int writeCompiled(kiln::CompileResult &compiled, mlir::ModuleOp module,
+                  const kiln::gpu::DeviceSpec *costDevice) {
+  const kiln::program::Program &p = compiled.compiled->program;
+  if (emit == Emit::Package) {
+    kiln::Status st = kiln::artifact::write(outputFile, compiled.package);
+    if (!st) {
+      std::fprintf(stderr, "kilnc: error: %s\n", st.message().c_str());
+      return st.exitCode();
+    }
+    size_t bytes = 0;
+    for (const auto &sec : compiled.package)
+      bytes += sec.bytes.size();
+    // Pipeline stages differ in arena: the largest is what a device needs.
+    int64_t arena = 0;
+    for (int d = 0; d < p.numDevices(); ++d)
+      arena = std::max(arena, p.plan(d).arenaBytes);
+    std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB%s\n",
+                 outputFile.c_str(), double(bytes) / (1 << 20), p.kernels.size(),
+                 double(arena) / (1 << 20),
+                 arena != p.arenaBytes ? " (the largest pipeline stage's)" : "");
+    return 0;
+  }
+  std::string error;
+  auto output = mlir::openOutputFile(outputFile, &error);
+  if (!output)
+    return userError(error);
+  if (costDevice) {
+    auto form = kiln::gpu::gemmPlanFormFromEnv(); // as the devices split GEMMs
+    if (!form)
+      return userError(form.status().message());
+    kiln::gpu::CostOptions o;
+    o.tf32 = gpuCostTf32;
+    o.cudaGraphs = gpuCostGraphs;
+    o.gemmSplit = [f = *form](const kiln::program::GemmParams &g) {
+      return kiln::gpu::gemmCalls(g, f);
+    };
+    for (const auto &f : p.functions)
+      if (f.name == "train_step")
+        output->os() << "@train_step on "
+                     << kiln::gpu::formatReport(
+                            kiln::gpu::predict(p, f, compiled.cuda->kernels, *costDevice, o),
+                            gpuCostTop);
+  } else if (fusionReport)
+    kiln::printFusionReport(p, compiled.compiled->refusals, output->os());
+  else if (emit == Emit::Plan)
+    kiln::printPlan(p, output->os(), compiled.compiled->activations);
+  else if (emit == Emit::Kernels)
+    compiled.compiled->kernels->print(output->os());
+  else if (emit == Emit::Fused)
+    module.print(output->os());
+  else if (emit == Emit::Cuda)
+    output->os() << compiled.cuda->source;
+  else if (emit == Emit::Counters) {
+    // GEMM library calls as kiln-run's CUDA devices split them.
+    auto form = kiln::gpu::gemmPlanFormFromEnv();
+    if (!form)
+      return userError(form.status().message());
+    output->os() << kiln::program::countPlan(p, compiled.cuda ? &compiled.cuda->kernels : nullptr,
+                                             *form)
+                        .toJson();
+  } else
+    output->os() << compiled.compiled->llvmIR;
+  output->keep();
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -585,68 +654,7 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "kilnc: error: %s\n", compiled.status.message().c_str());
       return compiled.status.exitCode();
     }
-    const kiln::program::Program &p = compiled.compiled->program;
-    if (emit == Emit::Package) {
-      kiln::Status st = kiln::artifact::write(outputFile, compiled.package);
-      if (!st) {
-        std::fprintf(stderr, "kilnc: error: %s\n", st.message().c_str());
-        return st.exitCode();
-      }
-      size_t bytes = 0;
-      for (const auto &sec : compiled.package)
-        bytes += sec.bytes.size();
-      // Pipeline stages differ in arena: the largest is what a device needs.
-      int64_t arena = 0;
-      for (int d = 0; d < p.numDevices(); ++d)
-        arena = std::max(arena, p.plan(d).arenaBytes);
-      std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB%s\n",
-                   outputFile.c_str(), double(bytes) / (1 << 20), p.kernels.size(),
-                   double(arena) / (1 << 20),
-                   arena != p.arenaBytes ? " (the largest pipeline stage's)" : "");
-      return 0;
-    }
-    std::string error;
-    auto output = mlir::openOutputFile(outputFile, &error);
-    if (!output)
-      return userError(error);
-    if (costDevice) {
-      auto form = kiln::gpu::gemmPlanFormFromEnv(); // as the devices split GEMMs
-      if (!form)
-        return userError(form.status().message());
-      kiln::gpu::CostOptions o;
-      o.tf32 = gpuCostTf32;
-      o.cudaGraphs = gpuCostGraphs;
-      o.gemmSplit = [f = *form](const kiln::program::GemmParams &g) {
-        return kiln::gpu::gemmCalls(g, f);
-      };
-      for (const auto &f : p.functions)
-        if (f.name == "train_step")
-          output->os() << "@train_step on "
-                       << kiln::gpu::formatReport(
-                              kiln::gpu::predict(p, f, compiled.cuda->kernels, *costDevice, o),
-                              gpuCostTop);
-    } else if (fusionReport)
-      kiln::printFusionReport(p, compiled.compiled->refusals, output->os());
-    else if (emit == Emit::Plan)
-      kiln::printPlan(p, output->os(), compiled.compiled->activations);
-    else if (emit == Emit::Kernels)
-      compiled.compiled->kernels->print(output->os());
-    else if (emit == Emit::Fused)
-      module->print(output->os());
-    else if (emit == Emit::Cuda)
-      output->os() << compiled.cuda->source;
-    else if (emit == Emit::Counters) {
-      // GEMM library calls as kiln-run's CUDA devices split them.
-      auto form = kiln::gpu::gemmPlanFormFromEnv();
-      if (!form)
-        return userError(form.status().message());
-      output->os() << kiln::program::countPlan(p, compiled.cuda ? &compiled.cuda->kernels : nullptr,
-                                               *form)
-                          .toJson();
-    } else
-      output->os() << compiled.compiled->llvmIR;
-    output->keep();
-    return 0;
+    return writeCompiled(compiled, *module, costDevice);
   }
 
   std::string error;
