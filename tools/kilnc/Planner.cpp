@@ -3,19 +3,19 @@
 #include "tools/kilnc/Planner.h"
 
 #include "compiler/Codegen.h"
+#include "compiler/Driver.h"
 #include "compiler/Training.h"
 #include "dialects/kiln/KilnDialect.h"
-#include "dialects/kiln/Sharding.h"
 #include "runtime/comm/InProcess.h"
 #include "runtime/core/Cpus.h"
 #include "runtime/core/Program.h"
 #include "runtime/train/Calibrate.h"
 
-#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Path.h"
 
 #include <fmt/format.h>
 
@@ -564,37 +564,6 @@ bool measureMachine(int devices, Machine &m, std::string &error) {
   return true;
 }
 
-void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
-               int64_t pp, int64_t microBatches, int64_t virtualStages) {
-  mlir::Builder b(module.getContext());
-  auto train =
-      module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
-  mlir::NamedAttrList t(train ? train.getValue()
-                              : llvm::ArrayRef<mlir::NamedAttribute>{});
-  t.set("devices", b.getI64IntegerAttr(devices));
-  t.set("tp", b.getI64IntegerAttr(tp));
-  t.set("zero", b.getI64IntegerAttr(zero));
-  if (pp > 1) {
-    t.set("pp", b.getI64IntegerAttr(pp));
-    t.set("micro_batches", b.getI64IntegerAttr(microBatches));
-    t.set("grad_accum", b.getI64IntegerAttr(microBatches));
-    if (virtualStages > 1) {
-      t.set("pipeline", b.getStringAttr("interleaved"));
-      t.set("virtual_stages", b.getI64IntegerAttr(virtualStages));
-    } else {
-      t.erase("pipeline");
-      t.erase("virtual_stages");
-    }
-  } else {
-    t.erase("pp");
-    t.erase("pipeline");
-    t.erase("virtual_stages");
-  }
-  module->setAttr(KilnDialect::kTrainAttr,
-                  t.getDictionary(module.getContext()));
-  setMesh(module, meshFor(devices, tp, pp));
-}
-
 Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
             std::string &diagnostics) {
   Result r;
@@ -933,6 +902,45 @@ bool parseSize(const std::string &text, int64_t &bytes) {
     return false;
   bytes = int64_t(b);
   return bytes > 0;
+}
+
+Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional<std::string> &machineSpec,
+                    std::string &diagnostics, llvm::raw_ostream &os) {
+  if (!module.lookupSymbol("forward"))
+    return Status::error("--parallel=auto lays out a model (a .kiln file, or a .mlir module with "
+                         "func.func @forward); '" +
+                         options.modelPath +
+                         "' is a hand-written @train_step, compiled as it is: give --devices and "
+                         "--tp yourself");
+  if (options.devices == 0) {
+    options.devices = 1;
+    if (auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr))
+      if (auto d = train.getAs<mlir::IntegerAttr>("devices"))
+        options.devices = d.getInt();
+  }
+  if (options.devices < 1 || options.devices > 1024)
+    return Status::error("--parallel=auto needs --devices N with N from 1 to 1024 (or devices = "
+                         "N in the train section)");
+  if (options.modelName.empty())
+    options.modelName = module.getName() ? module.getName()->str()
+                                         : llvm::sys::path::stem(options.modelPath).str();
+  Machine machine;
+  std::string err;
+  if (machineSpec) {
+    if (!parseMachine(*machineSpec, int(options.devices), machine, err))
+      return Status::error(err);
+  } else if (!measureMachine(int(options.devices), machine, err)) {
+    return Status::error("--parallel=auto cannot measure this machine: " + err);
+  }
+  Result result = plan(module, options, machine, diagnostics);
+  diagnostics.clear();
+  printReport(result, options, machine, os);
+  os.flush();
+  if (!result.chosen)
+    return Status::error(result.error);
+  const Candidate &c = result.candidates[*result.chosen];
+  setLayout(module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp, c.microBatches, c.virtualStages);
+  return Status::ok();
 }
 
 } // namespace kiln::planner

@@ -17,6 +17,7 @@
 #define KILN_TOOLS_KILNC_PLANNER_H
 
 #include "runtime/core/Program.h"
+#include "runtime/core/Status.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
@@ -142,13 +143,6 @@ struct Result {
   std::string error; ///< set when nothing fits (exit 1)
 };
 
-/// Sets the layout on `module` as kilnc's --devices/--tp/--zero/--pp/
-/// --micro-batches/--pipeline/--virtual-stages flags do (the kiln.train
-/// attribute and the mesh). With pp = 1 the train section's grad_accum is
-/// kept; virtualStages > 1 is the interleaved schedule.
-void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero,
-               int64_t pp = 1, int64_t microBatches = 1, int64_t virtualStages = 1);
-
 /// Compiles every layout of `module` (as the frontend built it; it is not
 /// changed), times the float32 GEMM shapes their plans run (into
 /// `machine.gemmSeconds`) and predicts each. `diagnostics` is the string the
@@ -160,6 +154,15 @@ Result plan(mlir::ModuleOp module, const Options &options, Machine &machine,
 /// The report: machine constants, the model, the ranked table, the choice.
 void printReport(const Result &r, const Options &options,
                  const Machine &machine, llvm::raw_ostream &os);
+
+/// kilnc --parallel=auto over `module` (configured; a model with @forward):
+/// the machine measured, or from `machineSpec` (parseMachine) where given,
+/// every layout planned, the report printed to `os` and the chosen layout set
+/// on `module` (setLayout). options.devices 0: the train section's (1
+/// without one); options.modelName empty: the module's name or the model
+/// file's stem. Fails with a user error naming the flags.
+Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional<std::string> &machineSpec,
+                    std::string &diagnostics, llvm::raw_ostream &os);
 
 /// Parses "123", "64MiB", "1.5 GiB", "512KiB" into bytes; false when it is
 /// none of those.

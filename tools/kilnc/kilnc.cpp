@@ -13,34 +13,26 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"
-#include "compiler/Package.h"
+#include "compiler/Driver.h"
 #include "compiler/PrecisionReport.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
-#include "compiler/cuda/Assemble.h"
-#include "compiler/cuda/Emitter.h"
 #include "frontend/Frontend.h"
+#include "runtime/core/Artifact.h"
 #include "runtime/core/Counters.h"
 #include "runtime/core/GpuCost.h"
 #include "runtime/core/Log.h"
 #include "tools/kilnc/Planner.h"
 
 #include "dialects/kiln/KilnDialect.h"
-#include "dialects/kiln/Precision.h"
-#include "dialects/kiln/Sharding.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
-#include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/Signals.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <cstdio>
@@ -309,6 +301,18 @@ int userError(const std::string &message) {
   return 1;
 }
 
+/// A driver step's failure: "kilnc: error: ..." (exit 1) or "kilnc: internal
+/// error: ..." (exit 2), the context's diagnostics first where they say why.
+int fail(const kiln::Status &status, const std::string &diagnostics = "") {
+  std::fputs(diagnostics.c_str(), stderr);
+  std::fprintf(stderr, "kilnc: %s: %s\n", status.exitCode() == 2 ? "internal error" : "error",
+               status.message().c_str());
+  return status.exitCode();
+}
+int fail(const kiln::Outcome &o, const std::string &diagnostics) {
+  return fail(o.status, o.diagnosticsFirst ? diagnostics : "");
+}
+
 bool splitAssign(const std::string &s, std::string &name, std::string &value) {
   size_t eq = s.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
@@ -317,49 +321,151 @@ bool splitAssign(const std::string &s, std::string &name, std::string &value) {
   value = s.substr(eq + 1);
   return true;
 }
-} // namespace
-
-/// A pass's diagnostic as the frontend prints its own: "file:line:col:
-/// error: message", the model line and a caret when the location (through
-/// names, call sites and fused locations) is in the model file; "kilnc:
-/// error: message" when it names no file. Notes follow their diagnostic.
-static std::string renderDiagnostic(mlir::Diagnostic &d,
-                                    const kiln::frontend::SourceFile &source) {
-  mlir::FileLineColLoc at;
-  d.getLocation()->walk([&](mlir::Location l) {
-    if (auto f = mlir::dyn_cast<mlir::FileLineColLoc>(l)) {
-      at = f;
-      return mlir::WalkResult::interrupt();
-    }
-    return mlir::WalkResult::advance();
-  });
-  std::string message;
-  llvm::raw_string_ostream os(message);
-  os << d;
-  bool note = d.getSeverity() == mlir::DiagnosticSeverity::Note;
-  bool warning = d.getSeverity() == mlir::DiagnosticSeverity::Warning;
-  std::string out;
-  if (at && at.getFilename().getValue() == source.name() && at.getLine() > 0) {
-    kiln::frontend::DiagEngine one(source);
-    kiln::frontend::SourceLoc loc{at.getLine(), std::max(1u, at.getColumn()), 1};
-    if (note)
-      one.note(loc, message);
-    else if (warning)
-      one.warning(loc, message);
-    else
-      one.error(loc, message);
-    out = one.render();
-  } else {
-    std::string where = at ? (at.getFilename().getValue() + ":" + llvm::Twine(at.getLine()) +
-                              ":" + llvm::Twine(at.getColumn()))
-                                 .str()
-                           : std::string("kilnc");
-    out = where + (note ? ": note: " : warning ? ": warning: " : ": error: ") + message + "\n";
-  }
-  for (mlir::Diagnostic &n : d.getNotes())
-    out += renderDiagnostic(n, source);
-  return out;
+/// Sets `to` to the flag's value where the flag was given.
+template <typename To, typename T> void given(To &to, const cl::opt<T> &flag) {
+  if (flag.getNumOccurrences())
+    to = flag.getValue();
 }
+
+/// The driver's options from the flags (the model's text: `sourceText`).
+kiln::CompileOptions compileOptions(const std::string &sourceText) {
+  kiln::CompileOptions co;
+  co.modelPath = inputFile;
+  co.sourceText = sourceText;
+  kiln::LayoutOptions &layout = co.layout;
+  given(layout.devices, devicesOpt);
+  given(layout.tp, tpOpt);
+  given(layout.pp, ppOpt);
+  given(layout.microBatches, microBatchesOpt);
+  given(layout.pipeline, pipelineOpt);
+  given(layout.virtualStages, virtualStagesOpt);
+  given(layout.zero, zeroOpt);
+  given(layout.bucketMb, bucketMb);
+  given(layout.firstBucketMb, firstBucketMb);
+  given(layout.gradReduce, gradReduce);
+  given(co.precision, precisionOpt);
+  given(co.precisionMode, precisionModeOpt);
+  given(co.seed, seedOpt);
+  co.fusion = !noFusion;
+  co.printKernelIRAfterAll = printKernelIR;
+  co.omitZeroInitializers = omitZeroInitializers;
+  co.target = target;
+  if (!cudaArchs.empty())
+    co.cudaArchs.assign(cudaArchs.begin(), cudaArchs.end());
+  co.cudaMaxRegisters = cudaMaxRegisters;
+  co.note = [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); };
+  return co;
+}
+
+/// --parallel=auto: the planner's layout set on `module`, its report
+/// printed. Returns the exit code where kilnc stops here (an error, or the
+/// report was the output).
+std::optional<int> planLayout(mlir::ModuleOp module, std::string &diagnostics) {
+  if (parallelOpt != "auto")
+    return userError("--parallel=" + parallelOpt + ": the only value is auto");
+  if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
+      ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
+      pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences())
+    return userError("--parallel=auto chooses tp, zero, pp, micro-batches and the "
+                     "pipeline schedule itself; leave out --tp, --zero, --pp, "
+                     "--micro-batches, --pipeline and --virtual-stages "
+                     "(or leave out --parallel=auto to give them)");
+  kiln::planner::Options po;
+  po.devices = 0; // the train section's
+  given(po.devices, devicesOpt);
+  if (memoryPerDevice.getNumOccurrences()) {
+    int64_t bytes = 0;
+    if (!kiln::planner::parseSize(memoryPerDevice, bytes))
+      return userError(
+          "--memory-per-device=" + memoryPerDevice +
+          ": give bytes (e.g. 67108864) or a size with KiB, MiB or GiB (e.g. "
+          "64MiB)");
+    po.budgetBytes = bytes;
+  }
+  if (!(plannerMargin >= 0) || plannerMargin > 10)
+    return userError("--planner-margin must be a fraction from 0 to 10, e.g. 0.1");
+  po.margin = plannerMargin;
+  po.fusion = !noFusion;
+  po.modelPath = inputFile;
+  std::optional<std::string> machine;
+  given(machine, plannerMachine);
+  if (kiln::Status st = kiln::planner::chooseLayout(module, po, machine, diagnostics, llvm::outs());
+      !st)
+    return userError(st.message());
+  if (outputFile == "-" && !emit.getNumOccurrences())
+    return 0; // the report was the output
+  return std::nullopt;
+}
+
+/// The compiled program as --emit asks: the artifact written (-o), or the
+/// plan, fusion report, GPU cost prediction (on `costDevice`), kernels,
+/// fused module, CUDA C++, counters or LLVM IR printed.
+int writeCompiled(kiln::CompileResult &compiled, mlir::ModuleOp module,
+                  const kiln::gpu::DeviceSpec *costDevice) {
+  const kiln::program::Program &p = compiled.compiled->program;
+  if (emit == Emit::Package) {
+    kiln::Status st = kiln::artifact::write(outputFile, compiled.package);
+    if (!st) {
+      std::fprintf(stderr, "kilnc: error: %s\n", st.message().c_str());
+      return st.exitCode();
+    }
+    size_t bytes = 0;
+    for (const auto &sec : compiled.package)
+      bytes += sec.bytes.size();
+    // Pipeline stages differ in arena: the largest is what a device needs.
+    int64_t arena = 0;
+    for (int d = 0; d < p.numDevices(); ++d)
+      arena = std::max(arena, p.plan(d).arenaBytes);
+    std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB%s\n",
+                 outputFile.c_str(), double(bytes) / (1 << 20), p.kernels.size(),
+                 double(arena) / (1 << 20),
+                 arena != p.arenaBytes ? " (the largest pipeline stage's)" : "");
+    return 0;
+  }
+  std::string error;
+  auto output = mlir::openOutputFile(outputFile, &error);
+  if (!output)
+    return userError(error);
+  if (costDevice) {
+    auto form = kiln::gpu::gemmPlanFormFromEnv(); // as the devices split GEMMs
+    if (!form)
+      return userError(form.status().message());
+    kiln::gpu::CostOptions o;
+    o.tf32 = gpuCostTf32;
+    o.cudaGraphs = gpuCostGraphs;
+    o.gemmSplit = [f = *form](const kiln::program::GemmParams &g) {
+      return kiln::gpu::gemmCalls(g, f);
+    };
+    for (const auto &f : p.functions)
+      if (f.name == "train_step")
+        output->os() << "@train_step on "
+                     << kiln::gpu::formatReport(
+                            kiln::gpu::predict(p, f, compiled.cuda->kernels, *costDevice, o),
+                            gpuCostTop);
+  } else if (fusionReport)
+    kiln::printFusionReport(p, compiled.compiled->refusals, output->os());
+  else if (emit == Emit::Plan)
+    kiln::printPlan(p, output->os(), compiled.compiled->activations);
+  else if (emit == Emit::Kernels)
+    compiled.compiled->kernels->print(output->os());
+  else if (emit == Emit::Fused)
+    module.print(output->os());
+  else if (emit == Emit::Cuda)
+    output->os() << compiled.cuda->source;
+  else if (emit == Emit::Counters) {
+    // GEMM library calls as kiln-run's CUDA devices split them.
+    auto form = kiln::gpu::gemmPlanFormFromEnv();
+    if (!form)
+      return userError(form.status().message());
+    output->os() << kiln::program::countPlan(p, compiled.cuda ? &compiled.cuda->kernels : nullptr,
+                                             *form)
+                        .toJson();
+  } else
+    output->os() << compiled.compiled->llvmIR;
+  output->keep();
+  return 0;
+}
+} // namespace
 
 int main(int argc, char **argv) {
   sys::PrintStackTraceOnErrorSignal(argv[0]);
@@ -417,334 +523,39 @@ int main(int argc, char **argv) {
     return userError("'" + inputFile + "' is a directory, not a model file");
 
   kiln::frontend::SourceFile source(inputFile, (*buffer)->getBuffer().str());
-  kiln::frontend::DiagEngine diags(source);
-
   mlir::MLIRContext context;
   context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
-  std::string mlirDiags;
-  context.printOpOnDiagnostic(false); // the model line says where, not the IR
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
-    mlirDiags += renderDiagnostic(d, source);
-    return mlir::success();
-  });
-
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-  if (StringRef(inputFile).ends_with(".mlir")) {
-    // A kiln-dialect module with func @forward (as --emit=mlir prints it).
-    llvm::SourceMgr sourceMgr;
-    sourceMgr.AddNewSourceBuffer(
-        MemoryBuffer::getMemBufferCopy(source.text(), inputFile), SMLoc());
-    mlir::SourceMgrDiagnosticHandler srcHandler(sourceMgr, &context, llvm::errs());
-    module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
-    // Or a hand-written training program (@train_step, e.g. with collectives):
-    // compiled as it is.
-    if (!module || !(module->lookupSymbol("forward") || module->lookupSymbol("train_step"))) {
-      std::fprintf(stderr,
-                   "kilnc: error: '%s' is not a kiln module with func.func @forward or "
-                   "@train_step\n",
-                   inputFile.c_str());
-      return 1;
-    }
-  } else {
-    module = kiln::frontend::buildModule(context, source, opts, diags);
-  }
-  if (module && !diags.diagnostics().empty()) // warnings: compilation goes on
-    std::fputs(diags.render().c_str(), stderr);
-  if (!module) {
-    std::fputs(diags.render().c_str(), stderr);
-    if (!diags.hasErrors()) {
-      std::fprintf(stderr, "kilnc: internal error: no module and no "
-                           "diagnostic for '%s'\n", inputFile.c_str());
+  kiln::DiagnosticText mlirDiags(context, source);
+  kiln::LoadResult loaded = kiln::load(context, source, opts);
+  std::fputs(loaded.diagnostics.c_str(), stderr); // with a module, warnings: compilation goes on
+  if (!loaded)
+    return loaded.status.message().empty() ? loaded.status.exitCode()
+                                           : fail(loaded.status);
+  mlir::OwningOpRef<mlir::ModuleOp> module = std::move(loaded.module);
+  // The layout and precision flags, as the driver's options; the driver
+  // writes them into the module and checks the layout rules.
+  kiln::CompileOptions co = compileOptions(source.text());
+  if (kiln::Status st = kiln::configure(*module, co); !st) {
+    if (st.exitCode() == 2) {
+      std::fprintf(stderr, "kilnc: internal error: %s\n%s", st.message().c_str(),
+                   mlirDiags.text.c_str());
       return 2;
     }
-    return 1;
+    return userError(st.message());
   }
-  // Data-parallel settings from the command line (docs/parallel.md).
-  if (devicesOpt.getNumOccurrences() || tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
-      ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
-      pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences() ||
-      bucketMb.getNumOccurrences() || firstBucketMb.getNumOccurrences() ||
-      gradReduce.getNumOccurrences()) {
-    mlir::Builder b(&context);
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
-    if (devicesOpt.getNumOccurrences()) {
-      if (devicesOpt < 1 || devicesOpt > 65536)
-        return userError("--devices must be an integer from 1 to 65536");
-      t.set("devices", b.getI64IntegerAttr(devicesOpt));
-    }
-    if (tpOpt.getNumOccurrences()) {
-      if (tpOpt < 1 || tpOpt > 65536)
-        return userError("--tp must be an integer from 1 to 65536");
-      t.set("tp", b.getI64IntegerAttr(tpOpt));
-      if (!t.get("devices"))
-        t.set("devices", b.getI64IntegerAttr(tpOpt));
-    }
-    if (ppOpt.getNumOccurrences()) {
-      if (ppOpt < 1 || ppOpt > 64)
-        return userError("--pp must be an integer from 1 to 64");
-      auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
-      // The train section's interleaved schedule: the blocks name pp x V
-      // model chunks.
-      // (--pipeline 1f1b or gpipe over an interleaved train section: one
-      // stage per block.)
-      int64_t V = pipelineOpt.getNumOccurrences() && pipelineOpt != "interleaved"
-                      ? 1
-                      : kiln::virtualStages(*module);
-      if (placed && ppOpt > 1 && ppOpt * V < placed.getInt())
-        return userError("--pp " + std::to_string(ppOpt) + " is fewer than the " +
-                         std::to_string(placed.getInt()) +
-                         (V > 1 ? " model chunks (" + std::to_string(V) + " per device)"
-                                : std::string(" stages")) +
-                         " the model's `stage N { ... }` blocks name (--pp 1 "
-                         "compiles the model for one stage, ignoring them)");
-      if (placed && ppOpt == 1) {
-        // One stage: the model's placement is set aside (to compare a
-        // placed model with one device, or to run it on fewer devices).
-        (*module)->removeAttr("kiln.stages_placed");
-        module->walk([](mlir::Operation *op) { op->removeAttr(kiln::kStageAttr); });
-      }
-      t.set("pp", b.getI64IntegerAttr(ppOpt));
-      if (!devicesOpt.getNumOccurrences())
-        t.set("devices", b.getI64IntegerAttr(ppOpt * std::max<int64_t>(1, tpOpt)));
-    }
-    if (microBatchesOpt.getNumOccurrences()) {
-      if (microBatchesOpt < 1 || microBatchesOpt > 4096)
-        return userError("--micro-batches must be an integer from 1 to 4096");
-      t.set("micro_batches", b.getI64IntegerAttr(microBatchesOpt));
-      t.set("grad_accum", b.getI64IntegerAttr(microBatchesOpt));
-    }
-    if (pipelineOpt.getNumOccurrences()) {
-      if (pipelineOpt != "1f1b" && pipelineOpt != "gpipe" && pipelineOpt != "interleaved")
-        return userError("--pipeline=" + pipelineOpt + ": use 1f1b, gpipe or interleaved");
-      t.set("pipeline", b.getStringAttr(pipelineOpt));
-      auto placed = (*module)->getAttrOfType<mlir::IntegerAttr>("kiln.stages_placed");
-      if (pipelineOpt != "interleaved" && kiln::virtualStages(*module) > 1 && placed &&
-          !ppOpt.getNumOccurrences()) {
-        // The train section's interleaved schedule numbered model chunks;
-        // another schedule runs each named chunk as a stage of its own
-        // (as the same stage blocks under pipeline = "1f1b" would).
-        auto get = [&](llvm::StringRef k) {
-          auto a = t.get(k);
-          return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(1);
-        };
-        int64_t oldPp = std::max<int64_t>(1, get("pp"));
-        int64_t stages = placed.getInt();
-        t.set("pp", b.getI64IntegerAttr(stages));
-        if (!devicesOpt.getNumOccurrences())
-          t.set("devices", b.getI64IntegerAttr(std::max<int64_t>(1, get("devices")) / oldPp *
-                                                stages));
-      }
-      if (pipelineOpt != "interleaved")
-        t.erase("virtual_stages");
-    }
-    if (virtualStagesOpt.getNumOccurrences()) {
-      if (virtualStagesOpt < 1 || virtualStagesOpt > 64)
-        return userError("--virtual-stages must be an integer from 1 to 64");
-      auto sched = t.get("pipeline");
-      if (!sched || mlir::cast<mlir::StringAttr>(sched).getValue() != "interleaved")
-        return userError("--virtual-stages is the interleaved schedule's model chunks per "
-                         "device; add --pipeline interleaved");
-      t.set("virtual_stages", b.getI64IntegerAttr(virtualStagesOpt));
-    }
-    if (zeroOpt.getNumOccurrences()) {
-      if (zeroOpt < 0 || zeroOpt > 2)
-        return userError("--zero must be 0, 1 or 2");
-      t.set("zero", b.getI64IntegerAttr(zeroOpt));
-    }
-    if (bucketMb.getNumOccurrences()) {
-      if (!(bucketMb > 0))
-        return userError("--bucket-mb must be > 0");
-      t.set("bucket_mb", b.getF64FloatAttr(bucketMb));
-    }
-    if (firstBucketMb.getNumOccurrences()) {
-      if (!(firstBucketMb > 0))
-        return userError("--first-bucket-mb must be > 0");
-      t.set("first_bucket_mb", b.getF64FloatAttr(firstBucketMb));
-    }
-    if (gradReduce.getNumOccurrences()) {
-      if (gradReduce != "fp32" && gradReduce != "bf16")
-        return userError("--grad-reduce must be fp32 or bf16, got '" + gradReduce + "'");
-      t.set("grad_reduce", b.getStringAttr(gradReduce));
-    }
-    auto get = [&](llvm::StringRef k) {
-      auto a = t.get(k);
-      return a ? mlir::cast<mlir::IntegerAttr>(a).getInt() : int64_t(0);
-    };
-    int64_t n = std::max<int64_t>(1, get("devices"));
-    int64_t tp = std::max<int64_t>(1, get("tp"));
-    int64_t pp = std::max<int64_t>(1, get("pp"));
-    if (n % tp != 0)
-      return userError("--tp " + std::to_string(tp) + " must divide the device count " +
-                       std::to_string(n) + " (--devices counts all devices: dp = devices / tp)");
-    if (n % (tp * pp) != 0)
-      return userError("--devices " + std::to_string(n) + " is not a multiple of pp x tp = " +
-                       std::to_string(pp) + " x " + std::to_string(tp) +
-                       " (--devices counts all devices: dp = devices / (pp x tp))");
-    if (get("zero") > 0 && n / (tp * pp) <= 1)
-      return userError("--zero " + std::to_string(get("zero")) +
-                       " shards optimizer state over data-parallel devices; it needs "
-                       "--devices N (or devices = N in the train section) with N > 1" +
-                       std::string(tp * pp > 1 ? " data-parallel replicas (N / (pp x tp) > 1)"
-                                               : ""));
-    (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
-    kiln::setMesh(*module, kiln::meshFor(n, tp, pp));
-  }
-  // Mixed precision from the command line: kiln-mixed-precision reads it.
-  if (precisionOpt.getNumOccurrences() || precisionModeOpt.getNumOccurrences()) {
-    mlir::Builder b(&context);
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    mlir::NamedAttrList t(train ? train.getValue() : llvm::ArrayRef<mlir::NamedAttribute>{});
-    if (precisionOpt.getNumOccurrences()) {
-      if (precisionOpt != "fp32" && precisionOpt != "tf32" && precisionOpt != "bf16" &&
-          precisionOpt != "fp16")
-        return userError("--precision=" + precisionOpt + ": use fp32, tf32, bf16 or fp16");
-      t.set("precision", b.getStringAttr(precisionOpt));
-      // The model's loss scale may be too large for fp16 (docs/training.md
-      // "The largest initial scale"); the frontend checked it against the
-      // train section's precision only.
-      if (auto ls = t.getDictionary(&context).getAs<mlir::DictionaryAttr>("loss_scale"))
-        if (auto init = ls.getAs<mlir::FloatAttr>("init")) {
-          std::string why =
-              kiln::lossScaleInitError(precisionOpt, init.getValueAsDouble());
-          if (!why.empty()) {
-            auto line = ls.getAs<mlir::IntegerAttr>("line");
-            auto col = ls.getAs<mlir::IntegerAttr>("col");
-            std::string where = inputFile;
-            if (line && col)
-              where += ":" + std::to_string(line.getInt()) + ":" + std::to_string(col.getInt());
-            return userError(where + ": the train section's loss_scale with --precision fp16: " +
-                             why);
-          }
-        }
-    }
-    if (precisionModeOpt.getNumOccurrences()) {
-      if (precisionModeOpt != "kiln" && precisionModeOpt != "autocast")
-        return userError("--precision-mode=" + precisionModeOpt + ": use kiln or autocast");
-      t.set("precision_mode", b.getStringAttr(precisionModeOpt));
-    }
-    (*module)->setAttr(kiln::KilnDialect::kTrainAttr, t.getDictionary(&context));
-  }
-  if (mlir::failed(mlir::verify(*module))) {
-    std::fprintf(stderr,
-                 "kilnc: internal error: the frontend built invalid IR for "
-                 "'%s'; please report this with the model file.\n%s",
-                 inputFile.c_str(), mlirDiags.c_str());
-    return 2;
-  }
-
   // The planner: choose the layout, then compile it as if its flags had
   // been given.
-  if (parallelOpt.getNumOccurrences()) {
-    if (parallelOpt != "auto")
-      return userError("--parallel=" + parallelOpt +
-                       ": the only value is auto");
-    if (tpOpt.getNumOccurrences() || zeroOpt.getNumOccurrences() ||
-        ppOpt.getNumOccurrences() || microBatchesOpt.getNumOccurrences() ||
-        pipelineOpt.getNumOccurrences() || virtualStagesOpt.getNumOccurrences())
-      return userError("--parallel=auto chooses tp, zero, pp, micro-batches and the "
-                       "pipeline schedule itself; leave out --tp, --zero, --pp, "
-                       "--micro-batches, --pipeline and --virtual-stages "
-                       "(or leave out --parallel=auto to give them)");
-    if (!module->lookupSymbol("forward"))
-      return userError("--parallel=auto lays out a model (a .kiln file, or a "
-                       ".mlir module with "
-                       "func.func @forward); '" +
-                       inputFile +
-                       "' is a hand-written @train_step, compiled as it is: "
-                       "give --devices and "
-                       "--tp yourself");
-    kiln::planner::Options po;
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(
-        kiln::KilnDialect::kTrainAttr);
-    po.devices = 1;
-    if (train)
-      if (auto d = train.getAs<mlir::IntegerAttr>("devices"))
-        po.devices = d.getInt();
-    if (devicesOpt.getNumOccurrences())
-      po.devices = devicesOpt;
-    if (po.devices < 1 || po.devices > 1024)
-      return userError("--parallel=auto needs --devices N with N from 1 to "
-                       "1024 (or devices = "
-                       "N in the train section)");
-    if (memoryPerDevice.getNumOccurrences()) {
-      int64_t bytes = 0;
-      if (!kiln::planner::parseSize(memoryPerDevice, bytes))
-        return userError(
-            "--memory-per-device=" + memoryPerDevice +
-            ": give bytes (e.g. 67108864) or a size with KiB, MiB or GiB (e.g. "
-            "64MiB)");
-      po.budgetBytes = bytes;
-    }
-    if (!(plannerMargin >= 0) || plannerMargin > 10)
-      return userError(
-          "--planner-margin must be a fraction from 0 to 10, e.g. 0.1");
-    po.margin = plannerMargin;
-    po.fusion = !noFusion;
-    po.modelPath = inputFile;
-    po.modelName = module->getName() ? module->getName()->str()
-                                     : sys::path::stem(inputFile).str();
-    kiln::planner::Machine machine;
-    std::string err;
-    if (plannerMachine.getNumOccurrences()) {
-      if (!kiln::planner::parseMachine(plannerMachine, int(po.devices), machine,
-                                       err))
-        return userError(err);
-    } else if (!kiln::planner::measureMachine(int(po.devices), machine, err)) {
-      return userError("--parallel=auto cannot measure this machine: " + err);
-    }
-    kiln::planner::Result result =
-        kiln::planner::plan(*module, po, machine, mlirDiags);
-    mlirDiags.clear();
-    kiln::planner::printReport(result, po, machine, llvm::outs());
-    llvm::outs().flush();
-    if (!result.chosen)
-      return userError(result.error);
-    const kiln::planner::Candidate &c = result.candidates[*result.chosen];
-    kiln::planner::setLayout(*module, c.pp * c.dp * c.tp, c.tp, c.zero, c.pp,
-                             c.microBatches, c.virtualStages);
-    if (outputFile == "-" && !emit.getNumOccurrences())
-      return 0; // the report was the output
-  }
+  if (parallelOpt.getNumOccurrences())
+    if (std::optional<int> exit = planLayout(*module, mlirDiags.text))
+      return *exit;
 
   if (precisionReport.getNumOccurrences()) {
     if (!precisionReport.empty() && precisionReport != "text" && precisionReport != "json")
       return userError("--precision-report takes text (the default) or json, got '" +
                        precisionReport + "'");
-    // The same model in fp32, for the activation memory it would need.
-    mlir::OwningOpRef<mlir::ModuleOp> fp32 = module->clone();
-    std::string why;
-    bool haveFp32 = kiln::makeFp32Variant(*fp32, why);
-    auto build = [&](mlir::ModuleOp m) {
-      if (m.lookupSymbol("train_step") || mlir::succeeded(kiln::buildTrainProgram(m)))
-        return true;
-      std::fprintf(stderr, "%s", mlirDiags.c_str());
-      std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
-                   inputFile.c_str());
-      return false;
-    };
-    if (!build(*module))
-      return 1;
-    kiln::PrecisionReport report = kiln::collectPrecisionReport(*module);
-    if (report.precision != "fp32") {
-      std::string err;
-      report.activationBytes = kiln::trainStepActivationBytes(
-          *module, !noFusion, &report.activationBytesByType, err);
-      if (report.activationBytes < 0 && module->lookupSymbol("train_step")) {
-        std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
-        return 1;
-      }
-      if (haveFp32) {
-        if (!build(*fp32))
-          return 1;
-        report.fp32ActivationBytes =
-            kiln::trainStepActivationBytes(*fp32, !noFusion, nullptr, err);
-        if (report.fp32ActivationBytes < 0)
-          report.fp32Note = err;
-      } else {
-        report.fp32Note = why;
-      }
-    }
+    kiln::PrecisionReport report;
+    if (kiln::Outcome o = kiln::precisionReport(*module, co, report); !o)
+      return fail(o, mlirDiags.text);
     std::string error;
     auto output = mlir::openOutputFile(outputFile, &error);
     if (!output)
@@ -757,65 +568,21 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  if (gradcheck) {
-    // The check runs @grad, the model's gradients on one device, which data
-    // parallelism leaves as it is (it shards @train_step); tensor and
-    // pipeline parallelism change it (sharded parameters, stages), so those
-    // layouts are checked against one device by training instead.
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    auto layout = [&](llvm::StringRef k) {
-      auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
-      return a ? a.getInt() : int64_t(1);
-    };
-    if (layout("tp") > 1 || layout("pp") > 1)
-      return userError(
-          "--gradcheck checks the model's gradients on one device, not a tensor- or "
-          "pipeline-parallel layout (tp = " +
-          std::to_string(layout("tp")) + ", pp = " + std::to_string(layout("pp")) +
-          "); add --tp 1 --pp 1 to check the model, and compare the layout's training "
-          "with one device's (docs/parallel.md)");
-    // The check runs the whole program, gradients too, in float64.
-    kiln::convertToF64(module->lookupSymbol<mlir::func::FuncOp>("forward"));
-  }
+  // --gradcheck runs @grad, one device's gradients in float64;
+  // --export-reference the one-device program in the interpreter.
+  if (gradcheck)
+    if (kiln::Status st = kiln::prepareGradCheck(*module); !st)
+      return userError(st.message());
   // The seed of the initial parameters: the artifact's and the reference's
   // are the same, so a reference exported for another framework starts from
   // the weights kiln-run trains.
-  uint64_t initSeed = 0;
-  if (auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr))
-    if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
-      initSeed = uint64_t(s.getInt());
-  if (seedOpt.getNumOccurrences())
-    initSeed = seedOpt;
-  if (!exportReference.empty()) {
-    // The interpreter runs one device: a multi-device model's reference is
-    // the one-device program of the same model (what its layouts are
-    // checked against).
-    auto train = (*module)->getAttrOfType<mlir::DictionaryAttr>(kiln::KilnDialect::kTrainAttr);
-    auto layout = [&](llvm::StringRef k) {
-      auto a = train ? train.getAs<mlir::IntegerAttr>(k) : nullptr;
-      return a ? std::max<int64_t>(a.getInt(), 1) : int64_t(1);
-    };
-    int64_t dp = layout("devices") / (layout("tp") * layout("pp"));
-    std::string setAside = kiln::setOneDeviceLayout(*module);
-    if (!setAside.empty())
-      std::fprintf(stderr,
-                   "kilnc: note: --export-reference writes the one-device reference of "
-                   "the model (%s set aside%s)\n",
-                   setAside.c_str(),
-                   dp > 1 ? ("; it trains one device's batch, and a data-parallel run's global "
-                             "batch is the " + std::to_string(dp) +
-                             " replicas' batches together: add --batch with the global batch "
-                             "to compare with it")
-                                .c_str()
-                          : "");
-  }
+  uint64_t initSeed = kiln::initSeed(*module, co.seed);
+  if (!exportReference.empty())
+    kiln::prepareReference(*module, co);
   bool needsTrain = emit == Emit::Train || gradcheck || !exportReference.empty();
-  if (needsTrain && mlir::failed(kiln::buildTrainProgram(*module, gradcheck))) {
-    std::fprintf(stderr, "%s", mlirDiags.c_str());
-    std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
-                 inputFile.c_str());
-    return 1;
-  }
+  if (needsTrain)
+    if (kiln::Outcome o = kiln::buildTraining(*module, co, gradcheck); !o)
+      return fail(o, mlirDiags.text);
   if (gradcheck) {
     kiln::GradCheckOptions g;
     g.tolerance = gradcheckTolerance;
@@ -843,22 +610,9 @@ int main(int argc, char **argv) {
   if (!emit.getNumOccurrences() && StringRef(outputFile).ends_with(".kpack"))
     emit = Emit::Package;
   bool targetCuda = false;
-  {
-    SmallVector<StringRef> ts;
-    StringRef(target).split(ts, ',');
-    for (StringRef t : ts) {
-      if (t == "cuda")
-        targetCuda = true;
-      else if (t != "cpu")
-        return userError("--target=" + target + ": unknown target '" + t.str() +
-                         "' (use cpu, cuda or cpu,cuda)");
-    }
-  }
-  if (emit == Emit::Cuda && !targetCuda)
-    targetCuda = true;
-  std::vector<std::string> archs(cudaArchs.begin(), cudaArchs.end());
-  if (archs.empty())
-    archs = {"sm_80", "sm_90"};
+  if (kiln::Status st = kiln::parseTarget(target, targetCuda); !st)
+    return userError(st.message());
+  co.cuda = targetCuda || emit == Emit::Cuda;
   if (fusionReport || !gpuCost.empty())
     emit = Emit::Plan; // the report replaces the plan's listing below
   const kiln::gpu::DeviceSpec *costDevice = nullptr;
@@ -871,140 +625,36 @@ int main(int argc, char **argv) {
       return userError("--gpu-cost=" + gpuCost + ": no such device in the cost model's table (" +
                        known + ")");
     }
-    if (!targetCuda)
+    if (!co.cuda)
       return userError("--gpu-cost predicts the CUDA plan: add --target=cuda");
   }
   if (emit == Emit::Plan || emit == Emit::Kernels || emit == Emit::LLVM ||
       emit == Emit::Package || emit == Emit::Cuda || emit == Emit::Fused ||
       emit == Emit::Counters) {
-    if (!module->lookupSymbol("train_step") && mlir::failed(kiln::buildTrainProgram(*module))) {
-      std::fprintf(stderr, "%s", mlirDiags.c_str());
-      std::fprintf(stderr, "kilnc: error: cannot build the training program for '%s'\n",
-                   inputFile.c_str());
-      return 1;
-    }
-    kiln::CodegenOptions co;
-    co.emitLLVM = emit == Emit::LLVM || emit == Emit::Package;
-    co.keepLLVMText = emit == Emit::LLVM;
-    co.fusion = !noFusion;
-    co.printKernelIRAfterAll = printKernelIR;
-    std::string err;
-    co.emitLLVM = co.emitLLVM && emit != Emit::Cuda && emit != Emit::Fused;
-    auto compiled = kiln::compileProgram(*module, co, err);
-    if (mlir::failed(compiled)) {
-      std::fprintf(stderr, "kilnc: error: %s\n", err.c_str());
-      return 1;
-    }
-    std::optional<kiln::CudaProgram> cuda;
-    if (targetCuda) {
+    if (co.cuda) {
       if (cudaColumns != "tiles" && cudaColumns != "block")
         return userError("--cuda-columns must be tiles or block, got '" + cudaColumns + "'");
       if (cudaScatter != "chunks" && cudaScatter != "walk")
         return userError("--cuda-scatter must be chunks or walk, got '" + cudaScatter + "'");
-      kiln::CudaEmitOptions eo;
-      eo.columnTiles = cudaColumns == "tiles";
-      eo.scatterChunks = cudaScatter == "chunks";
       if (cudaHalfVectors != "on" && cudaHalfVectors != "off")
         return userError("--cuda-half-vectors must be on or off, got '" + cudaHalfVectors + "'");
-      eo.halfVectors = cudaHalfVectors == "on";
-      auto c = kiln::emitCuda(*compiled->neutralKernels, compiled->program, err, eo);
-      if (mlir::failed(c)) {
-        std::fprintf(stderr, "kilnc: error: CUDA code generation: %s\n", err.c_str());
-        return 2;
-      }
-      cuda = std::move(*c);
+      co.cudaEmit.columnTiles = cudaColumns == "tiles";
+      co.cudaEmit.scatterChunks = cudaScatter == "chunks";
+      co.cudaEmit.halfVectors = cudaHalfVectors == "on";
     }
-    if (emit == Emit::Package) {
-      if (outputFile == "-")
-        return userError("--emit=kpack needs -o FILE.kpack");
-      kiln::PackageInputs in;
-      in.sourcePath = inputFile;
-      in.sourceText = source.text();
-      in.target = target;
-      in.seed = initSeed;
-      in.omitZeroInitializers = omitZeroInitializers;
-      if (cuda) {
-        kiln::CudaAssembleOptions ao;
-        ao.archs = archs;
-        ao.maxRegisters = cudaMaxRegisters;
-        auto assembled = kiln::assembleCuda(
-            *cuda, compiled->program.kernels.size(), ao,
-            [](const std::string &line) { std::fprintf(stderr, "kilnc: %s\n", line.c_str()); });
-        if (!assembled) {
-          std::fprintf(stderr, "kilnc: error: %s\n", assembled.status().message().c_str());
-          return 2;
-        }
-        in.extraSections = std::move(assembled->sections);
-        in.cudaManifest = std::move(assembled->manifest);
-      }
-      auto sections = kiln::buildPackage(*module, *compiled, in);
-      if (!sections) {
-        std::fprintf(stderr, "kilnc: error: %s\n", sections.status().message().c_str());
-        return sections.status().exitCode();
-      }
-      kiln::Status st = kiln::artifact::write(outputFile, *sections);
-      if (!st) {
-        std::fprintf(stderr, "kilnc: error: %s\n", st.message().c_str());
-        return st.exitCode();
-      }
-      size_t bytes = 0;
-      for (const auto &sec : *sections)
-        bytes += sec.bytes.size();
-      const auto &p = compiled->program;
-      // Pipeline stages differ in arena: the largest is what a device needs.
-      int64_t arena = 0;
-      for (int d = 0; d < p.numDevices(); ++d)
-        arena = std::max(arena, p.plan(d).arenaBytes);
-      std::fprintf(stderr, "kilnc: wrote %s (%.1f MiB): %zu kernels, arena %.2f MiB%s\n",
-                   outputFile.c_str(), double(bytes) / (1 << 20), p.kernels.size(),
-                   double(arena) / (1 << 20),
-                   arena != p.arenaBytes ? " (the largest pipeline stage's)" : "");
-      return 0;
+    if (emit == Emit::Package && outputFile == "-")
+      return userError("--emit=kpack needs -o FILE.kpack");
+    co.output = emit == Emit::LLVM      ? kiln::CompileOutput::LLVM
+                : emit == Emit::Package ? kiln::CompileOutput::Package
+                                        : kiln::CompileOutput::Program;
+    kiln::CompileResult compiled = kiln::compile(*module, co);
+    if (!compiled) { // "kilnc: error:" also where the status is internal (exit 2)
+      if (compiled.diagnosticsFirst)
+        std::fputs(mlirDiags.text.c_str(), stderr);
+      std::fprintf(stderr, "kilnc: error: %s\n", compiled.status.message().c_str());
+      return compiled.status.exitCode();
     }
-    std::string error;
-    auto output = mlir::openOutputFile(outputFile, &error);
-    if (!output)
-      return userError(error);
-    if (costDevice) {
-      auto form = kiln::gpu::gemmPlanFormFromEnv(); // as the devices split GEMMs
-      if (!form)
-        return userError(form.status().message());
-      kiln::gpu::CostOptions o;
-      o.tf32 = gpuCostTf32;
-      o.cudaGraphs = gpuCostGraphs;
-      o.gemmSplit = [f = *form](const kiln::program::GemmParams &g) {
-        return kiln::gpu::gemmCalls(g, f);
-      };
-      for (const auto &f : compiled->program.functions)
-        if (f.name == "train_step")
-          output->os() << "@train_step on "
-                       << kiln::gpu::formatReport(
-                              kiln::gpu::predict(compiled->program, f, cuda->kernels,
-                                                 *costDevice, o),
-                              gpuCostTop);
-    } else if (fusionReport)
-      kiln::printFusionReport(compiled->program, compiled->refusals, output->os());
-    else if (emit == Emit::Plan)
-      kiln::printPlan(compiled->program, output->os(), compiled->activations);
-    else if (emit == Emit::Kernels)
-      compiled->kernels->print(output->os());
-    else if (emit == Emit::Fused)
-      module->print(output->os());
-    else if (emit == Emit::Cuda)
-      output->os() << cuda->source;
-    else if (emit == Emit::Counters) {
-      // GEMM library calls as kiln-run's CUDA devices split them.
-      auto form = kiln::gpu::gemmPlanFormFromEnv();
-      if (!form)
-        return userError(form.status().message());
-      output->os() << kiln::program::countPlan(compiled->program,
-                                               cuda ? &cuda->kernels : nullptr, *form)
-                          .toJson();
-    }
-    else
-      output->os() << compiled->llvmIR;
-    output->keep();
-    return 0;
+    return writeCompiled(compiled, *module, costDevice);
   }
 
   std::string error;
@@ -1020,7 +670,7 @@ int main(int argc, char **argv) {
   } else {
     kiln::ModelSummary summary = kiln::summarize(*module);
     if (mlir::failed(kiln::buildTrainProgram(*module))) {
-      std::fprintf(stderr, "%s", mlirDiags.c_str());
+      std::fputs(mlirDiags.text.c_str(), stderr);
       return 1;
     }
     kiln::addProgram(summary, *module);
