@@ -6,6 +6,7 @@
 // events with their clock offsets, through in-process communicators.
 //
 //===----------------------------------------------------------------------===//
+#include "test/unit/train/TraceFixtures.h"
 #include "runtime/train/TraceFile.h"
 #include "runtime/train/Devices.h"
 
@@ -23,26 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-/// One kernel of a one-step train_step, at a model line.
-program::Program oneKernel() {
-  program::Program p;
-  program::Kernel k;
-  k.symbol = "k0_fused2_softmax_L7";
-  k.op = "kiln.softmax";
-  k.ops = {"kiln.exp", "kiln.softmax"};
-  k.locs = {"/models/m.kiln:7:3", "/models/m.kiln:9:1"};
-  k.flops = 1000;
-  p.kernels.push_back(k);
-  program::Function f;
-  f.name = "train_step";
-  program::Step s;
-  s.kind = program::Step::Kernel;
-  s.kernel = 0;
-  s.loc = "/models/m.kiln:7:3";
-  f.steps.push_back(s);
-  p.functions.push_back(f);
-  return p;
-}
+using tracetest::oneKernel;
 
 Span span(Span::Kind kind, double startUs, double durUs, int kernel = -1) {
   Span s;

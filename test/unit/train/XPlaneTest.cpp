@@ -7,6 +7,7 @@
 // test/tools/tensorboard-profile.test reads real runs through TensorBoard.
 //
 //===----------------------------------------------------------------------===//
+#include "test/unit/train/TraceFixtures.h"
 #include "runtime/train/XPlane.h"
 
 #include <gtest/gtest.h>
@@ -159,23 +160,7 @@ std::vector<Line> linesOf(const std::string &space, std::string &planeName,
   return lines;
 }
 
-program::Program oneKernel() {
-  program::Program p;
-  program::Kernel k;
-  k.symbol = "k0_fused2_softmax_L7";
-  k.op = "kiln.softmax";
-  k.ops = {"kiln.exp", "kiln.softmax"};
-  k.locs = {"/models/m.kiln:7:3"};
-  p.kernels.push_back(k);
-  program::Function f;
-  f.name = "train_step";
-  program::Step s;
-  s.kind = program::Step::Kernel;
-  s.kernel = 0;
-  f.steps.push_back(s);
-  p.functions.push_back(f);
-  return p;
-}
+using tracetest::oneKernel;
 
 } // namespace
 
