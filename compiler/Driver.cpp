@@ -8,6 +8,7 @@
 #include "dialects/kiln/Precision.h"
 #include "dialects/kiln/Sharding.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/MLIRContext.h"
@@ -125,6 +126,18 @@ Status applyLayout(mlir::ModuleOp module, const LayoutOptions &o, mlir::NamedAtt
     if (*o.gradReduce != "fp32" && *o.gradReduce != "bf16")
       return userError("--grad-reduce must be fp32 or bf16, got '" + *o.gradReduce + "'");
     t.set("grad_reduce", b.getStringAttr(*o.gradReduce));
+  }
+  if (o.deterministic) {
+    if (*o.deterministic != "none" && *o.deterministic != "devices")
+      return userError("--deterministic must be none or devices, got '" + *o.deterministic +
+                       "'");
+    t.set("deterministic", b.getStringAttr(*o.deterministic));
+  }
+  if (o.deterministicChunks) {
+    int64_t c = *o.deterministicChunks;
+    if (c < 1 || c > 4096 || (c & (c - 1)) != 0)
+      return userError("--deterministic-chunks must be a power of two from 1 to 4096");
+    t.set("deterministic_chunks", b.getI64IntegerAttr(c));
   }
   return Status::ok();
 }
@@ -304,6 +317,130 @@ Status configure(mlir::ModuleOp module, const CompileOptions &options) {
     return Status::internal("the frontend built invalid IR for '" + options.modelPath +
                             "'; please report this with the model file.");
   return Status::ok();
+}
+
+Expected<std::optional<Chunking>> deterministicChunking(mlir::ModuleOp module) {
+  auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
+  auto mode = train ? train.getAs<mlir::StringAttr>("deterministic") : nullptr;
+  if (!mode || mode.getValue() != "devices")
+    return std::optional<Chunking>();
+  auto integer = [&](llvm::StringRef k, int64_t def) {
+    auto a = train.getAs<mlir::IntegerAttr>(k);
+    return a ? a.getInt() : def;
+  };
+  const char *what = "deterministic = \"devices\"";
+  MeshShape mesh = getMesh(module);
+  if (mesh.axisSize("tp") > 1 || mesh.axisSize("pp") > 1)
+    return userError(std::string(what) +
+                     " covers data parallelism only: tensor and pipeline parallelism "
+                     "(tp, pp) add partial sums in their own order. Drop tp/pp, or drop "
+                     "deterministic");
+  if (integer("zero", 0) == 2)
+    return userError(std::string(what) +
+                     " with zero = 2: each device would hold only its block of the gradient, "
+                     "and the gradient norm would be summed over devices in their order. Use "
+                     "zero = 1 (the same memory for optimizer state) or zero = 0");
+  if (auto r = train.getAs<mlir::StringAttr>("grad_reduce"); r && r.getValue() == "bf16")
+    return userError(std::string(what) +
+                     " with grad_reduce = bf16: the tree adds float32 partial sums only; "
+                     "use grad_reduce = fp32");
+  int64_t n = std::max<int64_t>(1, mesh.axisSize("dp")), k = integer("grad_accum", 1);
+  int64_t c = integer("deterministic_chunks", 8);
+  auto pow2 = [](int64_t v) { return v >= 1 && (v & (v - 1)) == 0; };
+  if (!pow2(n))
+    return userError(std::string(what) + " needs a power-of-two count of data-parallel " +
+                     "devices (1, 2, 4, 8, ...), not " + std::to_string(n) +
+                     ": the devices' sums must be subtrees of one pairwise tree");
+  if (!pow2(k))
+    return userError(std::string(what) + " needs grad_accum to be a power of two, not " +
+                     std::to_string(k));
+  if (!pow2(c) || c % (n * k) != 0)
+    return userError(
+        std::string(what) + ": deterministic_chunks = " + std::to_string(c) +
+        " does not divide over " + std::to_string(n) + " device" + (n == 1 ? "" : "s") +
+        " x grad_accum " + std::to_string(k) + " = " + std::to_string(n * k) +
+        " micro-batches (each compiled micro-step takes one chunk). Set "
+        "deterministic_chunks (or --deterministic-chunks) to a power of two that is a "
+        "multiple of the largest devices x grad_accum you compare, the same in every run");
+  auto fwd = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  int64_t batch = 0;
+  if (fwd)
+    for (unsigned i = 0; i < fwd.getNumArguments() && !batch; ++i) {
+      auto in = fwd.getArgAttrOfType<mlir::StringAttr>(i, KilnDialect::kInputAttr);
+      auto t = mlir::dyn_cast<mlir::RankedTensorType>(fwd.getArgument(i).getType());
+      if (in && in.getValue() != "dropout_seed" && t && t.getRank() > 0)
+        batch = t.getDimSize(0);
+    }
+  if (batch <= 0)
+    return userError(std::string(what) + " needs @forward with a batched data input (a "
+                                         "leading batch dimension to cut into chunks)");
+  int64_t perMicro = c / (n * k); // chunks in one of the model's micro-batches
+  if (batch % perMicro != 0)
+    return userError(
+        std::string(what) + ": the per-device batch " + std::to_string(batch) +
+        " cannot be cut into the " + std::to_string(perMicro) + " chunks of each micro-batch (" +
+        std::to_string(c) + " chunks over " + std::to_string(n) + " x " + std::to_string(k) +
+        " micro-batches); make the global batch " + std::to_string(n * k * batch) +
+        " a multiple of " + std::to_string(c) + " or change deterministic_chunks");
+  Chunking out;
+  out.chunks = c;
+  out.rows = batch / perMicro;
+  out.microSteps = c / n;
+  out.modelBatch = batch;
+  out.gradAccum = k;
+  return std::optional<Chunking>(out);
+}
+
+LoadResult loadConfigured(mlir::MLIRContext &context, const frontend::SourceFile &source,
+                          frontend::FrontendOptions frontendOptions,
+                          const CompileOptions &options) {
+  LoadResult r = load(context, source, frontendOptions);
+  if (!r)
+    return r;
+  if (Status s = configure(*r.module, options); !s) {
+    r.status = s;
+    r.module = nullptr;
+    return r;
+  }
+  auto chunking = deterministicChunking(*r.module);
+  if (!chunking) {
+    r.status = chunking.status();
+    r.module = nullptr;
+    return r;
+  }
+  if (!*chunking)
+    return r;
+  Chunking c = **chunking;
+  if (c.rows != c.modelBatch) {
+    if (llvm::StringRef(source.name()).ends_with(".mlir")) {
+      r.status = userError("deterministic = \"devices\" cuts each micro-batch of " +
+                           std::to_string(c.modelBatch) + " rows into chunks of " +
+                           std::to_string(c.rows) + ", which needs the model file; build " +
+                           "this .mlir module at batch " + std::to_string(c.rows) +
+                           " with grad_accum " + std::to_string(c.microSteps));
+      r.module = nullptr;
+      return r;
+    }
+    // The model again, at one chunk's rows (warnings were shown once).
+    frontendOptions.batch = c.rows;
+    LoadResult again = load(context, source, frontendOptions);
+    if (!again)
+      return again;
+    again.diagnostics = r.diagnostics;
+    r = std::move(again);
+    if (Status s = configure(*r.module, options); !s) {
+      r.status = s;
+      r.module = nullptr;
+      return r;
+    }
+  }
+  mlir::Builder b(&context);
+  mlir::NamedAttrList t = trainEntries(*r.module);
+  t.set("grad_accum", b.getI64IntegerAttr(c.microSteps));
+  t.erase("micro_batches"); // the pipeline's name for grad_accum (no pipeline here)
+  t.set("deterministic_chunks", b.getI64IntegerAttr(c.chunks));
+  (*r.module)->setAttr(KilnDialect::kTrainAttr, t.getDictionary(&context));
+  return r;
 }
 
 void setLayout(mlir::ModuleOp module, int64_t devices, int64_t tp, int zero, int64_t pp,

@@ -63,11 +63,13 @@ struct LayoutOptions {
   std::optional<int64_t> zero;          ///< --zero: 0, 1 or 2
   std::optional<double> bucketMb, firstBucketMb; ///< --bucket-mb, --first-bucket-mb
   std::optional<std::string> gradReduce;         ///< --grad-reduce: fp32 or bf16
+  std::optional<std::string> deterministic;      ///< --deterministic: none or devices
+  std::optional<int64_t> deterministicChunks;    ///< --deterministic-chunks
 
   /// Whether any override is set (without one the module is left as it is).
   bool any() const {
     return devices || tp || pp || microBatches || pipeline || virtualStages || zero ||
-           bucketMb || firstBucketMb || gradReduce;
+           bucketMb || firstBucketMb || gradReduce || deterministic || deterministicChunks;
   }
 };
 
@@ -150,6 +152,34 @@ LoadResult load(mlir::MLIRContext &context, const frontend::SourceFile &source,
 /// internal one when the module does not verify (the reasons are then in
 /// the context's diagnostics).
 Status configure(mlir::ModuleOp module, const CompileOptions &options);
+
+/// deterministic = "devices" (docs/parallel.md "The same bits on any
+/// device count"): a step's global batch G is cut into C chunks
+/// (deterministic_chunks, default 8) and every compiled micro-step takes
+/// exactly one, so each chunk's gradient is computed by the same kernels on
+/// any device count and the chunks are added in one pairwise tree.
+struct Chunking {
+  int64_t chunks = 0;     ///< C, a power of two
+  int64_t rows = 0;       ///< rows per chunk (G / C): the micro-step's batch
+  int64_t microSteps = 0; ///< chunks per device and step: the compiled grad_accum
+  int64_t modelBatch = 0; ///< the model's per-device batch before chunking
+  int64_t gradAccum = 0;  ///< the train section's grad_accum before chunking
+};
+
+/// The chunking of a configured `module`: nullopt when it is not
+/// deterministic over devices, a user error (saying what to change) when
+/// its layout cannot be chunked (tp or pp, ZeRO-2, a bf16 gradient reduce,
+/// a device count or grad_accum that is not a power of two, chunks that do
+/// not divide over devices x grad_accum or the batch).
+Expected<std::optional<Chunking>> deterministicChunking(mlir::ModuleOp module);
+
+/// load() and configure() together, and for deterministic = "devices" the
+/// model built again at the chunk's batch and its grad_accum set to the
+/// chunks per device (a kiln-dialect .mlir module cannot be rebuilt: it
+/// must already take one chunk per micro-step).
+LoadResult loadConfigured(mlir::MLIRContext &context, const frontend::SourceFile &source,
+                          frontend::FrontendOptions frontendOptions,
+                          const CompileOptions &options);
 
 /// Sets a whole layout on `module` as the planner chooses one (the
 /// kiln.train attribute and the mesh): devices = pp x dp x tp. With pp = 1

@@ -77,6 +77,9 @@ LogicalResult Generator::run() {
   // (data parallelism), so devices 1.. get copies of device 0's plan.
   for (const MeshAxis &a : mesh.axes)
     prog_.mesh.axes.push_back({a.name, a.size});
+  if (auto t = module_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr))
+    if (auto d = t.getAs<StringAttr>("deterministic"))
+      prog_.deterministic = d.getValue() == "devices";
   if (mesh.devices() > 1) {
     program::BufferPlan same{prog_.buffers, prog_.persistentBytes, prog_.arenaBytes};
     prog_.otherDevices.assign(size_t(mesh.devices() - 1), same);
@@ -733,7 +736,8 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
 }
 
 /// kiln-train-step returns loss = [all_reduce(mean)] of [(1/K) *] the sum
-/// l0 + l1 + ... of the micro-batches' losses (docs/training.md): l0's op
+/// l0 + l1 + ... (or a pairwise tree) of the micro-batches' losses
+/// (docs/training.md): l0's op
 /// (null where the chain is not that).
 Operation *Generator::forwardLoss(func::FuncOp fn) {
   auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
@@ -745,9 +749,13 @@ Operation *Generator::forwardLoss(func::FuncOp fn) {
   if (!v)
     return nullptr;
   int64_t k = 1;
-  if (auto t = module_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr))
+  bool deterministic = false;
+  if (auto t = module_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr)) {
     if (auto a = t.getAs<IntegerAttr>("grad_accum"))
       k = std::max<int64_t>(1, a.getInt());
+    if (auto d = t.getAs<StringAttr>("deterministic"))
+      deterministic = d.getValue() == "devices";
+  }
   bool mesh = getMesh(module_).axisSize("dp") > 1;
   if (mesh) {
     auto ar = v.getDefiningOp<AllReduceOp>();
@@ -768,12 +776,17 @@ Operation *Generator::forwardLoss(func::FuncOp fn) {
     else if (k > 1)
       return nullptr;
   }
+  // The first micro-batch's loss: the left operand of each add, down a
+  // chain of k - 1 adds or (deterministic = "devices") a pairwise tree of
+  // log2(k) levels, whose leaves may be casts to float32.
   for (int64_t i = 1; i < k; ++i) {
     auto add = v.getDefiningOp<AddOp>();
     if (!add)
-      return nullptr;
+      break;
     v = add.getLhs();
   }
+  if (auto c = v.getDefiningOp<CastOp>(); c && deterministic)
+    v = c.getOperand();
   return v.getDefiningOp();
 }
 

@@ -122,6 +122,23 @@ ModelSummary summarize(ModuleOp module) {
   auto fn = module.lookupSymbol<func::FuncOp>("forward");
   if (!fn)
     return s;
+  if (auto t = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr))
+    if (auto d = t.getAs<StringAttr>("deterministic"); d && d.getValue() == "devices") {
+      auto c = t.getAs<IntegerAttr>("deterministic_chunks");
+      auto k = t.getAs<IntegerAttr>("grad_accum");
+      int64_t rows = 0;
+      for (unsigned i = 0; i < fn.getNumArguments() && !rows; ++i) {
+        auto in = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
+        auto type = dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
+        if (in && in.getValue() != "dropout_seed" && type && type.getRank() > 0)
+          rows = type.getDimSize(0);
+      }
+      if (c && k)
+        s.deterministic = llvm::formatv("devices, {0} chunks of {1} rows per global batch of "
+                                        "{2}, {3} per device",
+                                        c.getInt(), rows, c.getInt() * rows, k.getInt())
+                              .str();
+    }
   fn.walk([&](Operation *op) {
     if (op == fn.getOperation())
       return;
@@ -458,6 +475,8 @@ void print(const ModelSummary &s, llvm::raw_ostream &os) {
        << llvm::right_justify(grouped(p.count), 11) << "  " << p.init << "\n";
   if (!s.train.empty())
     os << "  " << llvm::left_justify("train:", 12) << s.train << "\n";
+  if (!s.deterministic.empty())
+    os << "  " << llvm::left_justify("deterministic:", 12) << " " << s.deterministic << "\n";
   if (!s.program.empty()) {
     os << "  " << llvm::left_justify("program:", 12);
     for (size_t i = 0; i < s.program.size(); ++i)

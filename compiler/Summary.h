@@ -30,6 +30,9 @@ struct ModelSummary {
   /// Parameters not created by position_embedding (nanoGPT's count).
   int64_t paramCountNoPosition = 0;
   std::string train;
+  /// deterministic = "devices": the chunking ("devices, 8 chunks of 2 rows
+  /// per global batch of 16, 4 per device"), else empty.
+  std::string deterministic;
   /// Ops per function of the training program, when it was built.
   std::vector<std::pair<std::string, int64_t>> program;
   /// On a mesh of several devices: the memory per device for plain data

@@ -146,9 +146,12 @@ struct Grad {
 class Rewriter {
 public:
   Rewriter(func::FuncOp f, int64_t n, int zero, Type reduceType,
-           llvm::StringMap<int64_t> owners = {})
+           llvm::StringMap<int64_t> owners = {}, bool deterministic = false)
       : f_(f), n_(n), zero_(zero), reduceType_(reduceType), owners_(std::move(owners)),
-        b_(f.getContext()) {}
+        deterministic_(deterministic), b_(f.getContext()) {
+    if (deterministic_)
+      average_ = CollectiveReduction::sum;
+  }
 
   LogicalResult run(double firstMb, double restMb, int64_t &buckets,
                     int64_t &collectives, int64_t &bytes);
@@ -161,6 +164,11 @@ private:
   /// gradients' own, bf16 to halve the bytes of f32 gradients.
   Type reduceType_;
   llvm::StringMap<int64_t> owners_; ///< pipeline stages: each parameter's owner
+  /// deterministic = "devices": kiln-train-step already scaled the tagged
+  /// gradients and loss by 1 / chunks, so they are summed (in the
+  /// communicator's tree order, which kiln-run sets), not averaged.
+  bool deterministic_ = false;
+  CollectiveReduction average_ = CollectiveReduction::mean;
   OpBuilder b_;
   Value replica_;
   std::vector<Grad> grads_; ///< in backward order
@@ -341,8 +349,8 @@ void Rewriter::reduceBucket(size_t k) {
                                            parts, b_.getI64IntegerAttr(1));
     Value flat = narrow(l, reshape(l, rows, vec(n_ * width, elem)));
     Type wire = cast<RankedTensorType>(flat.getType()).getElementType();
-    auto rs = b_.create<ReduceScatterOp>(l, vec(width, wire), flat, kAxis,
-                                         CollectiveReduction::mean, int64_t(0));
+    auto rs = b_.create<ReduceScatterOp>(l, vec(width, wire), flat, kAxis, average_,
+                                         int64_t(0));
     mark(rs);
     Value got = widen(l, rs, elem);
     int64_t off = 0;
@@ -363,7 +371,7 @@ void Rewriter::reduceBucket(size_t k) {
   Value flat = parts.size() == 1 ? parts[0]
                                  : b_.create<ConcatOp>(l, vec(total, elem), parts,
                                                        b_.getI64IntegerAttr(0));
-  auto ar = b_.create<AllReduceOp>(l, narrow(l, flat), kAxis, CollectiveReduction::mean);
+  auto ar = b_.create<AllReduceOp>(l, narrow(l, flat), kAxis, average_);
   mark(ar);
   Value got = widen(l, ar, elem);
   int64_t off = 0;
@@ -400,13 +408,22 @@ LogicalResult Rewriter::reduceLossAndNorm() {
     return f_.emitError() << "kiln-data-parallel: @train_step has no kiln.dp.loss";
   b_.setInsertionPointAfter(lossOp);
   Value loss = lossOp->getResult(0);
-  auto ar = b_.create<AllReduceOp>(named("dp.loss", loss.getLoc()), loss, kAxis,
-                                   CollectiveReduction::mean);
+  auto ar = b_.create<AllReduceOp>(named("dp.loss", loss.getLoc()), loss, kAxis, average_);
   ++collectives_;
   loss.replaceAllUsesExcept(ar, ar);
   lossOp->removeAttr(kDpLossAttr);
-  if (!normOp) // no parameters
+  if (!normOp) {
+    // No parameters, or deterministic = "devices" (kiln-train-step computed
+    // the norm from the whole reduced gradients, as one device does): ZeRO
+    // still updates this device's block of each.
+    if (zero_ > 0) {
+      b_.setInsertionPoint(body.getTerminator());
+      for (Grad &g : grads_)
+        if (!g.shard)
+          g.shard = localBlock(named("dp.zero", loc(g.tag)), g.reduced, g);
+    }
     return success();
+  }
   // Every reduced gradient and shard is defined in backward, before the
   // old norm at the tail: the new one goes where the old one was.
   b_.setInsertionPoint(normOp);
@@ -704,7 +721,13 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
                     << "'";
       return signalPassFailure();
     }
-    Rewriter r(f, n, z, reduceType, pipelineOwners(m));
+    bool deterministic = trainS(m, "deterministic", "none") == "devices";
+    if (deterministic && (z > 1 || reduceType)) {
+      m.emitError() << "kiln-data-parallel: deterministic = \"devices\" needs zero <= 1 and "
+                       "grad_reduce = fp32 (each device must hold the whole float32 sum)";
+      return signalPassFailure();
+    }
+    Rewriter r(f, n, z, reduceType, pipelineOwners(m), deterministic);
     int64_t buckets = 0, collectives = 0, bytes = 0;
     if (failed(r.run(first, rest, buckets, collectives, bytes)))
       return signalPassFailure();

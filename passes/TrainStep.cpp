@@ -56,6 +56,12 @@ struct Config {
   std::string lossScale;
   double scaleInit = 65536.0, growthFactor = 2.0, backoffFactor = 0.5;
   int64_t growthInterval = 2000;
+  /// deterministic = "devices" (docs/parallel.md "The same bits on any
+  /// device count"): each micro-step is one chunk of the global batch; the
+  /// chunks' gradients and losses are added in a pairwise tree and scaled
+  /// by 1 / chunks, and the data-parallel reductions are tree-ordered sums.
+  bool deterministic = false;
+  int64_t chunks = 0;
 };
 
 /// The rule kiln-mixed-precision gives the one cast per parameter that low
@@ -112,6 +118,9 @@ Config readConfig(ModuleOp m) {
   if (auto r = t.getAs<BoolAttr>("recompute"))
     c.recompute = r.getValue();
   c.zero = getI(t, "zero", 0);
+  if (auto d = t.getAs<StringAttr>("deterministic"))
+    c.deterministic = d.getValue() == "devices";
+  c.chunks = getI(t, "deterministic_chunks", 0);
   if (auto ls = t.getAs<DictionaryAttr>("loss_scale")) {
     if (auto n = ls.getAs<StringAttr>("name"))
       c.lossScale = n.getValue().str();
@@ -269,6 +278,17 @@ public:
                     !(cfg_.backoffFactor <= 1)))
       return bad("loss_scale needs 0 < init <= 3.4e38, growth_interval >= 1, "
                  "growth_factor >= 1 and 0 < backoff_factor <= 1");
+    if (cfg_.deterministic) {
+      int64_t dp = std::max<int64_t>(1, getMesh(m_).axisSize("dp"));
+      auto pow2 = [](int64_t v) { return v >= 1 && (v & (v - 1)) == 0; };
+      if (!pow2(dp) || !pow2(cfg_.gradAccum) || cfg_.chunks != dp * cfg_.gradAccum)
+        return bad("deterministic = \"devices\" needs power-of-two dp devices and "
+                   "grad_accum with dp x grad_accum = deterministic_chunks (one chunk per "
+                   "micro-step; kilnc sets this up), got " +
+                   Twine(dp) + " x " + Twine(cfg_.gradAccum) + " and " + Twine(cfg_.chunks));
+      if (getMesh(m_).axisSize("tp") > 1 || getMesh(m_).axisSize("pp") > 1 || cfg_.zero > 1)
+        return bad("deterministic = \"devices\" covers data parallelism with zero <= 1 only");
+    }
     if (badCopy_)
       return badCopy_.emitOpError()
              << "has " << kPrecisionRuleAttr << " = \"" << kMasterWeightCopyRule
@@ -564,6 +584,34 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   // Forward and backward per micro-batch.
   Value lossSum;
   SmallVector<Value> gradSum(params_.size());
+  // deterministic = "devices": per parameter (and for the loss), the
+  // partial sums not yet paired, as (tree level, value); adding micro-step
+  // k's value pairs equal levels like a binary counter, so K = 2^j steps
+  // end in the pairwise tree ((c0 + c1) + (c2 + c3)) + ... that the
+  // communicator's tree order continues over devices.
+  std::vector<SmallVector<std::pair<int, Value>>> treeOf(params_.size());
+  SmallVector<std::pair<int, Value>> lossTree;
+  auto laterOf = [](Value a, Value b) {
+    Operation *da = a.getDefiningOp(), *db = b.getDefiningOp();
+    if (!da)
+      return b;
+    if (!db)
+      return a;
+    return da->isBeforeInBlock(db) ? b : a;
+  };
+  auto addToTree = [&](SmallVector<std::pair<int, Value>> &tree, Value v, bool place) {
+    int level = 0;
+    while (!tree.empty() && tree.back().first == level) {
+      Value left = tree.back().second;
+      tree.pop_back();
+      if (place)
+        b_.setInsertionPointAfterValue(laterOf(left, v));
+      v = s.add(left, v);
+      ++level;
+    }
+    tree.push_back({level, v});
+    return v;
+  };
   for (int64_t k = 0; k < K; ++k) {
     IRMapping map;
     for (auto [p, v] : llvm::zip(params_, ps))
@@ -634,7 +682,15 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       (*grads)[i] = g;
     }
     grads->resize(params_.size());
-    lossSum = lossSum ? s.add(lossSum, outs[0]) : outs[0];
+    if (cfg_.deterministic) {
+      // The tree adds float32 losses (a bf16 loss would round at each level).
+      Value l = outs[0];
+      if (cast<RankedTensorType>(l.getType()) != s.f32())
+        l = b_.create<CastOp>(loc(), s.f32(), l);
+      lossSum = addToTree(lossTree, l, false);
+    } else {
+      lossSum = lossSum ? s.add(lossSum, outs[0]) : outs[0];
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       // With a mesh, each accumulated gradient is built as soon as backward
       // has produced its last contribution, so its all-reduce can start
@@ -647,12 +703,19 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
           after = gradSum[i];
         b_.setInsertionPointAfterValue(after);
       }
-      gradSum[i] = gradSum[i] ? s.add(gradSum[i], (*grads)[i]) : (*grads)[i];
+      if (cfg_.deterministic)
+        gradSum[i] = addToTree(treeOf[i], (*grads)[i], mesh);
+      else
+        gradSum[i] = gradSum[i] ? s.add(gradSum[i], (*grads)[i]) : (*grads)[i];
       if (mesh && k == K - 1) {
         // With loss scaling the mean also unscales: the reduced gradients
         // (and the norm kiln-data-parallel computes from them) are unscaled.
-        Value factor = s.cst(1.0 / double(K));
-        if (scaler_)
+        // deterministic = "devices": 1 / chunks here (a power of two:
+        // exact, so scaling each device's subtree scales the whole tree;
+        // kiln-data-parallel then sums) and the unscale after the
+        // tree-ordered sum, as on one device.
+        Value factor = s.cst(1.0 / double(K * (cfg_.deterministic ? dp : 1)));
+        if (scaler_ && !cfg_.deterministic)
           factor = s.mul(factor, invScale);
         gradSum[i] = s.mul(gradSum[i], s.splat(factor, params_[i].type));
         gradSum[i].getDefiningOp()->setAttr(kDpGradAttr, b_.getStringAttr(params_[i].name));
@@ -665,14 +728,17 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
   Value loss = lossSum;
   SmallVector<Value> grads = gradSum;
   if (mesh) {
-    loss = s.mul(loss, s.cst(1.0 / double(K), cast<RankedTensorType>(loss.getType())));
+    // deterministic = "devices": K = chunks / dp, so each device's 1 / K
+    // becomes the tree sum's 1 / chunks over dp (the pass sums, not means).
+    loss = s.mul(loss, s.cst(1.0 / double(K * (cfg_.deterministic ? dp : 1)),
+                             cast<RankedTensorType>(loss.getType())));
     loss.getDefiningOp()->setAttr(kDpLossAttr, b_.getUnitAttr());
   } else if (K > 1) {
     loss = s.mul(loss, s.cst(1.0 / double(K), cast<RankedTensorType>(loss.getType())));
     for (auto [g, p] : llvm::zip(grads, params_))
       g = s.mul(g, s.splat(s.cst(1.0 / double(K)), p.type));
   }
-  if (scaler_ && !mesh)
+  if (scaler_ && (!mesh || cfg_.deterministic))
     for (auto [g, p] : llvm::zip(grads, params_))
       g = s.mul(g, s.splat(invScale, p.type));
 
@@ -690,11 +756,21 @@ LogicalResult Builder::buildTrainStep(int64_t &numOps) {
       bool split = tp && tpSplits(fwd_.getArgAttrDict(p.arg), p.type, tpSize);
       if (tp && split != (pass == 0))
         continue;
-      Value t = s.sumAll(s.mul(g, g));
+      Value x = g;
+      if (cfg_.deterministic && p.type.getRank() != 1) {
+        // One order for every device count: a sum over the flat gradient,
+        // as kiln-data-parallel's buckets hand it back on several devices
+        // (a [R, C] sum adds in another order).
+        auto flat = RankedTensorType::get({p.type.getNumElements()}, p.type.getElementType());
+        x = b_.create<ReshapeOp>(s.loc, flat, g);
+      }
+      Value t = s.sumAll(s.mul(x, x));
       sq = sq ? s.add(sq, t) : t;
     }
   Value norm = s.sqrt(sq ? sq : s.cst(0.0));
-  if (mesh)
+  // deterministic = "devices": every device has the whole reduced
+  // gradient, and computes the norm from it as one device does.
+  if (mesh && !cfg_.deterministic)
     norm.getDefiningOp()->setAttr(kDpGradNormAttr, b_.getUnitAttr());
   if (cfg_.gradClip > 0) {
     Value factor = s.min(s.cst(1.0), s.div(s.cst(cfg_.gradClip),

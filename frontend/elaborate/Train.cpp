@@ -134,7 +134,8 @@ void Elaborator::evalTrain() {
       "precision_mode, fp32_layers, loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, tp, pp, micro_batches, "
-      "pipeline, virtual_stages, zero, bucket_mb, first_bucket_mb, grad_reduce";
+      "pipeline, virtual_stages, zero, bucket_mb, first_bucket_mb, grad_reduce, "
+      "deterministic, deterministic_chunks";
   int64_t devices = 1;
   std::optional<std::pair<int64_t, SourceLoc>> zero, tp, pp, micro, accum, vstages;
   std::optional<std::pair<std::string, SourceLoc>> pipeline;
@@ -246,6 +247,23 @@ void Elaborator::evalTrain() {
         fail(e.loc, "precision must be fp32, tf32, bf16 or fp16");
       precision = p;
       trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "deterministic") {
+      // Bits that do not depend on the device count (docs/parallel.md
+      // "Deterministic across device counts").
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (p != "none" && p != "devices")
+        fail(e.loc, "deterministic must be \"none\" (the default) or \"devices\" (the same "
+                    "bits on 1, 2, 4, ... data-parallel devices for the same global batch)");
+      trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "deterministic_chunks") {
+      Val v = eval(*t.value, paramEnv_);
+      int64_t n = posInt(v, k, 1);
+      if (n > 4096 || (n & (n - 1)) != 0)
+        fail(v.loc, "deterministic_chunks must be a power of two from 1 to 4096 (the "
+                    "global batch is cut into that many chunks, summed in a pairwise tree)");
+      trainAttrs_.set(k, b_.getI64IntegerAttr(n));
     } else if (k == "grad_reduce") {
       // The element type of the gradient all-reduce (docs/parallel.md).
       const Expr &e = *t.value;

@@ -34,6 +34,17 @@ Status checkCommunicator(const program::Program &p, comm::Communicator *comm,
         fmt::format("device {} was given the communicator of rank {}: a "
                     "device's world rank is its index in the mesh",
                     device, comm->rank()));
+  if (p.deterministic) {
+    // The same bits on any device count: sums over devices in the fixed
+    // pairwise tree, which only the CPU communicators keep.
+    if (std::string(comm->kind()) == "nccl")
+      return Status::error(
+          "the artifact was compiled with deterministic = \"devices\", whose sums over "
+          "devices follow a fixed tree; NCCL adds in its own order. Train it on CPU devices "
+          "(--device cpu:N or mpirun with --device cpu), or recompile with --deterministic "
+          "none");
+    comm->setSumOrder(comm::SumOrder::Tree);
+  }
   return Status::ok();
 }
 

@@ -46,6 +46,8 @@ namespace kiln {
 /// Null `comm`: the program must run on one device (checkSingleDevice()).
 /// Otherwise its size must be the mesh's device count and `device` (-1:
 /// its rank) its rank; `device` is set to the device this executor runs.
+/// A deterministic program (Program::deterministic) sets the
+/// communicator's SumOrder::Tree, and refuses NCCL (its own order).
 Status checkCommunicator(const program::Program &p, comm::Communicator *comm,
                          int &device);
 

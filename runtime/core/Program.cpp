@@ -107,6 +107,8 @@ std::string Program::toJson() const {
     axes.push_back({{"name", a.name}, {"size", a.size}});
   j["mesh"] = {{"axes", axes}};
   j["queues"] = queues;
+  if (deterministic)
+    j["deterministic"] = "devices";
   json devices = json::array();
   for (int d = 0; d < numDevices(); ++d) {
     const BufferPlan &bp = plan(d);
@@ -565,6 +567,14 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
   if (!r.i64(j, "queues", queues, 1, 1024))
     return bad(r.error);
   p.queues = int(queues);
+  if (j.contains("deterministic")) {
+    std::string d;
+    if (!r.str(j, "deterministic", d))
+      return bad(r.error);
+    if (d != "devices")
+      return bad("\"deterministic\" must be \"devices\" (or absent), not '" + d + "'");
+    p.deterministic = true;
+  }
   if (!j.contains("devices") || !j["devices"].is_array() ||
       !j.contains("kernels") || !j["kernels"].is_array() ||
       !j.contains("functions") || !j["functions"].is_array())

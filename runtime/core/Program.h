@@ -263,6 +263,12 @@ struct Program : BufferPlan {
   std::vector<Kernel> kernels;
   /// Queues (streams) steps may name; 1: everything in order on one.
   int queues = 1;
+  /// deterministic = "devices" (docs/parallel.md "The same bits on any
+  /// device count"): the runtime adds sums over devices in the
+  /// communicator's fixed tree order (SumOrder::Tree) and takes GEMM
+  /// methods that do not depend on timing. In the plan as
+  /// "deterministic": "devices"; absent otherwise.
+  bool deterministic = false;
 
   int numDevices() const { return 1 + int(otherDevices.size()); }
   /// Device `d`'s pipeline stage: its coordinate on mesh axis "pp" (0

@@ -108,6 +108,8 @@ Executor::create(const program::Program &program, std::unique_ptr<KernelLibrary>
     e->halfMode_ = HalfMode::Library;
   else if (half == "dpbf16")
     e->halfMode_ = HalfMode::DotProducts;
+  else if (half.empty() && program.deterministic)
+    e->halfMode_ = HalfMode::Widen; // timed choices would make bits depend on the machine's load
   else if (!half.empty() && half != "measure")
     return Status::error("KILN_HALF_GEMM=" + half +
                          ": use measure (the default: time each way per GEMM shape, keep the "

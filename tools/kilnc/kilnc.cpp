@@ -270,6 +270,17 @@ cl::opt<std::string> gradReduce(
     cl::desc("Element type of the data-parallel gradient all-reduce: fp32 (default) or "
              "bf16 (half the bytes; overrides the train section's grad_reduce)"),
     cl::value_desc("fp32|bf16"), cl::init(""), cl::cat(kilncCategory));
+cl::opt<std::string> deterministicOpt(
+    "deterministic",
+    cl::desc("none (default) or devices: the same bits on 1, 2, 4, ... data-parallel "
+             "devices for the same global batch (overrides the train section's "
+             "deterministic; docs/parallel.md)"),
+    cl::value_desc("none|devices"), cl::init(""), cl::cat(kilncCategory));
+cl::opt<int64_t> deterministicChunksOpt(
+    "deterministic-chunks",
+    cl::desc("With --deterministic devices: the chunks each global batch is cut into (a "
+             "power of two, default 8; the same in every run compared)"),
+    cl::value_desc("C"), cl::cat(kilncCategory));
 cl::opt<std::string> precisionOpt(
     "precision",
     cl::desc("fp32, tf32, bf16 or fp16: the training step's precision (overrides the "
@@ -343,6 +354,8 @@ kiln::CompileOptions compileOptions(const std::string &sourceText) {
   given(layout.bucketMb, bucketMb);
   given(layout.firstBucketMb, firstBucketMb);
   given(layout.gradReduce, gradReduce);
+  given(layout.deterministic, deterministicOpt);
+  given(layout.deterministicChunks, deterministicChunksOpt);
   given(co.precision, precisionOpt);
   given(co.precisionMode, precisionModeOpt);
   given(co.seed, seedOpt);
@@ -370,6 +383,10 @@ std::optional<int> planLayout(mlir::ModuleOp module, std::string &diagnostics) {
                      "pipeline schedule itself; leave out --tp, --zero, --pp, "
                      "--micro-batches, --pipeline and --virtual-stages "
                      "(or leave out --parallel=auto to give them)");
+  if (auto c = kiln::deterministicChunking(module); c && *c)
+    return userError("--parallel=auto with deterministic = \"devices\": the planner would "
+                     "choose tensor and pipeline layouts, which add in their own order; give "
+                     "the data-parallel layout with --devices N instead");
   kiln::planner::Options po;
   po.devices = 0; // the train section's
   given(po.devices, devicesOpt);
@@ -526,23 +543,21 @@ int main(int argc, char **argv) {
   mlir::MLIRContext context;
   context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
   kiln::DiagnosticText mlirDiags(context, source);
-  kiln::LoadResult loaded = kiln::load(context, source, opts);
-  std::fputs(loaded.diagnostics.c_str(), stderr); // with a module, warnings: compilation goes on
-  if (!loaded)
-    return loaded.status.message().empty() ? loaded.status.exitCode()
-                                           : fail(loaded.status);
-  mlir::OwningOpRef<mlir::ModuleOp> module = std::move(loaded.module);
   // The layout and precision flags, as the driver's options; the driver
   // writes them into the module and checks the layout rules.
   kiln::CompileOptions co = compileOptions(source.text());
-  if (kiln::Status st = kiln::configure(*module, co); !st) {
-    if (st.exitCode() == 2) {
-      std::fprintf(stderr, "kilnc: internal error: %s\n%s", st.message().c_str(),
+  kiln::LoadResult loaded = kiln::loadConfigured(context, source, opts, co);
+  std::fputs(loaded.diagnostics.c_str(), stderr); // with a module, warnings: compilation goes on
+  if (!loaded) {
+    if (loaded.status.exitCode() == 2) {
+      std::fprintf(stderr, "kilnc: internal error: %s\n%s", loaded.status.message().c_str(),
                    mlirDiags.text.c_str());
       return 2;
     }
-    return userError(st.message());
+    return loaded.status.message().empty() ? loaded.status.exitCode()
+                                           : userError(loaded.status.message());
   }
+  mlir::OwningOpRef<mlir::ModuleOp> module = std::move(loaded.module);
   // The planner: choose the layout, then compile it as if its flags had
   // been given.
   if (parallelOpt.getNumOccurrences())
