@@ -384,6 +384,23 @@ TEST(Collectives, MeshPlansNeedAMatchingCommunicator) {
       << wrong.status().message();
 }
 
+TEST(Collectives, ADeterministicPlanSetsTheTreeOrder) {
+  // deterministic = "devices" (docs/parallel.md): the executor puts the
+  // communicator in the fixed pairwise-tree order; a plain plan leaves the
+  // member order.
+  for (bool deterministic : {false, true}) {
+    Program p = meshProgram(2);
+    p.deterministic = deterministic;
+    auto comms = comm::makeInProcessCommunicators(2);
+    for (int d = 0; d < 2; ++d) {
+      auto e = executor(p, comms[size_t(d)].get());
+      ASSERT_TRUE(e);
+      EXPECT_EQ(comms[size_t(d)]->sumOrder(),
+                deterministic ? comm::SumOrder::Tree : comm::SumOrder::Members);
+    }
+  }
+}
+
 TEST(Collectives, ThreadSharesNeverOversubscribeMuch) {
   EXPECT_EQ(cpu::Executor::threadShare(2, 4, 0), 1);
   EXPECT_EQ(cpu::Executor::threadShare(2, 4, 3), 1);

@@ -98,4 +98,22 @@ TEST(Program, RejectsWrongPlans) {
                  "an unknown step kind");
 }
 
+TEST(Program, DeterministicRoundTripsAndIsCheckedWhenPresent) {
+  // Absent: the default (member order), and toJson leaves it out.
+  auto plain = Program::parse(validPlan().dump(), "model.kpack");
+  ASSERT_TRUE(plain.isOk()) << plain.status().message();
+  EXPECT_FALSE(plain->deterministic);
+  EXPECT_EQ(plain->toJson().find("deterministic"), std::string::npos);
+  json j = validPlan();
+  j["deterministic"] = "devices";
+  auto p = Program::parse(j.dump(), "model.kpack");
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  EXPECT_TRUE(p->deterministic);
+  auto again = Program::parse(p->toJson(), "again");
+  ASSERT_TRUE(again.isOk()) << again.status().message();
+  EXPECT_TRUE(again->deterministic);
+  expectRejected([](json &j) { j["deterministic"] = "sometimes"; }, "an unknown deterministic mode");
+  expectRejected([](json &j) { j["deterministic"] = 1; }, "a non-string deterministic mode");
+}
+
 } // namespace
