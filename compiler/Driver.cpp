@@ -375,13 +375,19 @@ Expected<std::optional<Chunking>> deterministicChunking(mlir::ModuleOp module) {
     return userError(std::string(what) + " needs @forward with a batched data input (a "
                                          "leading batch dimension to cut into chunks)");
   int64_t perMicro = c / (n * k); // chunks in one of the model's micro-batches
-  if (batch % perMicro != 0)
+  if (batch % perMicro != 0) {
+    // The most chunks this global batch takes: a power of two dividing it.
+    int64_t g = n * k * batch, most = 1;
+    while (g % (most * 2) == 0 && most * 2 <= 4096)
+      most *= 2;
     return userError(
         std::string(what) + ": the per-device batch " + std::to_string(batch) +
         " cannot be cut into the " + std::to_string(perMicro) + " chunks of each micro-batch (" +
         std::to_string(c) + " chunks over " + std::to_string(n) + " x " + std::to_string(k) +
-        " micro-batches); make the global batch " + std::to_string(n * k * batch) +
-        " a multiple of " + std::to_string(c) + " or change deterministic_chunks");
+        " micro-batches); make the global batch " + std::to_string(g) + " a multiple of " +
+        std::to_string(c) + ", or set deterministic_chunks to at most " + std::to_string(most) +
+        " (the same in every run compared)");
+  }
   Chunking out;
   out.chunks = c;
   out.rows = batch / perMicro;
