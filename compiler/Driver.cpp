@@ -133,6 +133,8 @@ Status applyLayout(mlir::ModuleOp module, const LayoutOptions &o, mlir::NamedAtt
                        "'");
     t.set("deterministic", b.getStringAttr(*o.deterministic));
   }
+  if (o.separateScalarReductions)
+    t.set("scalar_reduce", b.getStringAttr("separate"));
   if (o.deterministicChunks) {
     int64_t c = *o.deterministicChunks;
     if (c < 1 || c > 4096 || (c & (c - 1)) != 0)

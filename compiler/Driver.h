@@ -65,11 +65,16 @@ struct LayoutOptions {
   std::optional<std::string> gradReduce;         ///< --grad-reduce: fp32 or bf16
   std::optional<std::string> deterministic;      ///< --deterministic: none or devices
   std::optional<int64_t> deterministicChunks;    ///< --deterministic-chunks
+  /// --separate-scalar-reductions (a measuring aid): the loss and the
+  /// norm's sum of squares in an all_reduce each, and no stop flag in the
+  /// step (train entry scalar_reduce = "separate"; default "combined").
+  bool separateScalarReductions = false;
 
   /// Whether any override is set (without one the module is left as it is).
   bool any() const {
     return devices || tp || pp || microBatches || pipeline || virtualStages || zero ||
-           bucketMb || firstBucketMb || gradReduce || deterministic || deterministicChunks;
+           bucketMb || firstBucketMb || gradReduce || deterministic || deterministicChunks ||
+           separateScalarReductions;
   }
 };
 

@@ -146,9 +146,10 @@ struct Grad {
 class Rewriter {
 public:
   Rewriter(func::FuncOp f, int64_t n, int zero, Type reduceType,
-           llvm::StringMap<int64_t> owners = {}, bool deterministic = false)
+           llvm::StringMap<int64_t> owners = {}, bool deterministic = false,
+           bool combineScalars = false)
       : f_(f), n_(n), zero_(zero), reduceType_(reduceType), owners_(std::move(owners)),
-        deterministic_(deterministic), b_(f.getContext()) {
+        deterministic_(deterministic), combineScalars_(combineScalars), b_(f.getContext()) {
     if (deterministic_)
       average_ = CollectiveReduction::sum;
   }
@@ -169,6 +170,9 @@ private:
   /// communicator's tree order, which kiln-run sets), not averaged.
   bool deterministic_ = false;
   CollectiveReduction average_ = CollectiveReduction::mean;
+  /// One all_reduce for the step's scalars (loss, the norm's sum of
+  /// squares, the stop flag) instead of one each: on a mesh of dp alone.
+  bool combineScalars_ = false;
   OpBuilder b_;
   Value replica_;
   std::vector<Grad> grads_; ///< in backward order
@@ -247,6 +251,8 @@ private:
   void makeBuckets(double firstMb, double restMb);
   void reduceBucket(size_t k);
   LogicalResult reduceLossAndNorm();
+  Value normSquares(Location l, Value &sqSplit);
+  LogicalResult reduceScalarsTogether(Operation *lossOp, Operation *normOp);
   LogicalResult shardOptimizer();
 };
 
@@ -392,6 +398,41 @@ void Rewriter::reduceBucket(size_t k) {
   }
 }
 
+/// This device's sum of squares of its block of each reduced gradient
+/// (parameter order), at the insertion point; the blocks of parameters
+/// split over tp are summed apart into `sqSplit` (a partial sum over tp).
+Value Rewriter::normSquares(Location l, Value &sqSplit) {
+  auto f32 = RankedTensorType::get({}, b_.getF32Type());
+  std::vector<size_t> order(grads_.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t c) { return grads_[a].param < grads_[c].param; });
+  // Under tensor parallelism (kiln-tensor-parallel ran first) a parameter
+  // split over tp holds only its block: the sum of squares of those blocks
+  // is summed over tp first, then the replicated parameters' are added.
+  llvm::StringSet<> tpSplit;
+  for (unsigned i = 0; i < f_.getNumArguments(); ++i)
+    if (auto p = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr))
+      if (auto sh = f_.getArgAttrOfType<DictionaryAttr>(i, kShardAttr))
+        if (sh.getAs<StringAttr>("axis") && sh.getAs<StringAttr>("axis").getValue() == "tp")
+          tpSplit.insert(p.getValue());
+  Value sq;
+  for (size_t i : order) {
+    Grad &g = grads_[i];
+    if (!g.shard)
+      g.shard = localBlock(l, g.reduced, g);
+    Value x = g.shard;
+    if (!x.getType().cast<ShapedType>().getElementType().isF32())
+      x = b_.create<CastOp>(l, vec(g.block, b_.getF32Type()), x);
+    Value s = b_.create<ReduceSumOp>(l, f32, b_.create<MulOp>(l, x, x),
+                                     b_.getDenseI64ArrayAttr({0}), UnitAttr());
+    Value &acc = tpSplit.contains(g.name) ? sqSplit : sq;
+    acc = acc ? b_.create<AddOp>(l, acc, s) : s;
+  }
+  return sq;
+}
+
 /// The loss: all_reduce mean. The norm: every device sums the squares of
 /// its block of each reduced gradient (parameter order), then one
 /// all_reduce(sum) of that scalar; the same with or without ZeRO.
@@ -406,6 +447,16 @@ LogicalResult Rewriter::reduceLossAndNorm() {
   }
   if (!lossOp)
     return f_.emitError() << "kiln-data-parallel: @train_step has no kiln.dp.loss";
+  if (combineScalars_) {
+    // Every use of the loss after the norm's place (or the end): the one
+    // all_reduce can go there.
+    Operation *at = normOp ? normOp : body.getTerminator();
+    bool late = llvm::all_of(lossOp->getResult(0).getUsers(), [&](Operation *u) {
+      return u->getBlock() == &body && !u->isBeforeInBlock(at);
+    });
+    if (late)
+      return reduceScalarsTogether(lossOp, normOp);
+  }
   b_.setInsertionPointAfter(lossOp);
   Value loss = lossOp->getResult(0);
   auto ar = b_.create<AllReduceOp>(named("dp.loss", loss.getLoc()), loss, kAxis, average_);
@@ -428,34 +479,8 @@ LogicalResult Rewriter::reduceLossAndNorm() {
   // old norm at the tail: the new one goes where the old one was.
   b_.setInsertionPoint(normOp);
   Location l = named("dp.grad_norm", normOp->getLoc());
-  auto f32 = RankedTensorType::get({}, b_.getF32Type());
-  std::vector<size_t> order(grads_.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t c) { return grads_[a].param < grads_[c].param; });
-  // Under tensor parallelism (kiln-tensor-parallel ran first) a parameter
-  // split over tp holds only its block: the sum of squares of those blocks
-  // is summed over tp first, then the replicated parameters' are added.
-  llvm::StringSet<> tpSplit;
-  for (unsigned i = 0; i < f_.getNumArguments(); ++i)
-    if (auto p = f_.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr))
-      if (auto sh = f_.getArgAttrOfType<DictionaryAttr>(i, kShardAttr))
-        if (sh.getAs<StringAttr>("axis") && sh.getAs<StringAttr>("axis").getValue() == "tp")
-          tpSplit.insert(p.getValue());
-  Value sq, sqSplit;
-  for (size_t i : order) {
-    Grad &g = grads_[i];
-    if (!g.shard)
-      g.shard = localBlock(l, g.reduced, g);
-    Value x = g.shard;
-    if (!x.getType().cast<ShapedType>().getElementType().isF32())
-      x = b_.create<CastOp>(l, vec(g.block, b_.getF32Type()), x);
-    Value s = b_.create<ReduceSumOp>(l, f32, b_.create<MulOp>(l, x, x),
-                                     b_.getDenseI64ArrayAttr({0}), UnitAttr());
-    Value &acc = tpSplit.contains(g.name) ? sqSplit : sq;
-    acc = acc ? b_.create<AddOp>(l, acc, s) : s;
-  }
+  Value sqSplit;
+  Value sq = normSquares(l, sqSplit);
   if (sqSplit) {
     Value whole = b_.create<AllReduceOp>(l, sqSplit, "tp", CollectiveReduction::sum);
     ++collectives_;
@@ -466,6 +491,80 @@ LogicalResult Rewriter::reduceLossAndNorm() {
   Value norm = b_.create<SqrtOp>(l, total);
   normOp->getResult(0).replaceAllUsesWith(norm);
   normOp->removeAttr(kDpGradNormAttr);
+  return success();
+}
+
+/// The step's scalars in one all_reduce(sum) over dp where the norm was
+/// (after every reduced gradient; at the end without a norm): this
+/// device's loss (widened to f32; divided by the device count after the
+/// sum, as the communicator's mean would), its sum of squares of its
+/// gradient blocks (none when kiln-train-step computes the norm from whole
+/// gradients: deterministic = "devices") and a stop flag, a new input
+/// "stop" (f32: 1 where this device's process was asked to stop) whose sum
+/// over devices is a new output "stop". One exchange instead of three
+/// (loss, norm, and the trainer's own agreement on stopping), each paying
+/// the network's latency (docs/parallel.md "Scalars in one exchange").
+LogicalResult Rewriter::reduceScalarsTogether(Operation *lossOp, Operation *normOp) {
+  Block &body = f_.getBody().front();
+  MLIRContext *ctx = f_.getContext();
+  auto f32 = RankedTensorType::get({}, b_.getF32Type());
+  auto one = vec(1, b_.getF32Type());
+  auto named1 = [&](StringRef key, StringRef value) {
+    return DictionaryAttr::get(
+        ctx, {NamedAttribute(StringAttr::get(ctx, key), StringAttr::get(ctx, value))});
+  };
+  unsigned stopArg = f_.getNumArguments();
+  f_.insertArgument(stopArg, f32, named1(KilnDialect::kInputAttr, "stop"), f_.getLoc());
+  Value stopIn = body.getArgument(stopArg);
+  Operation *at = normOp ? normOp : body.getTerminator();
+  b_.setInsertionPoint(at);
+  Location l = named("dp.scalars", lossOp->getLoc());
+  Value loss = lossOp->getResult(0);
+  auto lossType = cast<RankedTensorType>(loss.getType());
+  SmallVector<OpOperand *> lossUses;
+  for (OpOperand &u : loss.getUses())
+    lossUses.push_back(&u);
+  Value lossF = lossType == f32 ? loss : Value(b_.create<CastOp>(l, f32, loss));
+  SmallVector<Value> parts{reshape(l, lossF, one)};
+  if (normOp) {
+    Value sqSplit;
+    Value sq = normSquares(named("dp.grad_norm", normOp->getLoc()), sqSplit);
+    if (sqSplit)
+      return f_.emitError() << "kiln-data-parallel: the scalars are combined on a mesh of dp "
+                               "alone, but a parameter is split over tp";
+    parts.push_back(reshape(l, sq, one));
+  } else if (zero_ > 0) {
+    // ZeRO still updates this device's block of each whole gradient.
+    for (Grad &g : grads_)
+      if (!g.shard)
+        g.shard = localBlock(named("dp.zero", loc(g.tag)), g.reduced, g);
+  }
+  parts.push_back(reshape(l, stopIn, one));
+  int64_t k = int64_t(parts.size());
+  Value all = b_.create<ConcatOp>(l, vec(k, b_.getF32Type()), parts, b_.getI64IntegerAttr(0));
+  auto ar = b_.create<AllReduceOp>(l, all, kAxis, CollectiveReduction::sum);
+  ++collectives_;
+  auto part = [&](int64_t i) { return reshape(l, slice1(l, ar, i, i + 1), f32); };
+  Value newLoss = part(0);
+  if (average_ == CollectiveReduction::mean) {
+    Value n = b_.create<ConstantOp>(
+        l, DenseElementsAttr::get(f32, FloatAttr::get(b_.getF32Type(), double(n_))));
+    newLoss = b_.create<DivOp>(l, newLoss, n);
+  }
+  if (lossType != f32)
+    newLoss = b_.create<CastOp>(l, lossType, newLoss);
+  for (OpOperand *u : lossUses)
+    u->set(newLoss);
+  lossOp->removeAttr(kDpLossAttr);
+  if (normOp) {
+    Value norm = b_.create<SqrtOp>(named("dp.grad_norm", normOp->getLoc()), part(1));
+    normOp->getResult(0).replaceAllUsesWith(norm);
+    normOp->removeAttr(kDpGradNormAttr);
+  }
+  Value stopOut = part(k - 1);
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  f_.insertResult(f_.getNumResults(), f32, named1(KilnDialect::kOutputAttr, "stop"));
+  ret->insertOperands(ret->getNumOperands(), stopOut);
   return success();
 }
 
@@ -727,7 +826,14 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
                        "grad_reduce = fp32 (each device must hold the whole float32 sum)";
       return signalPassFailure();
     }
-    Rewriter r(f, n, z, reduceType, pipelineOwners(m), deterministic);
+    // The scalars in one exchange on a mesh of dp alone (with tp or pp the
+    // loss lives on one stage, or the norm sums over tp first), unless the
+    // train section says otherwise (kilnc --separate-scalar-reductions, to
+    // measure the difference).
+    MeshShape mesh = getMesh(m);
+    bool combine = mesh.axisSize("tp") <= 1 && mesh.axisSize("pp") <= 1 &&
+                   trainS(m, "scalar_reduce", "combined") == "combined";
+    Rewriter r(f, n, z, reduceType, pipelineOwners(m), deterministic, combine);
     int64_t buckets = 0, collectives = 0, bytes = 0;
     if (failed(r.run(first, rest, buckets, collectives, bytes)))
       return signalPassFailure();

@@ -286,7 +286,8 @@ std::vector<int> Model::dataInputs(const std::string &fn) const {
     return out;
   for (int id : f->args)
     if (prog().buffers[id].role == Role::Input && prog().buffers[id].name != "step" &&
-        prog().buffers[id].name != "replica" && prog().buffers[id].name != "tp_rank")
+        prog().buffers[id].name != "replica" && prog().buffers[id].name != "tp_rank" &&
+        prog().buffers[id].name != "stop")
       out.push_back(id);
   return out;
 }

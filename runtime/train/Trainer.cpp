@@ -281,6 +281,12 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Model &m, const TrainOptions 
   t->stepIn_ = m.stepInput("train_step");
   t->replicaIn_ = m.replicaInput("train_step");
   t->tpRankIn_ = m.tpRankInput("train_step");
+  t->stopIn_ = m.inputNamed("train_step", "stop");
+  t->stopOut_ = m.result("train_step", "stop");
+  if ((t->stopIn_ < 0) != (t->stopOut_ < 0))
+    return Status::error(o.artifact + ": @train_step has a \"stop\" " +
+                         (t->stopIn_ < 0 ? "output but no such input" : "input but no such output") +
+                         "; recompile it with this kilnc");
   t->fault_ = RankFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->dataFault_ = DataFault::parse(std::getenv("KILN_FAULT_INJECT"));
   t->lossId_ = m.result("train_step", "loss");
@@ -343,6 +349,10 @@ Expected<bool> Trainer::agreeStop(int64_t step) {
   comm::Communicator *c = m_.comm;
   if (!c || c->size() == 1)
     return mine;
+  // The step summed every device's flag as it was when the step began: a
+  // stop asked for during the step is seen one step later.
+  if (stopOut_ >= 0)
+    return stopVotes_ > 0.f;
   int32_t flag = mine ? 1 : 0, any = 0;
   c->setContext(fmt::format("training step {}, agreeing on stopping", step));
   if (Status s = c->allReduce(&flag, &any, 1, ElementType::I32, comm::Reduction::Max); !s)
@@ -528,6 +538,13 @@ Expected<TrainResult> Trainer::run() {
       if (Status s = storeInts(*m.exec, tpRankIn_, &c64, 1); !s)
         return s;
     }
+    if (stopIn_ >= 0) {
+      // Whether this process was asked to stop before the step: the step
+      // sums the flags with its other scalars (agreeStop reads the sum).
+      float flag = o_.stop && o_.stop->load() ? 1.f : 0.f;
+      if (Status s = m.exec->write(stopIn_, &flag, sizeof flag); !s)
+        return s;
+    }
     // The executor adds which collective it is in ("training step 12,
     // @train_step step 40 (all_reduce of 4096 bytes on queue 1 at ...)").
     if (m.comm) {
@@ -553,6 +570,8 @@ Expected<TrainResult> Trainer::run() {
     // stage holds is broadcast to the others, Model::stageScalar).
     loss = m.stageScalar(lossId_);
     norm = normId_ >= 0 ? m.stageScalar(normId_) : 0.f;
+    // Read now: an evaluation before agreeStop reuses the step's scratch.
+    stopVotes_ = stopOut_ >= 0 ? m.scalar(stopOut_) : 0.f;
     lr = lrId_ >= 0 ? m.stageScalar(lrId_) : 0.f;
     bool skippedNow = false;
     if (skippedId_ >= 0) {

@@ -229,6 +229,13 @@ private:
   std::string ckptPath_;
   std::vector<int> inputs_;
   int replicaIn_ = -1;
+  /// A data-parallel step that agrees on stopping itself (its scalars'
+  /// one all_reduce, docs/parallel.md "Scalars in one exchange"): the
+  /// "stop" input this process's flag goes into, and the "stop" output,
+  /// the count of devices that asked; -1 where the step has none.
+  int stopIn_ = -1, stopOut_ = -1;
+  float stopVotes_ = 0; ///< the last step's "stop" output
+
   int tpRankIn_ = -1; ///< "tp_rank" (Model::tpRankInput)
   RankFault fault_;
   DataFault dataFault_;

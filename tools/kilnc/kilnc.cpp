@@ -281,6 +281,12 @@ cl::opt<int64_t> deterministicChunksOpt(
     cl::desc("With --deterministic devices: the chunks each global batch is cut into (a "
              "power of two, default 8; the same in every run compared)"),
     cl::value_desc("C"), cl::cat(kilncCategory));
+cl::opt<bool> separateScalarReductions(
+    "separate-scalar-reductions",
+    cl::desc("Measuring aid: the loss and the gradient norm in an all-reduce each, and the "
+             "stop flag agreed by kiln-run after the step (instead of one all-reduce of the "
+             "step's scalars)"),
+    cl::init(false), cl::Hidden, cl::cat(kilncCategory));
 cl::opt<std::string> precisionOpt(
     "precision",
     cl::desc("fp32, tf32, bf16 or fp16: the training step's precision (overrides the "
@@ -356,6 +362,7 @@ kiln::CompileOptions compileOptions(const std::string &sourceText) {
   given(layout.gradReduce, gradReduce);
   given(layout.deterministic, deterministicOpt);
   given(layout.deterministicChunks, deterministicChunksOpt);
+  layout.separateScalarReductions = separateScalarReductions;
   given(co.precision, precisionOpt);
   given(co.precisionMode, precisionModeOpt);
   given(co.seed, seedOpt);
