@@ -758,10 +758,29 @@ Operation *Generator::forwardLoss(func::FuncOp fn) {
   }
   bool mesh = getMesh(module_).axisSize("dp") > 1;
   if (mesh) {
-    auto ar = v.getDefiningOp<AllReduceOp>();
-    if (!ar)
-      return nullptr;
-    v = ar->getOperand(0);
+    // The scalars in one all_reduce (kiln-data-parallel): [cast] [div by N]
+    // reshape(slice(all_reduce(concat(reshape([cast] loss), ...)))).
+    Value w = v;
+    if (auto c = w.getDefiningOp<CastOp>())
+      w = c.getOperand();
+    if (auto d = w.getDefiningOp<DivOp>())
+      w = d.getLhs();
+    auto r = w.getDefiningOp<ReshapeOp>();
+    auto sl = r ? r.getOperand().getDefiningOp<SliceOp>() : SliceOp();
+    auto all = sl ? sl.getOperand().getDefiningOp<AllReduceOp>() : AllReduceOp();
+    auto cc = all ? all->getOperand(0).getDefiningOp<ConcatOp>() : ConcatOp();
+    if (cc && !cc->getOperands().empty()) {
+      v = cc->getOperand(0);
+      if (auto r0 = v.getDefiningOp<ReshapeOp>())
+        v = r0.getOperand();
+      if (auto c0 = v.getDefiningOp<CastOp>())
+        v = c0.getOperand();
+    } else {
+      auto ar = v.getDefiningOp<AllReduceOp>();
+      if (!ar)
+        return nullptr;
+      v = ar->getOperand(0);
+    }
   }
   // (1/K) * ...: folded away where K = 1.
   auto one = [](Value c) {

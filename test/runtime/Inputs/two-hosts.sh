@@ -5,19 +5,30 @@
 # each "host", over TCP only, launching its daemons through an agent script
 # that enters the host's namespace (where ssh would log in elsewhere).
 #
-#   two-hosts.sh MODE DIR [--no-keepalive] KILN-RUN-ARGS...
+#   two-hosts.sh MODE DIR [--no-keepalive] [--delay-ms D] KILN-RUN-ARGS...
 #
 # MODE: run        mpirun kiln-run KILN-RUN-ARGS, one rank per host
 #       kill-host  the same; once a step is logged, kill every process in
 #                  host B's namespace (its daemon and rank)
 #       cut-link   the same; once a step is logged, take host B's link down
+# --delay-ms D: the ranks' data (MPI's TCP transport) goes over a second
+# link between the hosts that delays every frame by D ms each way: two TAP
+# devices joined by delay_link.py (this kernel has no netem), MTU 65000;
+# mpirun's own traffic stays on the bridge.
 # The job's output goes to DIR/MODE.log; this script prints what happened
 # and exits with mpirun's status. Everything it created is removed on exit.
 set -u
 mode=$1 dir=$2; shift 2
 keepalive=(--mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1
            --mca oob_tcp_keepalive_probes 3)
-if [ "${1:-}" = --no-keepalive ]; then keepalive=(); shift; fi
+delay=""
+while :; do
+  case "${1:-}" in
+    --no-keepalive) keepalive=(); shift ;;
+    --delay-ms) delay=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 mkdir -p "$dir"
 
 id=$$
@@ -28,8 +39,15 @@ for try in 0 1 2 3 4 5 6 7; do
   ip -4 addr | grep -q " inet $net\." || break
 done
 sub=$net.0/24 ipa=$net.2 ipb=$net.3
+# The delayed data link's /24: the next free one.
+for try in 8 9 10 11 12 13 14 15; do
+  dnet=10.$((100 + (id + try) % 100)).$((((id + try) / 100) % 256))
+  [ "$dnet" != "$net" ] && ! ip -4 addr | grep -q " inet $dnet\." && break
+done
+forwarder=""
 
 cleanup() {
+  [ -n "$forwarder" ] && kill "$forwarder" 2>/dev/null
   for ns in "$nsa" "$nsb"; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
@@ -56,6 +74,18 @@ for h in a b; do
   ip -n "$ns" addr add "$net.$([ $h = a ] && echo 2 || echo 3)/24" dev "kp$h$id"
   ip -n "$ns" link set "kp$h$id" up
 done
+data_sub=$sub
+if [ -n "$delay" ]; then
+  python3 "$(dirname "$0")/delay_link.py" "kta$id" "ktb$id" "$delay" > "$dir/link-$id.out" &
+  forwarder=$!
+  for _ in $(seq 100); do grep -q ready "$dir/link-$id.out" 2>/dev/null && break; sleep 0.05; done
+  for h in a b; do
+    ip link set "kt$h$id" netns "kiln-$h-$id"
+    ip -n "kiln-$h-$id" addr add "$dnet.$([ $h = a ] && echo 2 || echo 3)/24" dev "kt$h$id"
+    ip -n "kiln-$h-$id" link set "kt$h$id" mtu 65000 up
+  done
+  data_sub=$dnet.0/24
+fi
 set +e
 
 # The launch agent: called as `agent HOST COMMAND...` (like ssh), it runs
@@ -76,7 +106,7 @@ chmod +x "$agent"
 log=$dir/$mode.log
 timeout -k 5 "${TWO_HOSTS_TIMEOUT:-60}" mpirun --allow-run-as-root -np 2 --host "$ipa,$ipb" --bind-to none \
   --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
-  --mca btl self,tcp --mca btl_tcp_if_include "$sub" --mca oob_tcp_if_include "$sub" \
+  --mca btl self,tcp --mca btl_tcp_if_include "$data_sub" --mca oob_tcp_if_include "$sub" \
   "${keepalive[@]}" kiln-run "$@" > "$log" 2>&1 &
 job=$!
 
