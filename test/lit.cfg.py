@@ -103,6 +103,11 @@ feature("netns", runs(["ip", "netns", "add", probe], ["ip", "netns", "del", prob
         "cannot create network namespaces (ip netns add, needs root): the two-hosts test is "
         "UNSUPPORTED")
 
+# TAP devices (/dev/net/tun, root): two-hosts-delay.test's delayed link.
+feature("tap", os.access("/dev/net/tun", os.R_OK | os.W_OK),
+        "no read-write /dev/net/tun (TAP devices, needs root): the delayed-link test is "
+        "UNSUPPORTED")
+
 # MPI (OpenMPI from Debian, scripts/setup.sh): multi-process tests launch
 # ranks with %mpirun, which allows root and more ranks than cores.
 feature("mpi", shutil.which("mpirun"),
