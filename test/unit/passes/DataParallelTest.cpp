@@ -168,6 +168,11 @@ Trace train(ModuleOp m, int64_t n, const std::vector<std::map<std::string, Tenso
           args[r][i].i[0] = in == "step" ? s : r;
           continue;
         }
+        if (in == "stop") { // this device's stop request: the last device asks at the last step
+          args[r][i] = Tensor::zeros(Elem::F32, {});
+          args[r][i].f[0] = s == kSteps - 1 && r == n - 1 ? 1.0f : 0.0f;
+          continue;
+        }
         const Tensor &global = data[s].at(in);
         int64_t per = global.shape[0] / n;
         args[r][i] = rows(global, r * per, (r + 1) * per);
@@ -181,6 +186,12 @@ Trace train(ModuleOp m, int64_t n, const std::vector<std::map<std::string, Tenso
         for (const char *k : {"loss", "grad_norm"})
           EXPECT_EQ(results[r][out[k]].f[0], results[0][out[k]].f[0])
               << k << " differs between device 0 and device " << r;
+    if (n > 1) { // the combined scalars' exchange: every device sees the sum of the votes
+      for (int64_t r = 0; r < n; ++r) {
+        EXPECT_EQ(results[r][out.at("stop")].f[0], s == kSteps - 1 ? 1.0f : 0.0f)
+            << "stop votes seen by device " << r << " at step " << s;
+      }
+    }
     tr.loss.push_back(results[0][out["loss"]].f[0]);
     tr.norm.push_back(results[0][out["grad_norm"]].f[0]);
     // The next step's parameters and state: each device's own results.
