@@ -150,6 +150,13 @@ Expected<std::unique_ptr<Backend>> gpuBackend(const Package &pkg, const DeviceOp
 
 } // namespace
 
+void deviceOptionsFromEnvironment(DeviceOptions &o) {
+  if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
+    o.cudaEpilogues = v;
+  if (const char *v = std::getenv("KILN_COMM_THREAD"))
+    o.commThread = v;
+}
+
 Expected<DeviceSpec> parseDeviceSpec(const std::string &device) {
   DeviceSpec spec;
   size_t colon = device.find(':');

@@ -49,6 +49,11 @@ struct DeviceOptions {
   int deviceIndex = 0;
 };
 
+/// The settings a front end takes from the environment:
+/// KILN_CUDA_EPILOGUES (cudaEpilogues) and KILN_COMM_THREAD (commThread),
+/// where set.
+void deviceOptionsFromEnvironment(DeviceOptions &o);
+
 /// A --device value taken apart: the backend kind ("cpu", "cuda",
 /// "cuda-emu") and how many devices of it this process drives: cpu:N is N
 /// CPU devices in this process (each a replica with its own arena and

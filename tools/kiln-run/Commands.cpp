@@ -8,12 +8,12 @@
 #include "tools/kiln-run/Commands.h"
 
 #include "runtime/core/Cpus.h"
-#include "runtime/core/Handshake.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
 #include "runtime/train/Evaluate.h"
 #include "runtime/train/Calibrate.h"
 #include "runtime/train/Launch.h"
+#include "runtime/train/MultiDevice.h"
 #include "runtime/train/Overview.h"
 #include "runtime/train/Placement.h"
 #include "runtime/train/Replicas.h"
@@ -31,8 +31,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -286,16 +284,10 @@ Status parseFlags(const std::vector<std::string> &args, Flags &f) {
   return Status::ok();
 }
 
-/// Threads for each replica when --threads is not given: the CPUs this
-/// process may use (runtime/core/Cpus.h), shared by the host's replicas
-/// (mpirun's local ranks, or the in-process devices).
-int replicaThreads(const train::Launch &launch, int devicesInProcess) {
-  return threadsPerReplica(cpuBudget(), launch.multiProcess() ? launch.localSize : 1,
-                           launch.multiProcess() ? 1 : devicesInProcess);
-}
-
-/// The backend --device names, created as the flags say.
-train::BackendFactory backendFor(const Flags &f) {
+/// The device options the flags (and the environment: KILN_CUDA_EPILOGUES,
+/// KILN_COMM_THREAD) ask for; a run on several devices gives each replica
+/// its own copy (train::replicaBackends).
+train::DeviceOptions deviceOptions(const Flags &f) {
   train::DeviceOptions o;
   o.device = f.device;
   o.artifact = f.artifact;
@@ -304,10 +296,13 @@ train::BackendFactory backendFor(const Flags &f) {
   o.cacheDir = f.cacheDir;
   o.noCache = f.noCache;
   o.quiet = f.quiet;
-  if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
-    o.cudaEpilogues = v;
-  if (const char *v = std::getenv("KILN_COMM_THREAD"))
-    o.commThread = v;
+  train::deviceOptionsFromEnvironment(o);
+  return o;
+}
+
+/// The backend --device names, created as the flags say.
+train::BackendFactory backendFor(const Flags &f) {
+  train::DeviceOptions o = deviceOptions(f);
   return [o](const Package &pkg) { return train::makeBackend(pkg, o, print); };
 }
 
@@ -451,16 +446,6 @@ int printOverview(const Flags &f, const Profiler &p, const program::Program &pro
   return 0;
 }
 
-/// --trace: the trace's process for device `rank` of a run.
-train::TraceSource traceSource(const Tracer &t, const train::Model &m, int rank) {
-  train::TraceSource src;
-  src.tracer = &t;
-  src.program = &m.prog();
-  src.process = fmt::format("rank {} \u00b7 {}", rank, m.exec ? m.exec->describe() : "");
-  src.pid = rank;
-  return src;
-}
-
 /// Writes --trace's file from the devices' rendered events (every rank's,
 /// for rank 0 of an MPI run) and, with --tensorboard, the TensorBoard
 /// profile from their XSpaces (rank order), for a run of steps [start,
@@ -521,261 +506,117 @@ int writeTrace(const Flags &f, const train::TrainOptions &o, const train::Model 
 } // namespace
 
 /// Ends the run of a rank once the ranks agreed that some could not start
-/// (`a`): rank 0 prints what failed, then the ranks leave together (one
-/// more collective), since mpirun ends the whole job as soon as one rank
-/// exits with an error and could otherwise stop rank 0 before it printed.
+/// (`a`): rank 0 prints what failed, then the ranks leave together.
 static int endStart(comm::Communicator &c, const train::StartAgreement &a) {
   int rc = a.report ? fail(a.status) : a.status.exitCode();
   std::fflush(stderr);
-  int64_t printed = 1, all = 0;
-  (void)c.allReduce(&printed, &all, 1, ElementType::I64, comm::Reduction::Max);
+  train::leaveTogether(c);
   return rc;
 }
 
 /// A start-up error `held` before the communicator existed, under a launcher
-/// of several processes: every rank gets to agreeOnStart() (the others
-/// right after making their communicator), rank 0 prints what failed, and
-/// every rank exits with its code. A rank missing there (dead, or stuck
-/// before it) is named by the collective's deadline.
+/// of several processes: every rank gets to agree on it (the others right
+/// after making their communicator), rank 0 prints what failed, and every
+/// rank exits with its code. A rank missing there (dead, or stuck before
+/// it) is named by the collective's deadline.
 static int reportStartError(const Flags &f, const Status &held) {
   // (The flag itself may be what was wrong.)
   double timeout = f.collectiveTimeout > 0 && f.collectiveTimeout <= kMaxCollectiveTimeout
                        ? f.collectiveTimeout
                        : Flags().collectiveTimeout;
-  auto c = train::makeMpiCommunicator(timeout);
-  if (!c)
+  train::StartFailure s = train::reportStartFailure(held, timeout);
+  if (!s.comm)
     return fail(held); // no MPI to agree through: as one process
-  return endStart(**c, train::agreeOnStart(**c, held));
+  return endStart(*s.comm, s.agreement);
 }
 
 /// Training on several devices (docs/parallel.md "The multi-rank trainer"):
-/// --device cpu:N in this process, or this process's rank under mpirun.
+/// --device cpu:N in this process, or this process's rank under mpirun;
+/// runtime/train/MultiDevice.h does the launch, this prints.
 static int trainReplicas(const Flags &f, const train::TrainOptions &o, const train::DeviceSpec &spec,
                          const train::Launch &launch, const train::Model &model,
                          const Profiler &prof) {
-  std::string how = launch.multiProcess()
-                        ? fmt::format("{} with {} processes", launch.launcher, launch.size)
-                        : "--device " + f.device;
-  int devices = launch.multiProcess() ? launch.size : spec.count;
-  if (launch.multiProcess() && spec.count > 1)
-    return usage(fmt::format("--device {} runs {} devices in one process; under {} each "
-                             "process is one device: use --device {}", f.device, spec.count,
-                             launch.launcher, spec.kind));
-  if (spec.kind != "cpu" && spec.kind != "cuda")
-    return fail(Status::error(fmt::format(
-        "--device {}: training on several {} devices is not supported; use --device cpu:N "
-        "or cuda:0,1,..., or mpirun with --device cpu or cuda", f.device, spec.kind)));
-  if (Status s = train::checkDeviceCount(model.prog(), devices, how, f.artifact); !s)
-    return fail(s);
-  // GPUs: NCCL's communicators for the program's collectives (device
-  // memory), host ones (in-process, MPI) for the trainer's own.
-  bool gpus = spec.kind == "cuda";
-  std::vector<int> ordinals = spec.ordinals;
-  if (gpus && ordinals.empty()) // --device cuda: GPU 0, or this node's rank's
-    ordinals = {launch.multiProcess() ? launch.localRank : 0};
-  if (gpus)
-    if (Status s = train::checkGpus(ordinals, launch.multiProcess()
-                                                  ? fmt::format("rank {} of {}", launch.rank, how)
-                                                  : how);
-        !s)
-      return fail(s);
-  std::vector<std::unique_ptr<comm::Communicator>> owned, host;
-  train::StartAgreement started;
-  if (launch.multiProcess()) {
+  auto run = train::planReplicas(launch, spec, f.device, model.prog(), f.artifact);
+  if (!run)
+    return fail(run.status());
+  if (launch.multiProcess())
     gHeld.hold = false; // from here on, each rank's errors name it
-    auto c = train::makeMpiCommunicator(f.collectiveTimeout);
-    if (!c)
-      return fail(c.status());
-    // The ranks that failed before this point tell theirs here.
-    started = train::agreeOnStart(**c, Status::ok());
-    if (!started.status)
-      return endStart(**c, started);
-    if ((*c)->size() != launch.size || (*c)->rank() != launch.rank)
-      return fail(Status::error(fmt::format(
-          "{} says this is rank {} of {}, but MPI says rank {} of {}; start kiln-run with "
-          "the mpirun of the MPI it was built with", launch.launcher, launch.rank, launch.size,
-          (*c)->rank(), (*c)->size())));
-    if (gpus) {
-      auto n = train::makeNcclCommunicator(**c, ordinals[0], f.collectiveTimeout);
-      if (!n) {
-        Status s = Status::error(fmt::format("rank {}: {}", launch.rank, n.status().message()));
-        int rc = fail(s);
-        (*c)->abort("stopping the other ranks after the error above");
-        return rc;
-      }
-      host.push_back(std::move(*c));
-      owned.push_back(std::move(*n));
-    } else {
-      owned.push_back(std::move(*c));
-    }
-  } else {
-    auto cs = train::makeInProcessCommunicators(spec.count, f.collectiveTimeout);
-    if (!cs)
-      return fail(cs.status());
-    if (gpus) {
-      auto ns = train::makeNcclCommunicators(ordinals, f.collectiveTimeout);
-      if (!ns)
-        return fail(ns.status());
-      host = std::move(*cs);
-      owned = std::move(*ns);
-    } else {
-      owned = std::move(*cs);
-    }
-  }
+  auto comms = train::connectReplicas(*run, f.collectiveTimeout);
+  if (!comms)
+    return fail(comms.status());
+  if (!comms->started.status)
+    return endStart(comms->leader(), comms->started);
+  const std::string stopping = "stopping the other ranks after the error above";
+  auto failAll = [&](const Status &s) { // the other processes stop at once
+    int rc = fail(s);
+    comms->abortOthers(stopping);
+    return rc;
+  };
+  if (!comms->error)
+    return failAll(comms->error);
   train::ReplicaOptions ro;
   ro.train = o;
-  ro.how = how;
-  for (auto &c : owned)
+  ro.how = run->how;
+  for (auto &c : comms->program)
     ro.comms.push_back(c.get());
-  for (auto &c : host)
+  for (auto &c : comms->host)
     ro.hostComms.push_back(c.get());
   // Threads: the CPUs this process may use shared by this host's replicas,
   // unless --threads says how many each gets.
-  int perReplica = f.threadsSet ? f.threads : replicaThreads(launch, spec.count);
-  Flags bf = f;
-  bf.threads = perReplica;
-  ro.backend = [bf, gpus, ordinals](int device, comm::Communicator *c) -> train::BackendFactory {
-    train::DeviceOptions d;
-    d.device = bf.device;
-    // cuda:0,1,...: replica i on the i-th GPU listed (one per process: its
-    // own).
-    if (gpus)
-      d.device = fmt::format("cuda:{}", ordinals[ordinals.size() == 1 ? 0 : size_t(device)]);
-    d.artifact = bf.artifact;
-    d.threads = bf.threads;
-    d.interOpThreads = bf.interOpThreads;
-    d.cacheDir = bf.cacheDir;
-    d.noCache = bf.noCache;
-    d.quiet = bf.quiet || device != 0;
-    d.comm = c;
-    d.deviceIndex = device;
-    if (const char *v = std::getenv("KILN_CUDA_EPILOGUES"))
-      d.cudaEpilogues = v;
-    if (const char *v = std::getenv("KILN_COMM_THREAD"))
-      d.commThread = v;
-    return [d](const Package &pkg) { return train::makeBackend(pkg, d, print); };
-  };
+  train::DeviceOptions d = deviceOptions(f);
+  d.threads = f.threadsSet ? f.threads : train::replicaThreads(launch, spec.count);
+  ro.backend = train::replicaBackends(d, run->gpus, print);
   // Start-up handshake: every rank runs the same artifact and collective
   // sequence, or none starts.
-  std::string hash;
-  {
-    std::ifstream in(f.artifact, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    hash = contentHash(bytes.data(), bytes.size());
-  }
-  ro.handshake = [hash](comm::Communicator &c, const train::Model &m) {
-    return checkSameProgram(c, m.prog(), hash);
-  };
+  auto handshake = train::sameArtifactHandshake(f.artifact);
+  if (!handshake)
+    return failAll(handshake.status());
+  ro.handshake = *handshake;
   // --trace: one tracer per replica of this process (rank 0's the one
   // o.tracer names, when something else set it already).
   std::vector<std::unique_ptr<Tracer>> ownTracers;
-  std::vector<Tracer *> tracers;
   bool stages = profileStages(f, model.prog());
   if (f.traced() || stages)
-    for (comm::Communicator *c : ro.comms) {
-      Tracer *t = c->rank() == 0 ? o.tracer : nullptr;
-      if (!t) {
-        ownTracers.push_back(std::make_unique<Tracer>());
-        t = ownTracers.back().get();
-      }
-      t->rank = t->device = c->rank();
-      tracers.push_back(t);
-    }
-  ro.tracers = tracers;
+    ro.tracers = train::replicaTracers(ro.comms, o.tracer, ownTracers);
   if (launch.multiProcess())
-    ro.started = &started;
+    ro.started = &comms->started;
   auto r = train::trainReplicas(model.pkg, ro, print);
-  if (!r && !started.status) // every rank knows: none waits for another
-    return endStart(host.empty() ? *owned[0] : *host[0], started);
-  if (!r) {
-    int rc = fail(r.status());
-    // The other processes stop at once rather than at their deadline.
-    if (launch.multiProcess()) {
-      owned[0]->abort("stopping the other ranks after the error above");
-      if (!host.empty())
-        host[0]->abort("stopping the other ranks after the error above");
-    }
-    return rc;
-  }
+  if (!r && !comms->started.status) // every rank knows: none waits for another
+    return endStart(comms->leader(), comms->started);
+  if (!r)
+    return failAll(r.status());
+  bool leader = ro.comms[0]->rank() == 0;
   if (f.traced()) {
-    std::vector<std::string> pieces, spaces;
-    std::string host = train::machineName();
-    auto xspace = [&host](const train::TraceSource &src) { return train::renderXSpace(src, host); };
-    if (launch.multiProcess()) {
-      // Every rank's events to rank 0, under the communicator's deadline.
-      train::TraceSource src = traceSource(*tracers[0], *r->models[0], launch.rank);
-      auto gather = [&](std::vector<std::string> &out, const train::TraceRender &render) {
-        auto got = train::gatherTrace(*r->models[0]->comm, src, render);
-        if (!got) {
-          int rc = fail(got.status());
-          owned[0]->abort("stopping the other ranks after the error above");
-          return rc;
-        }
-        out = std::move(*got);
-        return 0;
-      };
-      if (!f.trace.empty())
-        if (int rc = gather(pieces, train::renderTraceEvents))
-          return rc;
-      if (f.tensorboardProfile())
-        if (int rc = gather(spaces, xspace))
-          return rc;
-    } else {
-      int64_t earliest = INT64_MAX;
-      for (Tracer *t : tracers)
-        earliest = std::min(earliest, train::originNanos(*t));
-      for (size_t i = 0; i < tracers.size(); ++i) {
-        train::TraceSource src = traceSource(*tracers[i], *r->models[i], tracers[i]->rank);
-        src.shift = double(train::originNanos(*tracers[i]) - earliest) / 1e9;
-        if (!f.trace.empty())
-          pieces.push_back(train::renderTraceEvents(src));
-        if (f.tensorboardProfile())
-          spaces.push_back(xspace(src));
-      }
-    }
-    if (ro.comms[0]->rank() == 0)
-      if (int rc = writeTrace(f, o, model, pieces, spaces, r->result.start, r->result.next,
-                              devices))
+    auto traces = train::collectTraces(ro.tracers, *r, launch.multiProcess(), !f.trace.empty(),
+                                       f.tensorboardProfile());
+    if (!traces)
+      return failAll(traces.status());
+    if (leader)
+      if (int rc = writeTrace(f, o, model, traces->chrome, traces->xspaces, r->result.start,
+                              r->result.next, run->devices))
         return rc;
   }
   if (r->result.interrupted) {
     // The same launch again, from the checkpoint.
-    std::string launcher;
-    if (launch.multiProcess())
-      launcher = launch.launcher == "slurm" ? fmt::format("srun -n {} ", devices)
-                 : launch.launcher == "openmpi" || launch.launcher == "pmi"
-                     ? fmt::format("mpirun -np {} ", devices)
-                     : fmt::format("({} with {} processes) ", launch.launcher, devices);
-    if (ro.comms[0]->rank() == 0)
+    if (leader)
       fmt::print("kiln-run: interrupted at step {}; saved {}; continue with: {}\n",
                  r->result.next, r->result.checkpoint,
-                 resumeCommand(f, launcher, r->result.checkpoint));
+                 resumeCommand(f, train::relaunchCommand(launch, run->devices),
+                               r->result.checkpoint));
     return 130;
   }
   // Pipeline stages: each device's row, from its own spans (every rank's
   // to rank 0 under mpirun).
   std::vector<std::string> stageRows;
   if (stages) {
-    for (size_t i = 0; i < tracers.size(); ++i) {
-      int rank = tracers[i]->rank;
-      stageRows.push_back(train::formatStageRow(
-          tracers[i]->spans(), r->models[i]->prog(), rank,
-          train::meshCoordinate(r->models[i]->prog().mesh, "pp", rank)));
-    }
-    if (launch.multiProcess()) {
-      r->models[0]->comm->setContext("gathering the pipeline stages' profiles (--profile)");
-      auto got = train::gatherText(*r->models[0]->comm, stageRows.empty() ? "" : stageRows[0]);
-      if (!got) {
-        int rc = fail(got.status());
-        owned[0]->abort("stopping the other ranks after the error above");
-        return rc;
-      }
-      stageRows = std::move(*got);
-    }
+    auto rows = train::collectStageRows(ro.tracers, *r, launch.multiProcess());
+    if (!rows)
+      return failAll(rows.status());
+    stageRows = std::move(*rows);
   }
-  if (f.profile && ro.comms[0]->rank() == 0) {
+  if (f.profile && leader) {
     int rc = printOverview(f, prof, r->models[0]->prog(),
-                           fmt::format("rank 0 of {} on {}", devices, how));
+                           fmt::format("rank 0 of {} on {}", run->devices, run->how));
     if (stages) {
       fmt::print("{}", train::stageHeader());
       for (const std::string &row : stageRows)
@@ -821,7 +662,7 @@ static int train(const std::vector<std::string> &args, Flags &f) {
             fmt::format("threads: {} per device, for the {} this process may use (--threads N "
                         "to choose)",
                         launch.multiProcess() || spec->count > 1
-                            ? replicaThreads(launch, spec->count)
+                            ? train::replicaThreads(launch, spec->count)
                             : f.threads,
                         b.describe()));
   // --log-placement: once, by the leader (rank 0 under mpirun).
@@ -899,7 +740,7 @@ static int train(const std::vector<std::string> &args, Flags &f) {
     // The threads rank 0 gets (trainReplicas' split of the cores).
     // Under mpirun only rank 0 profiles (it prints the overview).
     if (!launch.multiProcess() || launch.rank == 0)
-      startProfile(f, o, prof, f.threadsSet ? f.threads : replicaThreads(launch, spec->count));
+      startProfile(f, o, prof, f.threadsSet ? f.threads : train::replicaThreads(launch, spec->count));
     else if (profileStages(f, model->prog()))
       train::profileWindow(o); // every stage records the same steps
     traceWindow();
@@ -923,7 +764,7 @@ static int train(const std::vector<std::string> &args, Flags &f) {
   if (!r)
     return fail(r.status());
   if (f.traced()) {
-    train::TraceSource src = traceSource(*o.tracer, *model, 0);
+    train::TraceSource src = train::traceSource(*o.tracer, *model, 0);
     std::vector<std::string> pieces, spaces;
     if (!f.trace.empty())
       pieces.push_back(train::renderTraceEvents(src));

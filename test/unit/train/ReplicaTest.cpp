@@ -6,8 +6,8 @@
 // alike and like a replica trained alone.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/core/Data.h"
-#include "runtime/core/Random.h"
+#include "ModelData.h"
+
 #include "runtime/train/Devices.h"
 #include "runtime/train/Trainer.h"
 
@@ -19,6 +19,7 @@
 
 using namespace kiln;
 using namespace kiln::train;
+using fixtures::writeData;
 
 namespace {
 
@@ -28,31 +29,6 @@ std::string tempDir() {
   std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   return d;
-}
-
-/// DIR/<input>.npy for every data input of @train_step: 512 rows of floats
-/// in [-1, 1), or of integers below the number of classes.
-void writeData(const Model &m, const std::string &dir) {
-  int64_t classes = m.vocabSize();
-  for (int id : m.dataInputs("train_step")) {
-    const program::Buffer &b = m.prog().buffers[size_t(id)];
-    data::NpyArray a;
-    a.shape = b.shape;
-    a.shape[0] = 512;
-    int64_t n = 1;
-    for (int64_t d : a.shape)
-      n *= d;
-    bool isFloat = b.dtype == program::DType::F32;
-    a.descr = isFloat ? "<f4" : "<i8";
-    for (int64_t i = 0; i < n; ++i) {
-      uint64_t r = random::bits(11, uint64_t(id), uint64_t(i));
-      if (isFloat)
-        a.f.push_back(random::uniform(11, uint64_t(id), uint64_t(i)) * 2 - 1);
-      else
-        a.i.push_back(int64_t(r % uint64_t(classes)));
-    }
-    ASSERT_TRUE(data::writeNpy(dir + "/" + b.name + ".npy", a));
-  }
 }
 
 /// Trains one replica for 15 steps; returns its losses.
