@@ -4,7 +4,7 @@
 // the frontend built, or a kiln-dialect module read from .mlir) becomes a
 // training program, a plan and an artifact. kilnc parses flags into
 // CompileOptions and prints what the driver returns; the planner
-// (tools/kilnc/Planner.cpp) lays out each candidate through it.
+// (compiler/planner/Planner.cpp) lays out each candidate through it.
 //
 //   load()       the model as a module: a .kiln file through the frontend, or
 //                a kiln-dialect .mlir module parsed as it is

@@ -6,7 +6,7 @@
 //   kilnc MODEL.kiln --emit=counters per-call counters (JSON) for the perf
 //   guard kilnc MODEL.kiln -o MODEL.kpack  the artifact kiln-run executes kilnc
 //   MODEL.kiln --parallel=auto --devices N [--memory-per-device SIZE]
-//                                    choose dp x tp x ZeRO (Planner.h)
+//                                    choose dp x tp x ZeRO (compiler/planner)
 //
 // Exit codes: 0 success, 1 user error (bad model file or flags), 2 internal
 // error (a bug in Kiln).
@@ -17,12 +17,13 @@
 #include "compiler/PrecisionReport.h"
 #include "compiler/Summary.h"
 #include "compiler/Training.h"
+#include "compiler/planner/Planner.h"
 #include "frontend/Frontend.h"
 #include "runtime/core/Artifact.h"
 #include "runtime/core/Counters.h"
 #include "runtime/core/GpuCost.h"
 #include "runtime/core/Log.h"
-#include "tools/kilnc/Planner.h"
+#include "runtime/train/Calibrate.h"
 
 #include "dialects/kiln/KilnDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -413,7 +414,10 @@ std::optional<int> planLayout(mlir::ModuleOp module, std::string &diagnostics) {
   po.modelPath = inputFile;
   std::optional<std::string> machine;
   given(machine, plannerMachine);
-  if (kiln::Status st = kiln::planner::chooseLayout(module, po, machine, diagnostics, llvm::outs());
+  // The machine measured by the runtime (runtime/train/Calibrate.h).
+  kiln::planner::MachineProbe probe{kiln::train::measureMachine, kiln::train::timeGemms};
+  if (kiln::Status st =
+          kiln::planner::chooseLayout(module, po, machine, probe, diagnostics, llvm::outs());
       !st)
     return userError(st.message());
   if (outputFile == "-" && !emit.getNumOccurrences())

@@ -1,15 +1,11 @@
-//===- Planner.cpp - kilnc --parallel=auto
-//---------------------------------===//
-#include "tools/kilnc/Planner.h"
+//===- Planner.cpp - kilnc --parallel=auto: choose pp x dp x tp -----------===//
+#include "compiler/planner/Planner.h"
 
 #include "compiler/Codegen.h"
 #include "compiler/Driver.h"
 #include "compiler/Training.h"
 #include "dialects/kiln/KilnDialect.h"
-#include "runtime/comm/InProcess.h"
-#include "runtime/core/Cpus.h"
 #include "runtime/core/Program.h"
-#include "runtime/train/Calibrate.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Verifier.h"
@@ -19,17 +15,9 @@
 
 #include <fmt/format.h>
 
-#ifdef KILN_HAVE_BLAS
-#include "runtime/cpu/Gemm.h"
-#include "runtime/cpu/ThreadPool.h"
-#endif
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
-#include <thread>
 
 namespace kiln::planner {
 namespace {
@@ -42,62 +30,6 @@ std::string ms(double seconds) { return fmt::format("{:.1f}", seconds * 1e3); }
 std::string msPerRow(double seconds) {
   double v = seconds * 1e3;
   return v >= 0.1 ? fmt::format("{:.2f}", v) : fmt::format("{:.2g}", v);
-}
-
-/// Times `reps` iterations on every rank of an in-process world of `n`
-/// threads, after two untimed ones: each copies `workBytes` between two
-/// buffers of its own (compute between collectives, so that the ranks meet
-/// as devices do, not in lockstep) and then, when `reduce`, all-reduces
-/// `count` floats. The slowest rank's mean seconds per iteration.
-bool timeAllReduce(int n, int64_t count, int64_t workBytes, bool reduce,
-                   int reps, double &seconds, std::string &error) {
-  auto comms = comm::makeInProcessCommunicators(n);
-  std::vector<std::vector<float>> bufs(static_cast<size_t>(n));
-  std::vector<std::vector<char>> src(static_cast<size_t>(n)),
-      dst(static_cast<size_t>(n));
-  std::vector<double> took(static_cast<size_t>(n), 0.0);
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      size_t i = size_t(r);
-      bufs[i].assign(size_t(count), 1.0f);
-      src[i].assign(size_t(workBytes), 1);
-      dst[i].assign(size_t(workBytes), 0);
-      auto &c = *comms[i];
-      c.setTimeout(10);
-      auto iteration = [&] {
-        if (workBytes > 0)
-          std::memcpy(dst[i].data(), src[i].data(), size_t(workBytes));
-        if (!reduce)
-          return true;
-        Status s = c.allReduce(bufs[i].data(), bufs[i].data(), count,
-                               ElementType::F32, comm::Reduction::Mean);
-        if (!s)
-          errors[i] = s.message();
-        return bool(s);
-      };
-      for (int w = 0; w < 2; ++w)
-        if (!iteration())
-          return;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int k = 0; k < reps; ++k)
-        if (!iteration())
-          return;
-      took[i] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-              .count() /
-          reps;
-    });
-  for (auto &t : threads)
-    t.join();
-  for (const std::string &e : errors)
-    if (!e.empty()) {
-      error = "measuring the in-process all_reduce: " + e;
-      return false;
-    }
-  seconds = *std::max_element(took.begin(), took.end());
-  return true;
 }
 
 int64_t argBytes(const program::Program &p, const std::vector<int> &args) {
@@ -137,82 +69,6 @@ int64_t trainInt(mlir::ModuleOp m, llvm::StringRef key, int64_t dflt) {
   if (auto a = train.getAs<mlir::IntegerAttr>(key))
     return a.getInt();
   return dflt;
-}
-
-/// The key of a GEMM shape in Machine::gemmSeconds: its label and layouts.
-std::string gemmShapeKey(const program::GemmParams &g) {
-  auto lay = [](const program::MatrixLayout &l) {
-    return fmt::format("{}/{}/{}", l.outer, l.inner, l.ld);
-  };
-  return fmt::format("{} {} {} {} {} {}{}", program::gemmLabel(g), g.heads,
-                     lay(g.lhsLayout), lay(g.rhsLayout), lay(g.outLayout),
-                     g.lhsBatched ? "B" : "-", g.rhsBatched ? "B" : "-");
-}
-
-/// Times one call of each distinct float32 GEMM shape of `shapes` with the
-/// CPU backend's GEMM, its parts run in order on one thread (a device's
-/// thread), while every other core runs the same shape (the other devices).
-void timeGemms(const std::vector<program::GemmParams> &shapes, Machine &m) {
-#ifdef KILN_HAVE_BLAS
-  struct Shape {
-    const program::GemmParams *g;
-    std::vector<std::vector<float>> a, b, o; // per thread
-    int64_t parts = 1;
-    int reps = 1;
-    double best = 1e30;
-  };
-  cpu::ThreadPool pool(m.cores);
-  size_t c = size_t(m.cores);
-  std::vector<Shape> todo(shapes.size());
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    Shape &s = todo[i];
-    s.g = &shapes[i];
-    int64_t lhs = 0, rhs = 0, out = 0;
-    cpu::gemmExtents(*s.g, lhs, rhs, out);
-    s.a.assign(c, std::vector<float>(size_t(lhs), 0.5f));
-    s.b.assign(c, std::vector<float>(size_t(rhs), 0.25f));
-    s.o.assign(c, std::vector<float>(size_t(out), 0.0f));
-    s.parts = cpu::gemmParts(*s.g);
-    // Enough calls for ~0.2 ms at the peak rate, at least 1.
-    double est = program::gemmFlops(*s.g) / (m.machineFlops / double(c));
-    s.reps = int(std::clamp(2e-4 / std::max(est, 1e-9), 1.0, 50.0));
-  }
-  auto run = [&](Shape &s) {
-    pool.forEach(m.cores, m.cores, [&](int64_t t) {
-      size_t k = size_t(t);
-      for (int r = 0; r < s.reps; ++r)
-        for (int64_t part = 0; part < s.parts; ++part)
-          cpu::matmulPart(*s.g, s.a[k].data(), s.b[k].data(), s.o[k].data(),
-                          part, s.parts);
-    });
-  };
-  // Rounds over every shape, the best of each: a neighbour's load in one
-  // round then slows every layout's shapes alike, not one layout's.
-  constexpr int rounds = 3;
-  auto start = std::chrono::steady_clock::now();
-  for (Shape &s : todo)
-    run(s); // warm-up: pages, caches
-  for (int round = 0; round < rounds; ++round)
-    for (Shape &s : todo) {
-      auto t0 = std::chrono::steady_clock::now();
-      run(s);
-      s.best = std::min(s.best, std::chrono::duration<double>(
-                                    std::chrono::steady_clock::now() - t0)
-                                    .count());
-    }
-  for (const Shape &s : todo)
-    m.gemmSeconds[gemmShapeKey(*s.g)] = s.best / s.reps;
-  double total =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  m.gemmCalibration = fmt::format(
-      "{} float32 GEMM shapes of the plans timed through the CPU backend's "
-      "GEMM on 1 thread while all {} cores run one, best of {} rounds ({:.0f} "
-      "ms)",
-      shapes.size(), m.cores, rounds, total * 1e3);
-#else
-  m.gemmCalibration = "this kilnc has no BLAS: every GEMM at the sgemm rate";
-#endif
 }
 
 /// Compiles `c`'s layout of `module` and records its plan and memory.
@@ -455,15 +311,6 @@ std::string Candidate::flags() const {
   return f;
 }
 
-namespace {
-/// kiln-run's split of the cores between in-process replicas.
-void shareCores(Machine &m) {
-  m.threadsPerDevice = std::max(1, m.cores / m.devices);
-  m.coreShare =
-      std::min(double(m.threadsPerDevice), double(m.cores) / double(m.devices));
-}
-} // namespace
-
 bool parseMachine(const std::string &text, int devices, Machine &m,
                   std::string &error) {
   m.measured = false;
@@ -507,64 +354,7 @@ bool parseMachine(const std::string &text, int devices, Machine &m,
   return true;
 }
 
-bool measureMachine(int devices, Machine &m, std::string &error) {
-  m.devices = std::max(1, devices);
-  m.cores = cpuBudget().usable(); // the CPUs kilnc may use, not the machine's
-  shareCores(m);
-  // Every core at once (one sgemm and one copy block per thread), as N
-  // devices that each use their share run together.
-  auto peak = train::measureCpuPeak(m.cores);
-  if (!peak) {
-    error = peak.status().message();
-    return false;
-  }
-  m.machineFlops = peak->flops;
-  m.machineBandwidth = peak->bandwidth;
-  m.deviceFlops = m.machineFlops * m.coreShare / double(m.cores);
-  m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
-  m.calibration = peak->how;
-  if (m.devices == 1) {
-    m.commCalibration = "one device: no communication";
-    m.commLatency = 0;
-    m.commBusBandwidth = 1;
-    return true;
-  }
-  // Latency: what a 4-byte all_reduce adds to a loop of 8 MiB copies on
-  // every rank (the cost of meeting between compute, wake-ups included);
-  // bandwidth: a 4 MiB all_reduce (the size of the gradient buckets of small
-  // models) less the lockstep latency of a 4-byte one.
-  constexpr int64_t work = int64_t(8) << 20;
-  constexpr int64_t big = int64_t(1) << 20; // f32 elements
-  double tSmall = 0, tBig = 0, meet = 1e30;
-  if (!timeAllReduce(m.devices, 1, 0, true, 100, tSmall, error) ||
-      !timeAllReduce(m.devices, big, 0, true, 8, tBig, error))
-    return false;
-  // The meeting cost is a difference of two noisy loop times: the smallest
-  // of three interleaved rounds.
-  for (int round = 0; round < 3; ++round) {
-    double tWork = 0, tWorkSmall = 0;
-    if (!timeAllReduce(m.devices, 1, work, false, 10, tWork, error) ||
-        !timeAllReduce(m.devices, 1, work, true, 10, tWorkSmall, error))
-      return false;
-    meet = std::min(meet, tWorkSmall - tWork);
-  }
-  double n = double(m.devices);
-  m.commLatency = std::max(tSmall, meet);
-  m.commBusBandwidth =
-      4.0 * double(big) * 2 * (n - 1) / n / std::max(tBig - tSmall, 0.2 * tBig);
-  // Between copies the meeting can cost less than the loops' noise: the
-  // difference is then at or below zero, and said to be nothing measurable.
-  std::string between = meet >= 0.05e-6
-                            ? fmt::format("{:.1f} us between 8 MiB copies", meet * 1e6)
-                            : std::string("nothing measurable between 8 MiB copies");
-  m.commCalibration = fmt::format(
-      "in-process all_reduce(mean) over {} threads: 4 bytes {:.1f} us in "
-      "lockstep and {} (best of 3); 4 MiB {:.2f} ms",
-      m.devices, tSmall * 1e6, between, tBig * 1e3);
-  return true;
-}
-
-Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
+Result plan(mlir::ModuleOp module, const Options &o, Machine &m, const MachineProbe &probe,
             std::string &diagnostics) {
   Result r;
   // pp outermost, then tp; ZeRO wherever dp > 1 (with pp each stage shards
@@ -617,8 +407,10 @@ Result plan(mlir::ModuleOp module, const Options &o, Machine &m,
             seen[gemmShapeKey(s.gemm)] = true;
             shapes.push_back(s.gemm);
           }
-  if (m.measured)
-    timeGemms(shapes, m);
+  if (m.measured && probe.timeGemms)
+    probe.timeGemms(shapes, m);
+  else if (m.measured)
+    m.gemmCalibration = "not timed (no GEMM timer given): every GEMM at the sgemm rate";
   else
     m.gemmCalibration =
         "not timed (--planner-machine): every GEMM at the sgemm rate";
@@ -904,7 +696,8 @@ bool parseSize(const std::string &text, int64_t &bytes) {
   return bytes > 0;
 }
 
-Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional<std::string> &machineSpec,
+Status chooseLayout(mlir::ModuleOp module, Options &options,
+                    const std::optional<std::string> &machineSpec, const MachineProbe &probe,
                     std::string &diagnostics, llvm::raw_ostream &os) {
   if (!module.lookupSymbol("forward"))
     return Status::error("--parallel=auto lays out a model (a .kiln file, or a .mlir module with "
@@ -929,10 +722,13 @@ Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional
   if (machineSpec) {
     if (!parseMachine(*machineSpec, int(options.devices), machine, err))
       return Status::error(err);
-  } else if (!measureMachine(int(options.devices), machine, err)) {
+  } else if (!probe.measure) {
+    return Status::error("--parallel=auto cannot measure this machine here (no measurements "
+                         "given): give its constants with --planner-machine");
+  } else if (!probe.measure(int(options.devices), machine, err)) {
     return Status::error("--parallel=auto cannot measure this machine: " + err);
   }
-  Result result = plan(module, options, machine, diagnostics);
+  Result result = plan(module, options, machine, probe, diagnostics);
   diagnostics.clear();
   printReport(result, options, machine, os);
   os.flush();

@@ -6,16 +6,19 @@
 // process, as kilnc would with --devices N --pp P --tp T --zero K
 // --micro-batches M,
 // reads each per-device plan (memory, GEMM FLOPs, kernel bytes, collectives)
-// and predicts its step time from constants measured on this machine at
-// planning time: sgemm FLOP/s and copy bandwidth (runtime/train/Calibrate.h)
-// and the in-process communicator's all-reduce latency and bandwidth. It
-// ranks the layouts that fit the memory budget by predicted time per
-// training row and explains the choice.
+// and predicts its step time from the machine's constants, which it takes
+// as data (runtime/core/Machine.h): measured by the runtime at planning
+// time (runtime/train/Calibrate.h: sgemm FLOP/s and copy bandwidth, the
+// in-process communicator's all-reduce latency and bandwidth, the
+// candidates' GEMM shapes timed), which kilnc passes in (MachineProbe), or
+// given (--planner-machine). It ranks the layouts that fit the memory
+// budget by predicted time per training row and explains the choice.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_TOOLS_KILNC_PLANNER_H
-#define KILN_TOOLS_KILNC_PLANNER_H
+#ifndef KILN_COMPILER_PLANNER_PLANNER_H
+#define KILN_COMPILER_PLANNER_PLANNER_H
 
+#include "runtime/core/Machine.h"
 #include "runtime/core/Program.h"
 #include "runtime/core/Status.h"
 
@@ -23,6 +26,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,38 +34,22 @@
 
 namespace kiln::planner {
 
-/// The machine as the cost model sees it, per device of N in-process
-/// devices sharing `cores` cores.
-struct Machine {
-  bool measured = true; ///< false: constants given (parseMachine)
-  int cores = 1;
-  int devices = 1;
-  int threadsPerDevice = 1;
-  double coreShare =
-      1; ///< cores each device gets: min(threads, cores / devices)
-  double machineFlops = 0;     ///< sgemm FLOP/s of all cores at once
-  double machineBandwidth = 0; ///< copy bytes/s of all cores at once
-  double deviceFlops = 0, deviceBandwidth = 0; ///< machine * coreShare / cores
-  double commLatency = 0; ///< seconds per collective call (a 4-byte all_reduce)
-  double commBusBandwidth = 0; ///< bytes/s, nccl-tests' busbw of an all_reduce
-  std::string calibration;     ///< how the compute constants were measured
-  /// Seconds of one call of each float32 GEMM shape the candidates run
-  /// (by gemmShapeKey), timed on one thread while every core runs one.
-  std::map<std::string, double> gemmSeconds;
-  std::string gemmCalibration;
-  std::string
-      commCalibration; ///< how the communication constants were measured
-};
-
 /// The machine from given constants instead of measurements (kilnc
 /// --planner-machine, for tests): "cores=2,gflops=100,gbps=20,latency-us=50,
 /// busbw-gbps=4", totals for the machine; GEMMs then run at the sgemm rate.
 bool parseMachine(const std::string &text, int devices, Machine &m,
                   std::string &error);
 
-/// Measures the machine for `devices` in-process devices (about 0.5 s).
-/// Returns false with `error` set where this build cannot measure.
-bool measureMachine(int devices, Machine &m, std::string &error);
+/// How the planner learns the machine it plans for: kilnc passes the
+/// runtime's measurements (runtime/train/Calibrate.h: measureMachine,
+/// timeGemms); a front end without them gives constants (parseMachine).
+struct MachineProbe {
+  /// Measures the machine for N in-process devices; false with `error`
+  /// set where it cannot.
+  std::function<bool(int devices, Machine &m, std::string &error)> measure;
+  /// Times the candidates' float32 GEMM shapes into Machine::gemmSeconds.
+  std::function<void(const std::vector<program::GemmParams> &shapes, Machine &m)> timeGemms;
+};
 
 /// One collective axis's traffic in a step.
 struct AxisTraffic {
@@ -145,23 +133,26 @@ struct Result {
 
 /// Compiles every layout of `module` (as the frontend built it; it is not
 /// changed), times the float32 GEMM shapes their plans run (into
-/// `machine.gemmSeconds`) and predicts each. `diagnostics` is the string the
+/// `machine.gemmSeconds`, through `probe` where the machine was measured)
+/// and predicts each. `diagnostics` is the string the
 /// context's diagnostic handler appends to; the planner clears it per
 /// candidate.
 Result plan(mlir::ModuleOp module, const Options &options, Machine &machine,
-            std::string &diagnostics);
+            const MachineProbe &probe, std::string &diagnostics);
 
 /// The report: machine constants, the model, the ranked table, the choice.
 void printReport(const Result &r, const Options &options,
                  const Machine &machine, llvm::raw_ostream &os);
 
 /// kilnc --parallel=auto over `module` (configured; a model with @forward):
-/// the machine measured, or from `machineSpec` (parseMachine) where given,
+/// the machine measured through `probe`, or from `machineSpec`
+/// (parseMachine) where given,
 /// every layout planned, the report printed to `os` and the chosen layout set
 /// on `module` (setLayout). options.devices 0: the train section's (1
 /// without one); options.modelName empty: the module's name or the model
 /// file's stem. Fails with a user error naming the flags.
-Status chooseLayout(mlir::ModuleOp module, Options &options, const std::optional<std::string> &machineSpec,
+Status chooseLayout(mlir::ModuleOp module, Options &options,
+                    const std::optional<std::string> &machineSpec, const MachineProbe &probe,
                     std::string &diagnostics, llvm::raw_ostream &os);
 
 /// Parses "123", "64MiB", "1.5 GiB", "512KiB" into bytes; false when it is
@@ -170,4 +161,4 @@ bool parseSize(const std::string &text, int64_t &bytes);
 
 } // namespace kiln::planner
 
-#endif // KILN_TOOLS_KILNC_PLANNER_H
+#endif // KILN_COMPILER_PLANNER_PLANNER_H

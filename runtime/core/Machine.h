@@ -1,0 +1,66 @@
+//===- Machine.h - The machine as the parallelism planner sees it -*- C++ -*-===//
+//
+// The constants the planner's cost model (compiler/planner/Planner.h)
+// predicts a layout's step time from, as data: the CPU's GEMM FLOP/s and
+// copy bandwidth, the communicator's latency and bus bandwidth, and the
+// seconds of each GEMM shape the candidates run. The runtime measures them
+// (runtime/train/Calibrate.h: measureMachine, timeGemms); a test gives them
+// (kilnc --planner-machine).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CORE_MACHINE_H
+#define KILN_RUNTIME_CORE_MACHINE_H
+
+#include "runtime/core/Program.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace kiln::planner {
+
+/// The machine as the cost model sees it, per device of N in-process
+/// devices sharing `cores` cores.
+struct Machine {
+  bool measured = true; ///< false: constants given (parseMachine)
+  int cores = 1;
+  int devices = 1;
+  int threadsPerDevice = 1;
+  double coreShare =
+      1; ///< cores each device gets: min(threads, cores / devices)
+  double machineFlops = 0;     ///< sgemm FLOP/s of all cores at once
+  double machineBandwidth = 0; ///< copy bytes/s of all cores at once
+  double deviceFlops = 0, deviceBandwidth = 0; ///< machine * coreShare / cores
+  double commLatency = 0; ///< seconds per collective call (a 4-byte all_reduce)
+  double commBusBandwidth = 0; ///< bytes/s, nccl-tests' busbw of an all_reduce
+  std::string calibration;     ///< how the compute constants were measured
+  /// Seconds of one call of each float32 GEMM shape the candidates run
+  /// (by gemmShapeKey), timed on one thread while every core runs one.
+  std::map<std::string, double> gemmSeconds;
+  std::string gemmCalibration;
+  std::string
+      commCalibration; ///< how the communication constants were measured
+};
+
+/// kiln-run's split of the cores between in-process replicas: sets
+/// threadsPerDevice and coreShare from cores and devices.
+inline void shareCores(Machine &m) {
+  m.threadsPerDevice = std::max(1, m.cores / m.devices);
+  m.coreShare = std::min(double(m.threadsPerDevice), double(m.cores) / double(m.devices));
+}
+
+/// The key of a GEMM shape in Machine::gemmSeconds: its label and layouts.
+inline std::string gemmShapeKey(const program::GemmParams &g) {
+  auto lay = [](const program::MatrixLayout &l) {
+    return fmt::format("{}/{}/{}", l.outer, l.inner, l.ld);
+  };
+  return fmt::format("{} {} {} {} {} {}{}", program::gemmLabel(g), g.heads, lay(g.lhsLayout),
+                     lay(g.rhsLayout), lay(g.outLayout), g.lhsBatched ? "B" : "-",
+                     g.rhsBatched ? "B" : "-");
+}
+
+} // namespace kiln::planner
+
+#endif // KILN_RUNTIME_CORE_MACHINE_H
