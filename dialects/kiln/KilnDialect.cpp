@@ -230,7 +230,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
                                 "kiln.reduce_scatter, kiln.all_gather)";
     return success();
   }
-  // Data parallelism (passes/DataParallel.cpp, docs/parallel.md).
+  // Data parallelism (passes/parallel/DataParallel.cpp, docs/parallel.md).
   if (name == "kiln.dp.grad")
     return verifyNonEmptyString(op, attr);
   if (name == "kiln.dp.loss" || name == "kiln.dp.grad_norm") {
@@ -265,7 +265,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
                                                          : "\"kiln\" or \"autocast\"");
     return success();
   }
-  // Pipeline parallelism (passes/Pipeline.cpp): an op's stage, the number
+  // Pipeline parallelism (passes/parallel/Pipeline.cpp): an op's stage, the number
   // of stages `stage N { ... }` blocks name, and kiln-train-step's
   // micro-batch tags (kiln-pipeline drops them).
   if (name == kStageAttr)

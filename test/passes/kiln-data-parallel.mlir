@@ -8,7 +8,7 @@
 // The annotated module re-parses (kiln.sharding and kiln.shard verify).
 // RUN: kiln-opt %s --kiln-train-step=emit-grad=false --kiln-data-parallel="zero=2 annotate-sharding=true" | kiln-opt | FileCheck %s --check-prefix=ZERO2
 
-// kiln-data-parallel (passes/DataParallel.cpp) on a linear classifier,
+// kiln-data-parallel (passes/parallel/DataParallel.cpp) on a linear classifier,
 // dp = 2, Adam: w [3x4] (48 bytes of gradient), b [3] (12 bytes).
 // Backward produces b's gradient first, then w's.
 
