@@ -1,6 +1,8 @@
 //===- Package.cpp - Writing a .kpack artifact ----------------------------===//
 #include "compiler/Package.h"
 
+#include "compiler/IndexRanges.h"
+
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "reference/Interpreter.h"
@@ -59,89 +61,6 @@ std::string hex(ArrayRef<uint8_t> bytes) {
   for (uint8_t b : bytes)
     s += fmt::format("{:02x}", b);
   return s;
-}
-
-/// The values an integer input may take, when it indexes: [lo, hi) and
-/// what bounds it ("kiln.cross_entropy targets (10 classes)").
-struct IndexRange {
-  int64_t lo = 0, hi = 0;
-  std::string from;
-};
-
-/// Valid ranges of the integer inputs (by name) that reach the targets of a
-/// kiln.cross_entropy ([0, classes): the logits' last dimension), an
-/// equality kiln.compare against a kiln.iota (the one-hot of nll_loss:
-/// [0, the iota's size along its dimension)), the indices of a kiln.gather ([0, the table's size along the axis)) or of a
-/// kiln.scatter_add, directly or through ops that move elements without
-/// changing them (reshape, broadcast_in_dim, transpose, slice, concat, an
-/// integer cast) and into fusion bodies. An input that reaches several takes
-/// the narrowest; one whose bound is not static gets none.
-std::map<std::string, IndexRange> inputIndexRanges(ModuleOp module) {
-  std::map<std::string, IndexRange> ranges;
-  auto bound = [](Value v, int64_t axis) -> int64_t {
-    auto t = dyn_cast<RankedTensorType>(v.getType());
-    if (!t || t.getRank() == 0)
-      return ShapedType::kDynamic;
-    return t.getDimSize(axis < 0 ? t.getRank() - 1 : axis);
-  };
-  module.walk([&](func::FuncOp fn) {
-    for (BlockArgument arg : fn.getArguments()) {
-      auto name = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), KilnDialect::kInputAttr);
-      auto type = dyn_cast<RankedTensorType>(arg.getType());
-      if (!name || !type || !isa<IntegerType>(type.getElementType()))
-        continue;
-      SmallVector<Value> work{arg};
-      llvm::DenseSet<Value> seen{arg};
-      auto follow = [&](Value v) {
-        if (seen.insert(v).second)
-          work.push_back(v);
-      };
-      while (!work.empty()) {
-        Value v = work.pop_back_val();
-        for (OpOperand &use : v.getUses()) {
-          Operation *op = use.getOwner();
-          int64_t hi = ShapedType::kDynamic;
-          std::string from;
-          if (auto ce = dyn_cast<CrossEntropyOp>(op); ce && use.getOperandNumber() == 1) {
-            hi = bound(ce.getLogits(), -1);
-            from = fmt::format("kiln.cross_entropy targets ({} classes)", hi);
-          } else if (auto g = dyn_cast<GatherOp>(op); g && use.getOperandNumber() == 1) {
-            hi = bound(g.getOperand(), g.getAxis());
-            from = fmt::format("kiln.gather indices (a table of {} rows)", hi);
-          } else if (auto sa = dyn_cast<ScatterAddOp>(op); sa && use.getOperandNumber() == 1) {
-            hi = bound(sa.getResult(), sa.getAxis());
-            from = fmt::format("kiln.scatter_add indices (a table of {} rows)", hi);
-          } else if (auto cmp = dyn_cast<CompareOp>(op);
-                     cmp && cmp.getDirection() == CompareDirection::eq) {
-            // A one-hot against the class index (nll_loss, cross_entropy
-            // on probabilities: docs/language.md): targets in [0, classes).
-            Value other = cmp->getOperand(1 - use.getOperandNumber());
-            auto iota = other.getDefiningOp<IotaOp>();
-            if (!iota)
-              continue;
-            hi = bound(other, iota.getDim());
-            from = fmt::format("class indices against kiln.iota ({} classes)", hi);
-          } else if (auto f = dyn_cast<FusionOp>(op)) {
-            follow(f.getBlock().getArgument(use.getOperandNumber()));
-            continue;
-          } else if (isa<ReshapeOp, BroadcastInDimOp, TransposeOp, SliceOp, ConcatOp>(op) ||
-                     (isa<CastOp>(op) &&
-                      isa<IntegerType>(getElementTypeOrSelf(op->getResult(0).getType())))) {
-            follow(op->getResult(0));
-            continue;
-          } else {
-            continue;
-          }
-          if (ShapedType::isDynamic(hi) || hi <= 0)
-            continue;
-          auto [it, fresh] = ranges.try_emplace(name.str(), IndexRange{0, hi, from});
-          if (!fresh && hi < it->second.hi)
-            it->second = IndexRange{0, hi, from};
-        }
-      }
-    }
-  });
-  return ranges;
 }
 
 json tensorSig(const program::Buffer &b) {

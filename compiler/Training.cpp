@@ -1,6 +1,8 @@
 //===- Training.cpp - Train-program pipeline and numeric checks -----------===//
 #include "compiler/Training.h"
 
+#include "compiler/IndexRanges.h"
+
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
 #include "passes/Passes.h"
@@ -75,34 +77,11 @@ bool isParam(func::FuncOp fn, unsigned i) {
   return bool(fn.getArgAttr(i, KilnDialect::kParamAttr));
 }
 
-/// Largest valid value + 1 for an integer value, from its users: gather
-/// rows, cross_entropy classes, an iota's size along its dimension for an
-/// equality compare against it (nll_loss's one-hot) (INT64_MAX when no
-/// user bounds it).
-int64_t indexBoundOf(Value v) {
-  int64_t bound = INT64_MAX;
-  for (Operation *user : v.getUsers()) {
-    if (auto g = dyn_cast<GatherOp>(user))
-      bound = std::min(bound, g.getOperand().getType().getDimSize(g.getAxis()));
-    else if (auto ce = dyn_cast<CrossEntropyOp>(user))
-      bound = std::min(bound, ce.getLogits().getType().getShape().back());
-    else if (auto cmp = dyn_cast<CompareOp>(user);
-             cmp && cmp.getDirection() == CompareDirection::eq) {
-      // The one-hot of nll_loss: class indices against a kiln.iota.
-      Value other = cmp->getOperand(cmp->getOperand(0) == v ? 1 : 0);
-      if (auto iota = other.getDefiningOp<IotaOp>())
-        bound = std::min(bound, cast<RankedTensorType>(other.getType())
-                                    .getDimSize(iota.getDim()));
-    } else if (isa<ReshapeOp, SliceOp, TransposeOp, BroadcastInDimOp>(user))
-      bound = std::min(bound, indexBoundOf(user->getResult(0)));
-  }
-  return bound;
-}
-
-/// Bound for a random integer input: from its users, else [0, 2).
+/// Bound for a random integer input: the range its uses give it
+/// (IndexRanges.h, the rule the artifact's manifest states), else [0, 2).
 int64_t indexBound(Value v) {
-  int64_t b = indexBoundOf(v);
-  return b == INT64_MAX ? 2 : b;
+  std::optional<IndexRange> r = indexRangeOf(v);
+  return r ? r->hi : 2;
 }
 
 bool runFn(ModuleOp m, StringRef name, const std::vector<Tensor> &args,
