@@ -7,6 +7,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/Precision.h"
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -243,9 +244,7 @@ std::string renderDiagnostic(mlir::Diagnostic &d, const frontend::SourceFile &so
 
 /// A value of the train section's layout (1 where it names none).
 int64_t trainLayout(mlir::ModuleOp module, llvm::StringRef key) {
-  auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
-  auto a = train ? train.getAs<mlir::IntegerAttr>(key) : nullptr;
-  return a ? a.getInt() : int64_t(1);
+  return TrainSettings(module).integer(key, 1);
 }
 
 mlir::NamedAttrList trainEntries(mlir::ModuleOp module) {
@@ -322,14 +321,10 @@ Status configure(mlir::ModuleOp module, const CompileOptions &options) {
 }
 
 Expected<std::optional<Chunking>> deterministicChunking(mlir::ModuleOp module) {
-  auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
-  auto mode = train ? train.getAs<mlir::StringAttr>("deterministic") : nullptr;
-  if (!mode || mode.getValue() != "devices")
+  TrainSettings train(module);
+  if (!train.deterministicDevices())
     return std::optional<Chunking>();
-  auto integer = [&](llvm::StringRef k, int64_t def) {
-    auto a = train.getAs<mlir::IntegerAttr>(k);
-    return a ? a.getInt() : def;
-  };
+  auto integer = [&](llvm::StringRef k, int64_t def) { return train.integer(k, def); };
   const char *what = "deterministic = \"devices\"";
   MeshShape mesh = getMesh(module);
   if (mesh.axisSize("tp") > 1 || mesh.axisSize("pp") > 1)
@@ -342,7 +337,7 @@ Expected<std::optional<Chunking>> deterministicChunking(mlir::ModuleOp module) {
                      " with zero = 2: each device would hold only its block of the gradient, "
                      "and the gradient norm would be summed over devices in their order. Use "
                      "zero = 1 (the same memory for optimizer state) or zero = 0");
-  if (auto r = train.getAs<mlir::StringAttr>("grad_reduce"); r && r.getValue() == "bf16")
+  if (train.string("grad_reduce") == "bf16")
     return userError(std::string(what) +
                      " with grad_reduce = bf16: the tree adds float32 partial sums only; "
                      "use grad_reduce = fp32");
@@ -495,10 +490,7 @@ Status parseTarget(const std::string &target, bool &cuda) {
 uint64_t initSeed(mlir::ModuleOp module, std::optional<uint64_t> seed) {
   if (seed)
     return *seed;
-  if (auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr))
-    if (auto s = train.getAs<mlir::IntegerAttr>("seed"))
-      return uint64_t(s.getInt());
-  return 0;
+  return uint64_t(TrainSettings(module).integer("seed", 0));
 }
 
 Outcome buildTraining(mlir::ModuleOp module, const CompileOptions &options, bool gradOnly) {

@@ -11,6 +11,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 #include "passes/Fusion.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -77,9 +78,7 @@ LogicalResult Generator::run() {
   // (data parallelism), so devices 1.. get copies of device 0's plan.
   for (const MeshAxis &a : mesh.axes)
     prog_.mesh.axes.push_back({a.name, a.size});
-  if (auto t = module_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr))
-    if (auto d = t.getAs<StringAttr>("deterministic"))
-      prog_.deterministic = d.getValue() == "devices";
+  prog_.deterministic = TrainSettings(module_).deterministicDevices();
   if (mesh.devices() > 1) {
     program::BufferPlan same{prog_.buffers, prog_.persistentBytes, prog_.arenaBytes};
     prog_.otherDevices.assign(size_t(mesh.devices() - 1), same);
@@ -300,10 +299,7 @@ LogicalResult Generator::gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
     return mm.emitOpError("has no library GEMM for its element type");
   // precision = tf32: f32 GEMMs on TF32 tensor cores where the backend has them.
   if (g.dtype == program::DType::F32)
-    if (auto train = mm->getParentOfType<ModuleOp>()->getAttrOfType<DictionaryAttr>(
-            KilnDialect::kTrainAttr))
-      if (auto p = train.getAs<StringAttr>("precision"))
-        g.tf32 = p.getValue() == "tf32";
+    g.tf32 = TrainSettings(mm->getParentOfType<ModuleOp>()).precision() == "tf32";
   g.lhsBatched = lt.getRank() > 2;
   g.rhsBatched = rt.getRank() > 2;
   if (outerResult && s.outs.front() == mm.getResult())
@@ -748,14 +744,9 @@ Operation *Generator::forwardLoss(func::FuncOp fn) {
         v = ret.getOperand(i);
   if (!v)
     return nullptr;
-  int64_t k = 1;
-  bool deterministic = false;
-  if (auto t = module_->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr)) {
-    if (auto a = t.getAs<IntegerAttr>("grad_accum"))
-      k = std::max<int64_t>(1, a.getInt());
-    if (auto d = t.getAs<StringAttr>("deterministic"))
-      deterministic = d.getValue() == "devices";
-  }
+  TrainSettings train(module_);
+  int64_t k = train.gradAccum();
+  bool deterministic = train.deterministicDevices();
   bool mesh = getMesh(module_).axisSize("dp") > 1;
   if (mesh) {
     // The scalars in one all_reduce (kiln-data-parallel): [cast] [div by N]

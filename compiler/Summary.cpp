@@ -5,6 +5,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -122,23 +123,23 @@ ModelSummary summarize(ModuleOp module) {
   auto fn = module.lookupSymbol<func::FuncOp>("forward");
   if (!fn)
     return s;
-  if (auto t = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr))
-    if (auto d = t.getAs<StringAttr>("deterministic"); d && d.getValue() == "devices") {
-      auto c = t.getAs<IntegerAttr>("deterministic_chunks");
-      auto k = t.getAs<IntegerAttr>("grad_accum");
-      int64_t rows = 0;
-      for (unsigned i = 0; i < fn.getNumArguments() && !rows; ++i) {
-        auto in = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
-        auto type = dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
-        if (in && in.getValue() != "dropout_seed" && type && type.getRank() > 0)
-          rows = type.getDimSize(0);
-      }
-      if (c && k)
-        s.deterministic = llvm::formatv("devices, {0} chunks of {1} rows per global batch of "
-                                        "{2}, {3} per device",
-                                        c.getInt(), rows, c.getInt() * rows, k.getInt())
-                              .str();
+  if (TrainSettings t(module); t.deterministicDevices()) {
+    auto c = t.dictionary().getAs<IntegerAttr>("deterministic_chunks");
+    auto k = t.dictionary().getAs<IntegerAttr>("grad_accum");
+    int64_t rows = 0;
+    for (unsigned i = 0; i < fn.getNumArguments() && !rows; ++i) {
+      auto in = fn.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttr);
+      auto type = dyn_cast<RankedTensorType>(fn.getArgument(i).getType());
+      if (in && in.getValue() != "dropout_seed" && type && type.getRank() > 0)
+        rows = type.getDimSize(0);
     }
+    if (c && k)
+      s.deterministic =
+          llvm::formatv("devices, {0} chunks of {1} rows per global batch of "
+                        "{2}, {3} per device",
+                        c.getInt(), rows, c.getInt() * rows, k.getInt())
+              .str();
+  }
   fn.walk([&](Operation *op) {
     if (op == fn.getOperation())
       return;
@@ -180,15 +181,9 @@ ModelSummary summarize(ModuleOp module) {
 void printPipeline(ModuleOp module, func::FuncOp step, const MeshShape &mesh,
                    llvm::raw_ostream &os) {
   int64_t P = mesh.axisSize("pp");
-  auto train = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
-  int64_t M = 1;
-  std::string sched = "1f1b";
-  if (train) {
-    if (auto a = train.getAs<IntegerAttr>("grad_accum"))
-      M = std::max<int64_t>(1, a.getInt());
-    if (auto a = train.getAs<StringAttr>("pipeline"))
-      sched = a.getValue().str();
-  }
+  TrainSettings train(module);
+  int64_t M = train.gradAccum();
+  std::string sched = train.pipeline();
   bool placed = bool(module->getAttr("kiln.stages_placed"));
   // Interleaved 1F1B: V chunks per device; @forward's kiln.stage numbers
   // the chunks (chunk c on device c mod P).

@@ -17,6 +17,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Precision.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -319,14 +320,12 @@ struct KilnMixedPrecisionPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = module.getContext();
-    auto train = module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+    TrainSettings train(module);
     std::string p = precision, m = mode;
-    if (p.empty() && train)
-      if (auto s = train.getAs<StringAttr>("precision"))
-        p = s.getValue().str();
-    if (m.empty() && train)
-      if (auto s = train.getAs<StringAttr>("precision_mode"))
-        m = s.getValue().str();
+    if (p.empty())
+      p = train.precision();
+    if (m.empty())
+      m = train.string("precision_mode");
     if (m.empty())
       m = "kiln";
     if (p.empty() || p == "fp32" || p == "tf32")

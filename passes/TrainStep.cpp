@@ -12,6 +12,7 @@
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
 #include "dialects/kiln/Precision.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -70,65 +71,41 @@ constexpr StringLiteral kMasterWeightCopyRule = kRuleMasterWeightCopy;
 /// On the cast of that copy's gradient back to fp32 in @train_step.
 constexpr StringLiteral kMasterWeightGradRule = "master-weight-grad";
 
-double getF(DictionaryAttr d, StringRef k, double def) {
-  if (!d)
-    return def;
-  if (auto f = d.getAs<FloatAttr>(k))
-    return f.getValueAsDouble();
-  if (auto i = d.getAs<IntegerAttr>(k))
-    return double(i.getInt());
-  return def;
-}
-int64_t getI(DictionaryAttr d, StringRef k, int64_t def) {
-  if (!d)
-    return def;
-  if (auto i = d.getAs<IntegerAttr>(k))
-    return i.getInt();
-  return def;
-}
-
 Config readConfig(ModuleOp m) {
   Config c;
-  auto t = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
+  TrainSettings t(m);
   if (!t)
     return c;
-  if (auto o = t.getAs<DictionaryAttr>("optimizer")) {
-    if (auto n = o.getAs<StringAttr>("name"))
-      c.optimizer = n.getValue().str();
-    c.lr = getF(o, "lr", c.lr);
-    c.beta1 = getF(o, "beta1", c.beta1);
-    c.beta2 = getF(o, "beta2", c.beta2);
-    c.eps = getF(o, "eps", c.eps);
-    c.weightDecay = getF(o, "weight_decay", c.weightDecay);
-    c.momentum = getF(o, "momentum", c.momentum);
-    if (auto n = o.getAs<BoolAttr>("nesterov"))
-      c.nesterov = n.getValue();
+  if (TrainSettings o{t.section("optimizer")}) {
+    c.optimizer = o.string("name", c.optimizer);
+    c.lr = o.number("lr", c.lr);
+    c.beta1 = o.number("beta1", c.beta1);
+    c.beta2 = o.number("beta2", c.beta2);
+    c.eps = o.number("eps", c.eps);
+    c.weightDecay = o.number("weight_decay", c.weightDecay);
+    c.momentum = o.number("momentum", c.momentum);
+    c.nesterov = o.boolean("nesterov", c.nesterov);
   }
-  if (auto s = t.getAs<DictionaryAttr>("schedule")) {
-    if (auto n = s.getAs<StringAttr>("name"))
-      c.schedule = n.getValue().str();
-    c.warmup = getI(s, "warmup", 0);
-    c.minLr = getF(s, "min_lr", 0.0);
-    c.decaySteps = getI(s, "decay_steps", -1);
+  if (TrainSettings s{t.section("schedule")}) {
+    c.schedule = s.string("name", c.schedule);
+    c.warmup = s.integer("warmup", 0);
+    c.minLr = s.number("min_lr", 0.0);
+    c.decaySteps = s.integer("decay_steps", -1);
   }
-  c.steps = getI(t, "steps", 1);
-  c.gradAccum = getI(t, "grad_accum", 1);
-  c.seed = getI(t, "seed", 0);
-  c.gradClip = getF(t, "grad_clip", 0.0);
-  if (auto r = t.getAs<BoolAttr>("recompute"))
-    c.recompute = r.getValue();
-  c.zero = getI(t, "zero", 0);
-  if (auto d = t.getAs<StringAttr>("deterministic"))
-    c.deterministic = d.getValue() == "devices";
-  c.chunks = getI(t, "deterministic_chunks", 0);
-  if (auto ls = t.getAs<DictionaryAttr>("loss_scale")) {
-    if (auto n = ls.getAs<StringAttr>("name"))
-      c.lossScale = n.getValue().str();
-    c.scaleInit = getF(ls, "init", c.scaleInit);
-    c.growthFactor = getF(ls, "growth_factor", c.growthFactor);
-    c.backoffFactor = getF(ls, "backoff_factor", c.backoffFactor);
-    c.growthInterval =
-        int64_t(getF(ls, "growth_interval", double(c.growthInterval)));
+  c.steps = t.integer("steps", 1);
+  c.gradAccum = t.integer("grad_accum", 1);
+  c.seed = t.integer("seed", 0);
+  c.gradClip = t.number("grad_clip", 0.0);
+  c.recompute = t.boolean("recompute", c.recompute);
+  c.zero = t.zero();
+  c.deterministic = t.deterministicDevices();
+  c.chunks = t.integer("deterministic_chunks", 0);
+  if (TrainSettings ls{t.section("loss_scale")}) {
+    c.lossScale = ls.string("name", c.lossScale);
+    c.scaleInit = ls.number("init", c.scaleInit);
+    c.growthFactor = ls.number("growth_factor", c.growthFactor);
+    c.backoffFactor = ls.number("backoff_factor", c.backoffFactor);
+    c.growthInterval = int64_t(ls.number("growth_interval", double(c.growthInterval)));
     if (c.lossScale == "static")
       c.growthFactor = c.backoffFactor = 1.0;
   }
@@ -457,9 +434,10 @@ LogicalResult Builder::buildInit() {
                                     normal ? RandomDistribution::normal
                                            : RandomDistribution::uniform,
                                     seed, int64_t(i));
-      double a = normal ? getF(p.init, "std", 0.02)
-                        : getF(p.init, "high", 0) - getF(p.init, "low", 0);
-      double c = normal ? getF(p.init, "mean", 0) : getF(p.init, "low", 0);
+      TrainSettings init(p.init); // the initializer's settings
+      double a = normal ? init.number("std", 0.02)
+                        : init.number("high", 0) - init.number("low", 0);
+      double c = normal ? init.number("mean", 0) : init.number("low", 0);
       v = s.add(s.mul(r, s.cst(a, p.type)), s.cst(c, p.type));
     } else {
       v = s.cst(kind == "ones" ? 1.0 : 0.0, p.type);

@@ -5,6 +5,7 @@
 #include "compiler/Driver.h"
 #include "compiler/Training.h"
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/TrainSettings.h"
 #include "runtime/core/Program.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -60,15 +61,6 @@ double busBytes(const program::Collective &c, int n) {
 std::string firstLine(const std::string &text) {
   std::string line = text.substr(0, text.find('\n'));
   return line;
-}
-
-int64_t trainInt(mlir::ModuleOp m, llvm::StringRef key, int64_t dflt) {
-  auto train = m->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr);
-  if (!train)
-    return dflt;
-  if (auto a = train.getAs<mlir::IntegerAttr>(key))
-    return a.getInt();
-  return dflt;
 }
 
 /// Compiles `c`'s layout of `module` and records its plan and memory.
@@ -136,8 +128,8 @@ void compile(mlir::ModuleOp module, Candidate &c, const Options &o,
     c.persistentBytes = most->persistentBytes;
   }
   c.steps = int64_t(f->steps.size());
-  c.rowsPerStep = c.dp * trainInt(*mod, "batch", 1) *
-                  std::max<int64_t>(1, trainInt(*mod, "grad_accum", 1));
+  TrainSettings train(*mod);
+  c.rowsPerStep = c.dp * train.integer("batch", 1) * train.gradAccum();
   c.fits = !o.budgetBytes || c.memoryBytes() <= *o.budgetBytes;
 }
 
@@ -706,10 +698,7 @@ Status chooseLayout(mlir::ModuleOp module, Options &options,
                          "' is a hand-written @train_step, compiled as it is: give --devices and "
                          "--tp yourself");
   if (options.devices == 0) {
-    options.devices = 1;
-    if (auto train = module->getAttrOfType<mlir::DictionaryAttr>(KilnDialect::kTrainAttr))
-      if (auto d = train.getAs<mlir::IntegerAttr>("devices"))
-        options.devices = d.getInt();
+    options.devices = TrainSettings(module).integer("devices", 1);
   }
   if (options.devices < 1 || options.devices > 1024)
     return Status::error("--parallel=auto needs --devices N with N from 1 to 1024 (or devices = "

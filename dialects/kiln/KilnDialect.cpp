@@ -2,6 +2,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -318,15 +319,7 @@ int64_t kiln::stageOf(Operation *op) {
   return a ? a.getInt() : -1;
 }
 
-int64_t kiln::virtualStages(ModuleOp module) {
-  auto t = module ? module->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr)
-                  : DictionaryAttr();
-  auto p = t ? t.getAs<StringAttr>("pipeline") : StringAttr();
-  if (!p || p.getValue() != "interleaved")
-    return 1;
-  auto v = t.getAs<IntegerAttr>("virtual_stages");
-  return v ? std::max<int64_t>(1, v.getInt()) : 2;
-}
+int64_t kiln::virtualStages(ModuleOp module) { return TrainSettings(module).virtualStages(); }
 
 MeshShape kiln::meshFor(int64_t devices, int64_t tp, int64_t pp) {
   MeshShape mesh;

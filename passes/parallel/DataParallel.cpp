@@ -15,6 +15,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -34,24 +35,6 @@ namespace kiln {
 namespace {
 
 constexpr StringLiteral kAxis = "dp";
-
-double trainF(ModuleOp m, StringRef key, double def) {
-  auto t = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
-  if (!t)
-    return def;
-  if (auto f = t.getAs<FloatAttr>(key))
-    return f.getValueAsDouble();
-  if (auto i = t.getAs<IntegerAttr>(key))
-    return double(i.getInt());
-  return def;
-}
-
-std::string trainS(ModuleOp m, StringRef key, StringRef def) {
-  auto t = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
-  if (auto s = t ? t.getAs<StringAttr>(key) : StringAttr())
-    return s.getValue().str();
-  return def.str();
-}
 
 /// The shardings of @train_step's arguments: batch inputs split on dim 0
 /// over dp, parameters, step and (unsharded) state replicated, ZeRO state
@@ -785,7 +768,8 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
   void runOnOperation() override {
     ModuleOp m = getOperation();
     int64_t n = getMesh(m).axisSize(kAxis);
-    int z = zero >= 0 ? int(zero) : int(trainF(m, "zero", 0));
+    TrainSettings train(m);
+    int z = zero >= 0 ? int(zero) : int(train.number("zero", 0));
     if (n <= 1) {
       if (z > 0) {
         m.emitError() << "kiln-data-parallel: zero = " << z
@@ -799,8 +783,8 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
       m.emitError() << "kiln-data-parallel: zero must be 0, 1 or 2, got " << z;
       return signalPassFailure();
     }
-    double rest = bucketMb > 0 ? double(bucketMb) : trainF(m, "bucket_mb", 25.0);
-    double first = firstBucketMb > 0 ? double(firstBucketMb) : trainF(m, "first_bucket_mb", 1.0);
+    double rest = bucketMb > 0 ? double(bucketMb) : train.number("bucket_mb", 25.0);
+    double first = firstBucketMb > 0 ? double(firstBucketMb) : train.number("first_bucket_mb", 1.0);
     if (!(rest > 0) || !(first > 0)) {
       m.emitError() << "kiln-data-parallel: bucket sizes must be > 0 MiB";
       return signalPassFailure();
@@ -810,7 +794,7 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
       return; // @grad only (gradient checks)
     if (failed(checkDataParallelSharding(f, kAxis)))
       return signalPassFailure();
-    std::string reduce = gradReduce.empty() ? trainS(m, "grad_reduce", "fp32")
+    std::string reduce = gradReduce.empty() ? train.string("grad_reduce", "fp32")
                                             : std::string(gradReduce);
     Type reduceType;
     if (reduce == "bf16")
@@ -820,7 +804,7 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
                     << "'";
       return signalPassFailure();
     }
-    bool deterministic = trainS(m, "deterministic", "none") == "devices";
+    bool deterministic = train.deterministicDevices();
     if (deterministic && (z > 1 || reduceType)) {
       m.emitError() << "kiln-data-parallel: deterministic = \"devices\" needs zero <= 1 and "
                        "grad_reduce = fp32 (each device must hold the whole float32 sum)";
@@ -832,7 +816,7 @@ struct KilnDataParallelPass : impl::KilnDataParallelPassBase<KilnDataParallelPas
     // measure the difference).
     MeshShape mesh = getMesh(m);
     bool combine = mesh.axisSize("tp") <= 1 && mesh.axisSize("pp") <= 1 &&
-                   trainS(m, "scalar_reduce", "combined") == "combined";
+                   train.string("scalar_reduce", "combined") == "combined";
     Rewriter r(f, n, z, reduceType, pipelineOwners(m), deterministic, combine);
     int64_t buckets = 0, collectives = 0, bytes = 0;
     if (failed(r.run(first, rest, buckets, collectives, bytes)))

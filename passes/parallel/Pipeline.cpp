@@ -27,6 +27,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -108,9 +109,7 @@ struct KilnPipelineStagesPass
     // chunks are numbered as stages until kiln-pipeline maps them.
     const int64_t V = virtualStages(m), devices = P;
     if (V > 1) {
-      auto train = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
-      auto accum = train ? train.getAs<IntegerAttr>("grad_accum") : IntegerAttr();
-      int64_t M = accum ? std::max<int64_t>(1, accum.getInt()) : 1;
+      int64_t M = TrainSettings(m).gradAccum();
       if (M % devices != 0) {
         m.emitError() << "the interleaved schedule runs micro-batches in groups of pp = "
                       << devices << ", but there are " << M
@@ -783,17 +782,12 @@ struct KilnPipelinePass : impl::KilnPipelinePassBase<KilnPipelinePass> {
     if (P <= 1 || !fwd)
       return;
     llvm::StringMap<int64_t> owners = pipelineOwners(m);
-    auto train = m->getAttrOfType<DictionaryAttr>(KilnDialect::kTrainAttr);
-    int64_t M = 1;
-    Schedule sched = Schedule::OneF1B;
-    if (train) {
-      if (auto a = train.getAs<IntegerAttr>("grad_accum"))
-        M = std::max<int64_t>(1, a.getInt());
-      if (auto a = train.getAs<StringAttr>("pipeline"))
-        sched = a.getValue() == "gpipe"         ? Schedule::GPipe
-                : a.getValue() == "interleaved" ? Schedule::Interleaved
-                                                : Schedule::OneF1B;
-    }
+    TrainSettings train(m);
+    int64_t M = train.gradAccum();
+    std::string pipeline = train.pipeline();
+    Schedule sched = pipeline == "gpipe"         ? Schedule::GPipe
+                     : pipeline == "interleaved" ? Schedule::Interleaved
+                                                 : Schedule::OneF1B;
     const int64_t V = virtualStages(m);
     if (V == 1 && sched == Schedule::Interleaved)
       sched = Schedule::OneF1B; // one chunk per device: plain 1F1B
