@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "FakeWorld.h"
 
+#include "TrainFixtures.h"
 #include "runtime/core/Data.h"
 #include "runtime/core/Random.h"
 #include "runtime/train/Devices.h"
@@ -206,13 +207,7 @@ private:
   std::vector<std::string> data_;
 };
 
-std::string tempDir() {
-  std::string d = testing::TempDir() + "kiln-dist-" +
-                  testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return d;
-}
+std::string tempDir() { return fixtures::freshDir("kiln-dist-"); }
 
 /// DIR/x.npy, DIR/y.npy: `rows` rows; x's first feature is the row's index
 /// (so a batch says which rows it took), y = (1, -2, 0.5, 3, 1) . x / 40.

@@ -9,7 +9,7 @@
 // the CPU backend.
 //
 //===----------------------------------------------------------------------===//
-#include "ModelData.h"
+#include "TrainFixtures.h"
 
 #include "runtime/core/Trace.h"
 #include "runtime/train/MultiDevice.h"
@@ -26,13 +26,7 @@ using namespace kiln::train;
 
 namespace {
 
-std::string tempDir() {
-  std::string d = testing::TempDir() + "kiln-multidevice-" +
-                  testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return d;
-}
+std::string tempDir() { return fixtures::freshDir("kiln-multidevice-"); }
 
 std::unique_ptr<Model> open(const char *path) {
   auto m = Model::open(path);

@@ -6,7 +6,7 @@
 // alike and like a replica trained alone.
 //
 //===----------------------------------------------------------------------===//
-#include "ModelData.h"
+#include "TrainFixtures.h"
 
 #include "runtime/train/Devices.h"
 #include "runtime/train/Trainer.h"
@@ -23,13 +23,7 @@ using fixtures::writeData;
 
 namespace {
 
-std::string tempDir() {
-  std::string d = testing::TempDir() + "kiln-replica-" +
-                  testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return d;
-}
+std::string tempDir() { return fixtures::freshDir("kiln-replica-"); }
 
 /// Trains one replica for 15 steps; returns its losses.
 std::vector<float> trainReplica(const std::string &dir, int rank, int worldSize, Status &status) {

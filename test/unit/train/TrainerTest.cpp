@@ -7,6 +7,7 @@
 // the stop flag and a non-finite loss end a run as kiln-run documents.
 //
 //===----------------------------------------------------------------------===//
+#include "TrainFixtures.h"
 #include "runtime/core/Data.h"
 #include "runtime/core/Random.h"
 #include "runtime/train/Evaluate.h"
@@ -151,13 +152,7 @@ BackendFactory fakeFactory(int nanAtStep = -1) {
   };
 }
 
-std::string tempDir() {
-  std::string d = testing::TempDir() + "kiln-train-" +
-                  testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return d;
-}
+std::string tempDir() { return fixtures::freshDir("kiln-train-"); }
 
 /// DIR/x.npy and DIR/y.npy: 64 rows of y = (1, -2, 0.5, 3) . x.
 void writeData(const std::string &dir) {

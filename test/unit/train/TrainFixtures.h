@@ -1,11 +1,11 @@
-//===- ModelData.h - Data files for a compiled model's inputs --*- C++ -*-===//
+//===- TrainFixtures.h - Shared fixtures of the trainer's tests -*- C++ -*-===//
 //
-// Test fixture: random .npy files for every data input of a model's
-// @train_step, so a test can train a real artifact.
+// Test fixtures: a fresh folder per test, and random .npy files for every
+// data input of a model's @train_step, so a test can train a real artifact.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_TEST_UNIT_TRAIN_MODELDATA_H
-#define KILN_TEST_UNIT_TRAIN_MODELDATA_H
+#ifndef KILN_TEST_UNIT_TRAIN_TRAINFIXTURES_H
+#define KILN_TEST_UNIT_TRAIN_TRAINFIXTURES_H
 
 #include "runtime/core/Data.h"
 #include "runtime/core/Random.h"
@@ -13,9 +13,20 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace kiln::train::fixtures {
+
+/// An empty folder for the running test: the test temp dir, `prefix`, and
+/// the test's name ("kiln-dist-" + "ShardsJoin"); emptied first.
+inline std::string freshDir(const std::string &prefix) {
+  std::string d = ::testing::TempDir() + prefix +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::string cmd = "rm -rf '" + d + "' && mkdir -p '" + d + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return d;
+}
 
 /// DIR/<input>.npy for every data input of @train_step: 512 rows of floats
 /// in [-1, 1), or of integers below the number of classes.
@@ -44,4 +55,4 @@ inline void writeData(const Model &m, const std::string &dir) {
 
 } // namespace kiln::train::fixtures
 
-#endif // KILN_TEST_UNIT_TRAIN_MODELDATA_H
+#endif // KILN_TEST_UNIT_TRAIN_TRAINFIXTURES_H
