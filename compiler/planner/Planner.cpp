@@ -334,11 +334,9 @@ bool parseMachine(const std::string &text, int devices, Machine &m,
     return false;
   }
   m.cores = std::max(1, int(v["cores"]));
-  shareCores(m);
   m.machineFlops = v["gflops"] * 1e9;
   m.machineBandwidth = v["gbps"] * 1e9;
-  m.deviceFlops = m.machineFlops * m.coreShare / double(m.cores);
-  m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
+  shareMachine(m);
   m.commLatency = v["latency-us"] * 1e-6;
   m.commBusBandwidth = v["busbw-gbps"] * 1e9;
   m.calibration = "given by --planner-machine, not measured";

@@ -44,11 +44,15 @@ struct Machine {
       commCalibration; ///< how the communication constants were measured
 };
 
-/// kiln-run's split of the cores between in-process replicas: sets
-/// threadsPerDevice and coreShare from cores and devices.
-inline void shareCores(Machine &m) {
+/// Each device's share of the machine, from cores, devices and the
+/// machine's rates: kiln-run's split of the cores between in-process
+/// replicas (threadsPerDevice, coreShare) and that share of the rates
+/// (deviceFlops, deviceBandwidth).
+inline void shareMachine(Machine &m) {
   m.threadsPerDevice = std::max(1, m.cores / m.devices);
   m.coreShare = std::min(double(m.threadsPerDevice), double(m.cores) / double(m.devices));
+  m.deviceFlops = m.machineFlops * m.coreShare / double(m.cores);
+  m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
 }
 
 /// The key of a GEMM shape in Machine::gemmSeconds: its label and layouts.

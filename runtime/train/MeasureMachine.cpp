@@ -154,7 +154,6 @@ void timeGemms(const std::vector<program::GemmParams> &shapes, planner::Machine 
 bool measureMachine(int devices, planner::Machine &m, std::string &error) {
   m.devices = std::max(1, devices);
   m.cores = cpuBudget().usable(); // the CPUs kilnc may use, not the machine's
-  shareCores(m);
   // Every core at once (one sgemm and one copy block per thread), as N
   // devices that each use their share run together.
   auto peak = measureCpuPeak(m.cores);
@@ -164,8 +163,7 @@ bool measureMachine(int devices, planner::Machine &m, std::string &error) {
   }
   m.machineFlops = peak->flops;
   m.machineBandwidth = peak->bandwidth;
-  m.deviceFlops = m.machineFlops * m.coreShare / double(m.cores);
-  m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
+  shareMachine(m);
   m.calibration = peak->how;
   if (m.devices == 1) {
     m.commCalibration = "one device: no communication";

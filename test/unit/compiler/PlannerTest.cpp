@@ -73,11 +73,9 @@ TEST_F(Planner, AsksTheProbeForTheMachineAndTimesTheCandidatesGemms) {
     EXPECT_EQ(devices, 2);
     m.devices = devices;
     m.cores = 2;
-    kiln::planner::shareCores(m);
     m.machineFlops = 100e9;
     m.machineBandwidth = 20e9;
-    m.deviceFlops = m.machineFlops * m.coreShare / m.cores;
-    m.deviceBandwidth = m.machineBandwidth * m.coreShare / m.cores;
+    kiln::planner::shareMachine(m);
     m.commLatency = 50e-6;
     m.commBusBandwidth = 4e9;
     m.calibration = "the test's constants";
