@@ -15,16 +15,6 @@ using namespace mlir;
 
 namespace kiln {
 
-namespace {
-/// The size of `v` along `axis` (-1: the last); dynamic for a scalar.
-int64_t extent(Value v, int64_t axis) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  if (!t || t.getRank() == 0)
-    return ShapedType::kDynamic;
-  return t.getDimSize(axis < 0 ? t.getRank() - 1 : axis);
-}
-} // namespace
-
 std::optional<IndexRange> indexRangeOf(Value start) {
   std::optional<IndexRange> best;
   SmallVector<Value> work{start};
@@ -37,38 +27,22 @@ std::optional<IndexRange> indexRangeOf(Value start) {
     Value v = work.pop_back_val();
     for (OpOperand &use : v.getUses()) {
       Operation *op = use.getOwner();
-      int64_t hi = ShapedType::kDynamic;
-      std::string from;
-      if (auto ce = dyn_cast<CrossEntropyOp>(op); ce && use.getOperandNumber() == 1) {
-        hi = extent(ce.getLogits(), -1);
-        from = fmt::format("kiln.cross_entropy targets ({} classes)", hi);
-      } else if (auto g = dyn_cast<GatherOp>(op); g && use.getOperandNumber() == 1) {
-        hi = extent(g.getOperand(), g.getAxis());
-        from = fmt::format("kiln.gather indices (a table of {} rows)", hi);
-      } else if (auto sa = dyn_cast<ScatterAddOp>(op); sa && use.getOperandNumber() == 1) {
-        hi = extent(sa.getResult(), sa.getAxis());
-        from = fmt::format("kiln.scatter_add indices (a table of {} rows)", hi);
-      } else if (auto cmp = dyn_cast<CompareOp>(op);
-                 cmp && cmp.getDirection() == CompareDirection::eq) {
-        // A one-hot against the class index (nll_loss, cross_entropy on
-        // probabilities: docs/language.md): targets in [0, classes).
-        Value other = cmp->getOperand(1 - use.getOperandNumber());
-        auto iota = other.getDefiningOp<IotaOp>();
-        if (!iota)
-          continue;
-        hi = extent(other, iota.getDim());
-        from = fmt::format("class indices against kiln.iota ({} classes)", hi);
-      } else if (auto f = dyn_cast<FusionOp>(op)) {
+      if (auto f = dyn_cast<FusionOp>(op)) {
         follow(f.getBlock().getArgument(use.getOperandNumber()));
         continue;
-      } else if (isa<ReshapeOp, BroadcastInDimOp, TransposeOp, SliceOp, ConcatOp>(op) ||
-                 (isa<CastOp>(op) &&
-                  isa<IntegerType>(getElementTypeOrSelf(op->getResult(0).getType())))) {
+      }
+      auto indexing = dyn_cast<IndexUseOpInterface>(op);
+      if (!indexing)
+        continue;
+      IndexUse how = indexing.getIndexUse(use.getOperandNumber());
+      if (how.kind == IndexUse::Follow) {
         follow(op->getResult(0));
         continue;
-      } else {
-        continue;
       }
+      if (how.kind != IndexUse::Bounded)
+        continue;
+      int64_t hi = how.hi;
+      std::string from = std::move(how.from);
       if (ShapedType::isDynamic(hi) || hi <= 0)
         continue;
       if (!best || hi < best->hi)

@@ -119,16 +119,6 @@ enum class Role {
   Collective,  ///< a collective (all_reduce, ...): a plan step between kernels
 };
 
-/// How an op's rows relate to its operands: the op is row-local over the
-/// first `maxRows` dimensions of its result, and operand i is read either
-/// by rows (`rowShaped[i]`: its first dimensions are the result's) or whole
-/// (no dimension of it is a row dimension). Both hold for every smaller
-/// row count too.
-struct RowInfo {
-  int64_t maxRows = 0;
-  SmallVector<bool, 4> rowShaped;
-};
-
 /// The first dimensions of `a` and `b` that agree.
 int64_t commonPrefix(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   int64_t n = 0;
@@ -137,111 +127,13 @@ int64_t commonPrefix(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   return n;
 }
 
-RowInfo rowInfo(Operation *op) {
-  RowInfo info;
-  unsigned n = op->getNumOperands();
-  info.rowShaped.assign(n, true);
-  if (op->getNumResults() != 1)
-    return info;
-  RankedTensorType out = tensorType(op->getResult(0));
-  int64_t rank = out.getRank();
-  auto attrI = [&](StringRef name) {
-    auto a = op->getAttrOfType<IntegerAttr>(name);
-    return a ? a.getInt() : int64_t(0);
-  };
-  if (isElementwiseOp(op) || isa<DropoutOp>(op)) {
-    info.maxRows = rank;
-    if (auto d = dyn_cast<DropoutOp>(op))
-      info.rowShaped[1] = false; // the seed scalar
-    return info;
-  }
-  if (isa<IotaOp, RandomOp>(op)) {
-    info.maxRows = rank; // a function of the element's index
-    if (n)
-      info.rowShaped.assign(n, false);
-    return info;
-  }
-  if (auto bc = dyn_cast<BroadcastInDimOp>(op)) {
-    ArrayRef<int64_t> dims = bc.getDims();
-    RankedTensorType in = bc.getOperand().getType();
-    // Largest p for which the operand is read by rows or whole.
-    for (int64_t p = rank; p >= 0; --p) {
-      bool row = true, whole = true;
-      for (int64_t d = 0; d < p; ++d) {
-        auto it = llvm::find(dims, d);
-        bool mapped = it != dims.end() && in.getDimSize(it - dims.begin()) != 1;
-        int64_t i = it - dims.begin();
-        row &= mapped && i == d && in.getDimSize(i) == out.getDimSize(d);
-        whole &= !mapped;
-      }
-      if (row || whole) {
-        info.maxRows = p;
-        info.rowShaped[0] = row && p > 0;
-        return info;
-      }
-    }
-    return info;
-  }
-  if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
-    ArrayRef<int64_t> axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
-    info.maxRows = axes.empty() ? rank : *llvm::min_element(axes);
-    return info;
-  }
-  if (isa<SoftmaxOp, LogSoftmaxOp>(op)) {
-    info.maxRows = attrI("axis");
-    return info;
-  }
-  if (isa<LayerNormOp>(op)) {
-    info.maxRows = rank - 1;
-    for (unsigned i = 1; i < n; ++i)
-      info.rowShaped[i] = false; // scale and bias: the last axis
-    return info;
-  }
-  if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-    int64_t r = tensorType(ce.getLogits()).getRank();
-    info.maxRows = ce.getReduction() == LossReduction::none ? r - 1 : 0;
-    return info;
-  }
-  if (auto t = dyn_cast<TransposeOp>(op)) {
-    ArrayRef<int64_t> perm = t.getPermutation();
-    while (info.maxRows < rank && perm[info.maxRows] == info.maxRows)
-      ++info.maxRows;
-    return info;
-  }
-  if (isa<ReshapeOp>(op)) {
-    info.maxRows = commonPrefix(tensorType(op->getOperand(0)).getShape(), out.getShape());
-    return info;
-  }
-  if (auto s = dyn_cast<SliceOp>(op)) {
-    RankedTensorType in = s.getOperand().getType();
-    ArrayRef<int64_t> start = s.getStart(), stride = s.getStride();
-    while (info.maxRows < rank && start[info.maxRows] == 0 && stride[info.maxRows] == 1 &&
-           in.getDimSize(info.maxRows) == out.getDimSize(info.maxRows))
-      ++info.maxRows;
-    return info;
-  }
-  if (auto pad = dyn_cast<PadOp>(op)) {
-    ArrayRef<int64_t> lo = pad.getLow(), hi = pad.getHigh(), in = pad.getInterior();
-    while (info.maxRows < rank && lo[info.maxRows] == 0 && hi[info.maxRows] == 0 &&
-           in[info.maxRows] == 0)
-      ++info.maxRows;
-    return info;
-  }
-  if (auto c = dyn_cast<ConcatOp>(op)) {
-    info.maxRows = c.getDim();
-    return info;
-  }
-  if (auto g = dyn_cast<GatherOp>(op)) {
-    int64_t ir = tensorType(g.getIndices()).getRank();
-    if (g.getAxis() == 0) { // result rows are the indices' rows; the table is whole
-      info.maxRows = ir;
-      info.rowShaped[0] = false;
-    } else {
-      info.maxRows = g.getAxis();
-      info.rowShaped[1] = false;
-    }
-    return info;
-  }
+/// How an op's rows relate to its operands (RowLocalityOpInterface, answered
+/// in each op's family file): none for an op without the interface.
+RowLocality rowInfo(Operation *op) {
+  if (auto rows = dyn_cast<RowLocalityOpInterface>(op))
+    return rows.getRowLocality();
+  RowLocality info;
+  info.rowShaped.assign(op->getNumOperands(), true);
   return info;
 }
 
@@ -425,7 +317,7 @@ int Grouper::newGroup(Operation *op, Kind kind) {
   g.kind = kind;
   g.members.push_back(op);
   g.extDeps.resize(0);
-  RowInfo ri = rowInfo(op);
+  RowLocality ri = rowInfo(op);
   g.rows = ri.maxRows;
   if (op->getNumResults() == 1) {
     ArrayRef<int64_t> shape = tensorType(op->getResult(0)).getShape();
@@ -506,7 +398,7 @@ std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t
                "cycle";
   }
 
-  RowInfo ri = rowInfo(op);
+  RowLocality ri = rowInfo(op);
   RankedTensorType out = tensorType(op->getResult(0));
   ArrayRef<int64_t> outShape = out.getShape();
 
@@ -874,7 +766,7 @@ LogicalResult Grouper::run() {
     // Row independence of the op's value inside its group.
     Group &G = groups_[joined];
     if (op.getNumResults() == 1 && G.kind != Kind::Gemm) {
-      RowInfo ri = rowInfo(&op);
+      RowLocality ri = rowInfo(&op);
       bool dep = false;
       for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
         if (!ri.rowShaped[i] || isCloneable(operand) || duplicable(operand))
@@ -1153,7 +1045,7 @@ LogicalResult Grouper::materialize() {
     int64_t rows = kind == Kind::Column ? 0 : G.rows;
     if (G.members.size() == 1 && kind == Kind::Single) {
       Operation *m = G.members.front();
-      RowInfo ri = rowInfo(m);
+      RowLocality ri = rowInfo(m);
       Role r = roles_[m];
       if (isElementwiseOp(m) || isa<BroadcastInDimOp, TransposeOp, SliceOp, PadOp, ConcatOp,
                                     GatherOp, IotaOp, DropoutOp, RandomOp>(m))
@@ -1229,7 +1121,7 @@ void Grouper::placeShrinkingKernels() {
 } // namespace
 
 int64_t rowLocality(Operation *op, SmallVectorImpl<bool> &rowShaped) {
-  RowInfo ri = rowInfo(op);
+  RowLocality ri = rowInfo(op);
   rowShaped.assign(ri.rowShaped.begin(), ri.rowShaped.end());
   return ri.maxRows;
 }

@@ -241,13 +241,12 @@ private:
       return success();
     bool hasFloat = llvm::any_of(op->getOperands(), isFloatValue) ||
                     llvm::any_of(op->getResults(), isFloatValue);
-    const PrecisionPolicy *policy = lookupPrecisionPolicy(op->getName().getStringRef());
+    std::optional<PrecisionPolicy> policy = lookupPrecisionPolicy(op);
     if (!policy)
       return op->emitOpError()
-             << "has no entry in the mixed-precision policy table "
-                "(dialects/kiln/Precision.cpp); add one line for it (its class "
-                "in the kiln and autocast modes and its rule) before compiling "
-                "with precision = bf16 or fp16";
+             << "has no mixed-precision policy (PrecisionOpInterface, answered in "
+                "the op's family file under dialects/kiln/ops/); compile it with "
+                "precision = fp32";
     if (!hasFloat)
       return success();
     if (userTyped(op) || policy->kiln == PrecisionClass::Keep) {
@@ -260,12 +259,12 @@ private:
       return success();
     }
     PrecisionClass cls = kilnMode_ ? policy->kiln : policy->autocast;
-    StringRef rule = kilnMode_ ? policy->kilnRule : policy->autocastRule;
+    StringRef rule = precisionRuleName(kilnMode_ ? policy->kilnRule : policy->autocastRule);
     // autocast: a linear layer's bias add belongs to the GEMM, as in
     // F.linear (on autocast's lower-precision list, bias included).
     if (!kilnMode_ && isLinearBias(op)) {
       cls = PrecisionClass::Low;
-      rule = lookupPrecisionPolicy("kiln.matmul")->autocastRule;
+      rule = precisionRuleName(MatmulOp::getPrecisionPolicy().autocastRule);
     }
     switch (cls) {
     case PrecisionClass::Low:

@@ -71,4 +71,66 @@ def Kiln_Transcendental : NativeOpTrait<"Transcendental"> {
   let cppNamespace = "::kiln::trait";
 }
 
+//===----------------------------------------------------------------------===//
+// Per-op rules the generic passes read (dialects/kiln/OpRules.h). Every
+// kiln op but kiln.fusion and kiln.yield answers each (Kiln_ComputeOp in
+// KilnOps.td declares them); the answers are in the op's family file,
+// dialects/kiln/ops/<Family>.cpp. test/unit/dialect/OpRulesTest.cpp checks
+// that every op answers.
+//===----------------------------------------------------------------------===//
+
+def Kiln_ShardingOpInterface : OpInterface<"ShardingOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    Sharding propagation (GSPMD's rule per op): the shardings of the op's
+    results given its operands' (`none` where an operand's is unknown).
+    Returns none when the op cannot take those shardings without
+    resharding. kiln-data-parallel and kiln-tensor-parallel propagate with
+    it (propagateShardings, dialects/kiln/Sharding.h).
+  }];
+  let methods = [
+    InterfaceMethod<"The results' shardings given the operands'.",
+      "::kiln::ShardingResult", "inferResultShardings",
+      (ins "::llvm::ArrayRef<::kiln::OperandSharding>":$operands)>,
+  ];
+}
+
+def Kiln_PrecisionOpInterface : OpInterface<"PrecisionOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    The mixed-precision policy of the op (kiln-mixed-precision): its class
+    and rule name in Kiln's own mode and under autocast.
+  }];
+  let methods = [
+    StaticInterfaceMethod<"The op's policy.",
+      "::kiln::PrecisionPolicy", "getPrecisionPolicy", (ins)>,
+  ];
+}
+
+def Kiln_RowLocalityOpInterface : OpInterface<"RowLocalityOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    Over how many leading dimensions of its result the op is row-local, and
+    which operands it reads by rows: what kiln-fuse needs to put it in a row
+    kernel with its neighbours.
+  }];
+  let methods = [
+    InterfaceMethod<"The op's row locality.",
+      "::kiln::RowLocality", "getRowLocality", (ins)>,
+  ];
+}
+
+def Kiln_IndexUseOpInterface : OpInterface<"IndexUseOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    How the op uses operand `operand` as an integer index: not at all, as an
+    index into a dimension of known size, or moved unchanged into its result
+    (compiler/IndexRanges: the range the manifest states for an input).
+  }];
+  let methods = [
+    InterfaceMethod<"How operand `operand` is used as an index.",
+      "::kiln::IndexUse", "getIndexUse", (ins "unsigned":$operand)>,
+  ];
+}
+
 #endif // KILN_INTERFACES_TD

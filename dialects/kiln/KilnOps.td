@@ -15,6 +15,19 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 //===----------------------------------------------------------------------===//
+// Every op but the kernel-level kiln.fusion and kiln.yield answers the rule
+// interfaces (dialects/kiln/OpRules.h); its family file in
+// dialects/kiln/ops/ defines the answers.
+//===----------------------------------------------------------------------===//
+
+class Kiln_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Kiln_Op<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<Kiln_ShardingOpInterface>,
+         DeclareOpInterfaceMethods<Kiln_PrecisionOpInterface>,
+         DeclareOpInterfaceMethods<Kiln_RowLocalityOpInterface>,
+         DeclareOpInterfaceMethods<Kiln_IndexUseOpInterface>])>;
+
+//===----------------------------------------------------------------------===//
 // Types
 //===----------------------------------------------------------------------===//
 
@@ -29,7 +42,7 @@ def Kiln_SeedTensor : 0DTensorOf<[I64]>;
 // Constants
 //===----------------------------------------------------------------------===//
 
-def Kiln_ConstantOp : Kiln_Op<"constant",
+def Kiln_ConstantOp : Kiln_ComputeOp<"constant",
     [ConstantLike, Pure, InferTypeOpAdaptor]> {
   let summary = "tensor constant";
   let description = [{
@@ -46,7 +59,7 @@ def Kiln_ConstantOp : Kiln_Op<"constant",
   let hasVerifier = 1;
 }
 
-def Kiln_IotaOp : Kiln_Op<"iota", [Pure]> {
+def Kiln_IotaOp : Kiln_ComputeOp<"iota", [Pure]> {
   let summary = "index along one dimension";
   let description = [{
     Each element holds its index along `dim`.
@@ -68,7 +81,7 @@ def Kiln_IotaOp : Kiln_Op<"iota", [Pure]> {
 
 class Kiln_UnaryOp<string mnemonic, Type type, string expr,
                    list<Trait> traits = []>
-    : Kiln_Op<mnemonic, !listconcat(traits,
+    : Kiln_ComputeOp<mnemonic, !listconcat(traits,
         [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
          Kiln_CostOpInterface])> {
   let summary = "elementwise " # expr;
@@ -99,7 +112,7 @@ def Kiln_ErfOp : Kiln_UnaryOp<"erf", Kiln_FloatTensor, "erf(x)", [Kiln_FlopsPerE
 def Kiln_CosOp : Kiln_UnaryOp<"cos", Kiln_FloatTensor, "cos(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 def Kiln_SinOp : Kiln_UnaryOp<"sin", Kiln_FloatTensor, "sin(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 
-def Kiln_GeluOp : Kiln_Op<"gelu",
+def Kiln_GeluOp : Kiln_ComputeOp<"gelu",
     [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface,
      DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
      Kiln_CostOpInterface, Kiln_FlopsPerElement<10>, Kiln_Transcendental]> {
@@ -119,7 +132,7 @@ def Kiln_GeluOp : Kiln_Op<"gelu",
   let assemblyFormat = "$approximation `,` $operand attr-dict `:` type($result)";
 }
 
-def Kiln_CastOp : Kiln_Op<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+def Kiln_CastOp : Kiln_ComputeOp<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
                                    Kiln_CostOpInterface, Kiln_FlopsPerElement<1>]> {
   let summary = "elementwise conversion to another element type";
   let description = [{
@@ -143,7 +156,7 @@ def Kiln_CastOp : Kiln_Op<"cast", [Pure, DeclareOpInterfaceMethods<Kiln_Gradient
 
 class Kiln_BinaryOp<string mnemonic, Type type, string expr,
                     list<Trait> traits = []>
-    : Kiln_Op<mnemonic, !listconcat(traits,
+    : Kiln_ComputeOp<mnemonic, !listconcat(traits,
         [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
          Kiln_CostOpInterface])> {
   let summary = "elementwise " # expr;
@@ -179,7 +192,7 @@ def Kiln_PowOp : Kiln_BinaryOp<"pow", Kiln_FloatTensor, "lhs ^ rhs", [Kiln_Flops
 def Kiln_MaxOp : Kiln_BinaryOp<"max", Kiln_NumTensor, "max(lhs, rhs)", [Commutative, Kiln_FlopsPerElement<1>]>;
 def Kiln_MinOp : Kiln_BinaryOp<"min", Kiln_NumTensor, "min(lhs, rhs)", [Commutative, Kiln_FlopsPerElement<1>]>;
 
-def Kiln_CompareOp : Kiln_Op<"compare",
+def Kiln_CompareOp : Kiln_ComputeOp<"compare",
     [Pure, Elementwise, SameTypeOperands, InferTypeOpAdaptor,
      Kiln_CostOpInterface, Kiln_FlopsPerElement<1>]> {
   let summary = "elementwise comparison producing i1";
@@ -194,7 +207,7 @@ def Kiln_CompareOp : Kiln_Op<"compare",
   let assemblyFormat = "$direction `,` $lhs `,` $rhs attr-dict `:` type($lhs)";
 }
 
-def Kiln_SelectOp : Kiln_Op<"select",
+def Kiln_SelectOp : Kiln_ComputeOp<"select",
     [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
      AllTypesMatch<["on_true", "on_false", "result"]>,
      Kiln_CostOpInterface, Kiln_FlopsPerElement<1>]> {
@@ -218,7 +231,7 @@ def Kiln_SelectOp : Kiln_Op<"select",
 // Broadcasting and reductions
 //===----------------------------------------------------------------------===//
 
-def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_BroadcastInDimOp : Kiln_ComputeOp<"broadcast_in_dim", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "explicit broadcast to a larger shape";
   let description = [{
     Operand dimension `i` becomes result dimension `dims[i]`; its size must be
@@ -239,7 +252,7 @@ def Kiln_BroadcastInDimOp : Kiln_Op<"broadcast_in_dim", [Pure, DeclareOpInterfac
 }
 
 class Kiln_ReduceOp<string mnemonic, Type type, string what>
-    : Kiln_Op<mnemonic, [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+    : Kiln_ComputeOp<mnemonic, [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
                          // one per input element
                          DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
                          Kiln_FlopsPerElement<1>]> {
@@ -269,7 +282,7 @@ def Kiln_ReduceMaxOp : Kiln_ReduceOp<"reduce_max", Kiln_NumTensor, "maximum">;
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
+def Kiln_MatmulOp : Kiln_ComputeOp<"matmul", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
                                       // 2 k per result element
                                       DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
                                       Kiln_FlopsPerElement<2>]> {
@@ -299,7 +312,7 @@ def Kiln_MatmulOp : Kiln_Op<"matmul", [Pure, InferTypeOpAdaptor, DeclareOpInterf
 // Shape manipulation
 //===----------------------------------------------------------------------===//
 
-def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_ReshapeOp : Kiln_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "same elements, new shape (row-major)";
   let description = [{
     ```mlir
@@ -314,7 +327,7 @@ def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure, DeclareOpInterfaceMethods<Kiln_Gr
   let hasCanonicalizer = 1;
 }
 
-def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_TransposeOp : Kiln_ComputeOp<"transpose", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "permute dimensions";
   let description = [{
     Result dimension `i` is operand dimension `permutation[i]`.
@@ -331,7 +344,7 @@ def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure, InferTypeOpAdaptor, DeclareOp
   let hasCanonicalizer = 1;
 }
 
-def Kiln_SliceOp : Kiln_Op<"slice", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_SliceOp : Kiln_ComputeOp<"slice", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "strided static slice";
   let description = [{
     For every dimension, takes indices `start, start+stride, ...` below
@@ -351,7 +364,7 @@ def Kiln_SliceOp : Kiln_Op<"slice", [Pure, InferTypeOpAdaptor, DeclareOpInterfac
   let hasFolder = 1;
 }
 
-def Kiln_ConcatOp : Kiln_Op<"concat", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_ConcatOp : Kiln_ComputeOp<"concat", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "join tensors along one dimension";
   let description = [{
     All inputs have the same element type and the same sizes except along
@@ -368,7 +381,7 @@ def Kiln_ConcatOp : Kiln_Op<"concat", [Pure, InferTypeOpAdaptor, DeclareOpInterf
   let hasFolder = 1;
 }
 
-def Kiln_GatherOp : Kiln_Op<"gather", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_GatherOp : Kiln_ComputeOp<"gather", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "take slices along an axis by integer indices (embedding lookup)";
   let description = [{
     The result shape is `operand[:axis] + indices + operand[axis+1:]`, as
@@ -387,7 +400,7 @@ def Kiln_GatherOp : Kiln_Op<"gather", [Pure, InferTypeOpAdaptor, DeclareOpInterf
   }];
 }
 
-def Kiln_PadOp : Kiln_Op<"pad", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_PadOp : Kiln_ComputeOp<"pad", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "pad with a constant: low, high and interior padding";
   let description = [{
     Result dimension d has size `low[d] + size[d] + (size[d] - 1) * interior[d]
@@ -409,7 +422,7 @@ def Kiln_PadOp : Kiln_Op<"pad", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMet
   }];  let hasFolder = 1;
 }
 
-def Kiln_ScatterAddOp : Kiln_Op<"scatter_add", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_ScatterAddOp : Kiln_ComputeOp<"scatter_add", [Pure, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "sum slices into a zero tensor by integer indices (the gradient of gather)";
   let description = [{
     The inverse of `kiln.gather` with the same `axis`: the result has
@@ -442,7 +455,7 @@ def Kiln_ScatterAddOp : Kiln_Op<"scatter_add", [Pure, DeclareOpInterfaceMethods<
 // have value semantics and are Pure: CSE and dead-code elimination act
 // alike on every device.
 
-def Kiln_AllReduceOp : Kiln_Op<"all_reduce", [Pure, SameOperandsAndResultType,
+def Kiln_AllReduceOp : Kiln_ComputeOp<"all_reduce", [Pure, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "combine a tensor over the devices of a mesh axis";
   let description = [{
@@ -463,7 +476,7 @@ def Kiln_AllReduceOp : Kiln_Op<"all_reduce", [Pure, SameOperandsAndResultType,
   let hasVerifier = 1;
 }
 
-def Kiln_ReduceScatterOp : Kiln_Op<"reduce_scatter", [Pure,
+def Kiln_ReduceScatterOp : Kiln_ComputeOp<"reduce_scatter", [Pure,
     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "combine over a mesh axis and keep this device's block";
   let description = [{
@@ -486,7 +499,7 @@ def Kiln_ReduceScatterOp : Kiln_Op<"reduce_scatter", [Pure,
   let hasVerifier = 1;
 }
 
-def Kiln_AllGatherOp : Kiln_Op<"all_gather", [Pure,
+def Kiln_AllGatherOp : Kiln_ComputeOp<"all_gather", [Pure,
     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "concatenate the group's tensors along a dimension";
   let description = [{
@@ -511,7 +524,7 @@ def Kiln_AllGatherOp : Kiln_Op<"all_gather", [Pure,
 // with `kiln.stage = s` runs there, an op without one everywhere). Values
 // cross stages through these two ops.
 
-def Kiln_TransferOp : Kiln_Op<"transfer", [Pure, SameOperandsAndResultType]> {
+def Kiln_TransferOp : Kiln_ComputeOp<"transfer", [Pure, SameOperandsAndResultType]> {
   let summary = "move a value from one stage of a mesh axis to another";
   let description = [{
     The devices at coordinate `from` on `axis` send the operand to the
@@ -531,7 +544,7 @@ def Kiln_TransferOp : Kiln_Op<"transfer", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Kiln_CollectiveBroadcastOp : Kiln_Op<"collective_broadcast", [Pure,
+def Kiln_CollectiveBroadcastOp : Kiln_ComputeOp<"collective_broadcast", [Pure,
     SameOperandsAndResultType]> {
   let summary = "copy one stage's value to every device of its axis group";
   let description = [{
@@ -552,7 +565,7 @@ def Kiln_CollectiveBroadcastOp : Kiln_Op<"collective_broadcast", [Pure,
   let hasVerifier = 1;
 }
 
-def Kiln_RandomOp : Kiln_Op<"random", [Pure]> {
+def Kiln_RandomOp : Kiln_ComputeOp<"random", [Pure]> {
   let summary = "counter-based pseudo-random tensor";
   let description = [{
     A pure function of `seed`, `salt` and each element's linear index, so
@@ -572,7 +585,7 @@ def Kiln_RandomOp : Kiln_Op<"random", [Pure]> {
   }];
 }
 
-def Kiln_OptimizationBarrierOp : Kiln_Op<"optimization_barrier",
+def Kiln_OptimizationBarrierOp : Kiln_ComputeOp<"optimization_barrier",
     [Pure, SameOperandsAndResultType, InferTypeOpInterface,
      DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "identity that no rewrite looks through";
@@ -596,7 +609,7 @@ def Kiln_OptimizationBarrierOp : Kiln_Op<"optimization_barrier",
 //===----------------------------------------------------------------------===//
 
 class Kiln_SoftmaxLikeOp<string mnemonic, string what>
-    : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface,
+    : Kiln_ComputeOp<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface,
                          DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
                          Kiln_CostOpInterface, Kiln_FlopsPerElement<14>, Kiln_Transcendental]> {
   let summary = what # " along one axis";
@@ -616,7 +629,7 @@ class Kiln_SoftmaxLikeOp<string mnemonic, string what>
 def Kiln_SoftmaxOp : Kiln_SoftmaxLikeOp<"softmax", "softmax">;
 def Kiln_LogSoftmaxOp : Kiln_SoftmaxLikeOp<"log_softmax", "log-softmax">;
 
-def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
+def Kiln_LayerNormOp : Kiln_ComputeOp<"layer_norm",
     [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
      Kiln_CostOpInterface, Kiln_FlopsPerElement<8>]> {
   let summary = "layer normalisation over the last axis";
@@ -640,7 +653,7 @@ def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
   }];
 }
 
-def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor,
+def Kiln_CrossEntropyOp : Kiln_ComputeOp<"cross_entropy", [Pure, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Kiln_GradientOpInterface>,
     // 14 per logit (input element)
     DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
@@ -664,7 +677,7 @@ def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure, InferTypeOpAdaptor,
   }];
 }
 
-def Kiln_DropoutOp : Kiln_Op<"dropout", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+def Kiln_DropoutOp : Kiln_ComputeOp<"dropout", [Pure, InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
   let summary = "inverted dropout driven by an explicit seed";
   let description = [{
     Zeroes each element with probability `rate` and scales the others by

@@ -5,55 +5,44 @@
 // mode (Kiln's own policy: low-precision storage, fp32 statistics inside
 // kernels) and in the "autocast" mode (rounding points where PyTorch's
 // autocast puts them), and the rule name the pass records in
-// `kiln.precision.rule` (passes/Precision.h). The table is in Precision.cpp,
-// one line per op, beside the gradient and sharding rules; docs/training.md
-// renders it. An op without an entry is refused by the pass, so a new op
-// cannot escape the policy silently.
+// `kiln.precision.rule` (passes/Precision.h). Each op answers it through
+// PrecisionOpInterface, in its family file (dialects/kiln/ops/), beside its
+// gradient and sharding rules; docs/training.md renders the table. Every
+// kiln op must answer (the build fails otherwise), so a new op cannot
+// escape the policy silently.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_DIALECTS_KILN_PRECISION_H
 #define KILN_DIALECTS_KILN_PRECISION_H
 
-#include "llvm/ADT/ArrayRef.h"
+#include "dialects/kiln/OpRules.h"
+
 #include "llvm/ADT/StringRef.h"
 
+#include <optional>
 #include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+class Operation;
+} // namespace mlir
 
 namespace kiln {
 
-/// How an op's floating-point operands and results are typed.
-enum class PrecisionClass {
-  /// Operands cast to the low type (bf16/f16), result in the low type.
-  Low,
-  /// Operands cast to f32, result f32.
-  Fp32,
-  /// Low type in and out; the kernel keeps its statistics (max, sums,
-  /// mean, variance) in fp32 registers.
-  Fp32Stats,
-  /// Data movement: the result has its input's type (several inputs of
-  /// different types are promoted to the widest).
-  Follow,
-  /// Mixed inputs: every operand is cast to the widest input type, which
-  /// the result takes. Splat constants (the frontend's scalars) do not
-  /// widen, like PyTorch's Python scalars.
-  Promote,
-  /// The op keeps the types it was written with (kiln.cast).
-  Keep,
-};
+/// An op's policy (its PrecisionOpInterface answer, written in its family
+/// file), or none for an op without one (kiln.fusion, kiln.yield, other
+/// dialects' ops).
+std::optional<PrecisionPolicy> lookupPrecisionPolicy(mlir::Operation *op);
 
-/// One entry of the table.
-struct PrecisionPolicy {
-  llvm::StringLiteral op;          ///< "kiln.matmul"
-  PrecisionClass kiln;             ///< class in the "kiln" mode
-  llvm::StringLiteral kilnRule;    ///< its rule name ("" for Follow/Promote)
-  PrecisionClass autocast;         ///< class in the "autocast" mode
-  llvm::StringLiteral autocastRule;
+/// One row of the policy table docs/training.md renders.
+struct NamedPrecisionPolicy {
+  std::string op; ///< "kiln.matmul"
+  PrecisionPolicy policy;
 };
+/// Every kiln op's policy, by op name (the dialect must be loaded).
+std::vector<NamedPrecisionPolicy> precisionPolicies(mlir::MLIRContext *ctx);
 
-/// The table, in KilnOps.td's order.
-llvm::ArrayRef<PrecisionPolicy> precisionPolicies();
-/// The entry for an op name ("kiln.softmax"), or null.
-const PrecisionPolicy *lookupPrecisionPolicy(llvm::StringRef opName);
 /// "low", "fp32", "fp32-stats", "follow", "promote", "keep".
 llvm::StringRef precisionClassName(PrecisionClass c);
 

@@ -11,15 +11,15 @@
 //   {split = [["dp"], []], partial = []}        rows split over dp
 //   {split = [[], []], partial = ["dp"]}        a partial sum over dp
 //
-// The rule table (Sharding.cpp, one entry per op, beside the gradient rules)
-// gives an op's result shardings from its operands'; docs/parallel.md says
-// what it covers and what tensor parallelism will add.
+// Each op's rule is its ShardingOpInterface answer, in its family file
+// (dialects/kiln/ops/); docs/parallel.md says what the rules cover.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_DIALECTS_KILN_SHARDING_H
 #define KILN_DIALECTS_KILN_SHARDING_H
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/OpRules.h"
 
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/Block.h"
@@ -82,25 +82,6 @@ inline bool tpSplits(mlir::DictionaryAttr attrs, mlir::Type type, int64_t tp) {
   return true;
 }
 
-struct TensorSharding {
-  /// Per dimension, the mesh axes it is split over, major to minor.
-  llvm::SmallVector<llvm::SmallVector<std::string, 1>, 4> split;
-  /// The axes over which the value is a partial sum, sorted.
-  llvm::SmallVector<std::string, 1> partial;
-
-  static TensorSharding replicated(int64_t rank);
-  /// Split dimension `dim` over `axis`; replicated elsewhere.
-  static TensorSharding splitOn(int64_t rank, int64_t dim, llvm::StringRef axis);
-  bool isReplicated() const;
-  bool isPartial(llvm::StringRef axis) const;
-  /// Whether any dimension is split over `axis`.
-  bool isSplitOver(llvm::StringRef axis) const;
-  bool operator==(const TensorSharding &o) const {
-    return split == o.split && partial == o.partial;
-  }
-  bool operator!=(const TensorSharding &o) const { return !(*this == o); }
-};
-
 /// {split = [[...], ...], partial = [...]}
 mlir::DictionaryAttr shardingToAttr(mlir::MLIRContext *ctx, const TensorSharding &s);
 /// Parses the attribute form; on failure reports through `emitError`.
@@ -117,11 +98,12 @@ mlir::LogicalResult verifySharding(const TensorSharding &s, mlir::RankedTensorTy
 /// "[[dp], []] partial [dp]" for messages.
 std::string shardingToString(const TensorSharding &s);
 
-/// The rule table: the shardings of `op`'s results given its operands'
-/// (std::nullopt: unknown, e.g. a value that differs per device without
-/// being a split, such as the "replica" input). Returns std::nullopt when
-/// the table has no rule for the op or the operands' shardings are not ones
-/// the op can take without resharding (e.g. a nonlinear op of a partial sum).
+/// The shardings of `op`'s results given its operands' (std::nullopt:
+/// unknown, e.g. a value that differs per device without being a split,
+/// such as the "replica" input), by the op's ShardingOpInterface. Returns
+/// std::nullopt for an op without the interface (kiln.fusion) and when the
+/// operands' shardings are not ones the op can take without resharding
+/// (e.g. a nonlinear op of a partial sum).
 std::optional<llvm::SmallVector<TensorSharding, 1>>
 inferResultShardings(mlir::Operation *op,
                      llvm::ArrayRef<std::optional<TensorSharding>> operands);

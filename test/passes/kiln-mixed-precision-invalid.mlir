@@ -2,12 +2,12 @@
 
 // Errors of kiln-mixed-precision.
 
-// An op without an entry in the policy table (dialects/kiln/Precision.cpp)
-// is refused, so a new op cannot escape the policy silently. kiln.fusion is
-// kernel-level and has none.
+// An op without a policy (PrecisionOpInterface) is refused. Every kiln op
+// but the kernel-level kiln.fusion and kiln.yield must answer it (the build
+// fails otherwise), so a new op cannot escape the policy silently.
 module attributes {kiln.train = {precision = "bf16"}} {
   func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.output = "loss"}) {
-    // expected-error @+1 {{'kiln.fusion' op has no entry in the mixed-precision policy table (dialects/kiln/Precision.cpp)}}
+    // expected-error @+1 {{'kiln.fusion' op has no mixed-precision policy (PrecisionOpInterface, answered in the op's family file under dialects/kiln/ops/)}}
     %0 = kiln.fusion "elementwise" rows = 0 ins(%w) : (tensor<4xf32>) -> tensor<4xf32> {
     ^bb0(%x: tensor<4xf32>):
       %1 = kiln.relu %x : tensor<4xf32>
