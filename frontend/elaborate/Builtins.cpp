@@ -17,48 +17,77 @@ namespace kiln::frontend::elab {
 // Tensor building blocks
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+template <typename OpT>
+mlir::Value buildUnary(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x) {
+  return b.create<OpT>(loc, x).getResult();
+}
+
+/// An elementwise function of one tensor (or one number): its name, its
+/// value on a number, the kiln op it builds, whether it takes integer
+/// tensors, and whether it can be a layer's activation. One row per
+/// function: the builtin, the activation list and the messages read it.
+struct UnaryFn {
+  const char *name;
+  double (*number)(double);
+  mlir::Value (*build)(mlir::OpBuilder &, mlir::Location, mlir::Value);
+  bool integers;
+  bool activation;
+};
+
+const UnaryFn kUnaryFns[] = {
+    {"sqrt", [](double v) { return std::sqrt(v); }, buildUnary<SqrtOp>, false, false},
+    {"rsqrt", [](double v) { return 1.0 / std::sqrt(v); }, buildUnary<RsqrtOp>, false, false},
+    {"exp", [](double v) { return std::exp(v); }, buildUnary<ExpOp>, false, false},
+    {"log", [](double v) { return std::log(v); }, buildUnary<LogOp>, false, false},
+    {"tanh", [](double v) { return std::tanh(v); }, buildUnary<TanhOp>, false, true},
+    {"abs", [](double v) { return std::fabs(v); }, buildUnary<AbsOp>, true, false},
+    {"sigmoid", [](double v) { return 1.0 / (1.0 + std::exp(-v)); }, buildUnary<SigmoidOp>,
+     false, true},
+    {"relu", [](double v) { return v > 0 ? v : 0; }, buildUnary<ReluOp>, true, true},
+    {"silu", [](double v) { return v / (1.0 + std::exp(-v)); }, buildUnary<SiluOp>, false, true},
+};
+
+const UnaryFn *findUnaryFn(llvm::StringRef name) {
+  for (const UnaryFn &f : kUnaryFns)
+    if (name == f.name)
+      return &f;
+  return nullptr;
+}
+
+/// The activations' names for messages: "relu, gelu, gelu_tanh, tanh, ...".
+std::string activationNames() {
+  std::string out = "relu, gelu, gelu_tanh";
+  for (const UnaryFn &f : kUnaryFns)
+    if (f.activation && llvm::StringRef(f.name) != "relu")
+      out += std::string(", ") + f.name;
+  return out;
+}
+
+} // namespace
+
 Val Elaborator::unaryTensorFn(const std::string &fn, const Val &x,
                               SourceLoc l) {
+  const UnaryFn *f = findUnaryFn(fn);
+  if (!f)
+    fail(l, "unknown function '" + fn + "'");
   if (x.isNumber()) {
-    double v = x.num(), r = 0;
-    if (fn == "sqrt") r = std::sqrt(v);
-    else if (fn == "rsqrt") r = 1.0 / std::sqrt(v);
-    else if (fn == "exp") r = std::exp(v);
-    else if (fn == "log") r = std::log(v);
-    else if (fn == "tanh") r = std::tanh(v);
-    else if (fn == "abs") {
-      if (x.kind == Val::Kind::Int && x.i != std::numeric_limits<int64_t>::min())
-        return scalarInt(x.i < 0 ? -x.i : x.i, l);
-      r = std::fabs(v);
-    } else if (fn == "sigmoid") r = 1.0 / (1.0 + std::exp(-v));
-    else if (fn == "silu") r = v / (1.0 + std::exp(-v));
-    else if (fn == "relu") r = v > 0 ? v : 0;
-    else
-      fail(l, fn + "() needs a tensor");
+    if (fn == "abs" && x.kind == Val::Kind::Int && x.i != std::numeric_limits<int64_t>::min())
+      return scalarInt(x.i < 0 ? -x.i : x.i, l);
+    double v = x.num(), r = f->number(v);
     if (!std::isfinite(r))
       fail(l, fn + "(" + fmtDouble(v) + ") is not a finite number");
     return scalarFloat(r, l);
   }
-  bool numeric = fn == "abs" || fn == "relu";
-  if (numeric)
+  if (f->integers)
     expectTensor(x, "the argument of " + fn + "()");
   else
     expectFloatTensor(x, "the argument of " + fn + "()");
   if (x.dtype == DType::I1)
     fail(x.loc, fn + "() does not apply to boolean tensors");
-  mlir::Value r;
-  if (fn == "sqrt") r = create<SqrtOp>(l, x.value);
-  else if (fn == "rsqrt") r = create<RsqrtOp>(l, x.value);
-  else if (fn == "exp") r = create<ExpOp>(l, x.value);
-  else if (fn == "log") r = create<LogOp>(l, x.value);
-  else if (fn == "tanh") r = create<TanhOp>(l, x.value);
-  else if (fn == "abs") r = create<AbsOp>(l, x.value);
-  else if (fn == "sigmoid") r = create<SigmoidOp>(l, x.value);
-  else if (fn == "silu") r = create<SiluOp>(l, x.value);
-  else if (fn == "relu") r = create<ReluOp>(l, x.value);
-  else
-    fail(l, "unknown function '" + fn + "'");
-  return tensor(r, x.shape, x.dtype, l);
+  countOp(l);
+  return tensor(f->build(b_, loc(l), x.value), x.shape, x.dtype, l);
 }
 
 Val Elaborator::matmul(const Val &a, const Val &c, bool ta, bool tb,
@@ -343,9 +372,8 @@ Val Elaborator::reduce(const std::string &fn, const Val &x,
 
 Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
   if (fn.kind != Val::Kind::Func)
-    fail(fn.loc, "expected an activation function (relu, gelu, gelu_tanh, "
-                 "tanh, sigmoid, silu, or a def of one argument), got " +
-                     describe(fn));
+    fail(fn.loc, "expected an activation function (" + activationNames() +
+                     ", or a def of one argument), got " + describe(fn));
   auto def = defs_.find(fn.s);
   if (def != defs_.end()) {
     // A user def of one argument (further parameters need defaults),
@@ -378,10 +406,10 @@ Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
     auto approx = fn.s == "gelu" ? GeluApproximation::erf : GeluApproximation::tanh;
     return tensor(create<GeluOp>(l, approx, x.value), x.shape, x.dtype, l);
   }
-  if (fn.s == "relu" || fn.s == "tanh" || fn.s == "sigmoid" || fn.s == "silu")
+  if (const UnaryFn *f = findUnaryFn(fn.s); f && f->activation)
     return unaryTensorFn(fn.s, x, l);
-  fail(fn.loc, "'" + fn.s + "' is not an activation; use relu, gelu, "
-               "gelu_tanh, tanh, sigmoid, silu or a def of one argument");
+  fail(fn.loc, "'" + fn.s + "' is not an activation; use " + activationNames() +
+                   " or a def of one argument");
 }
 
 //===----------------------------------------------------------------------===//
@@ -391,9 +419,8 @@ Val Elaborator::activation(const Val &fn, const Val &x, SourceLoc l) {
 void Elaborator::registerTensorBuiltins() {
   auto &B = builtins_;
   // Elementwise functions of one tensor (or one number).
-  for (const char *fn : {"sqrt", "rsqrt", "exp", "log", "tanh", "abs",
-                         "sigmoid", "relu", "silu"}) {
-    std::string name = fn;
+  for (const UnaryFn &fn : kUnaryFns) {
+    std::string name = fn.name;
     B[name] = [this, name](const Expr &e, Env &env) {
       Args a = bindArgs(e, env, {"x"}, 1);
       return unaryTensorFn(name, arg(a, 0), e.loc);
