@@ -111,6 +111,7 @@ def Kiln_ReluOp : Kiln_UnaryOp<"relu", Kiln_NumTensor, "max(x, 0)", [Kiln_FlopsP
 def Kiln_ErfOp : Kiln_UnaryOp<"erf", Kiln_FloatTensor, "erf(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 def Kiln_CosOp : Kiln_UnaryOp<"cos", Kiln_FloatTensor, "cos(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
 def Kiln_SinOp : Kiln_UnaryOp<"sin", Kiln_FloatTensor, "sin(x)", [Kiln_FlopsPerElement<10>, Kiln_Transcendental]>;
+def Kiln_SoftplusOp : Kiln_UnaryOp<"softplus", Kiln_FloatTensor, "log(1 + e^x) (softplus)", [Kiln_FlopsPerElement<20>, Kiln_Transcendental]>;
 
 def Kiln_GeluOp : Kiln_ComputeOp<"gelu",
     [Pure, Elementwise, SameOperandsAndResultType, InferTypeOpInterface,

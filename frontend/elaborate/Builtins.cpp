@@ -47,6 +47,8 @@ const UnaryFn kUnaryFns[] = {
      false, true},
     {"relu", [](double v) { return v > 0 ? v : 0; }, buildUnary<ReluOp>, true, true},
     {"silu", [](double v) { return v / (1.0 + std::exp(-v)); }, buildUnary<SiluOp>, false, true},
+    {"softplus", [](double v) { return std::max(v, 0.0) + std::log1p(std::exp(-std::fabs(v))); },
+     buildUnary<SoftplusOp>, false, true},
 };
 
 const UnaryFn *findUnaryFn(llvm::StringRef name) {

@@ -82,6 +82,7 @@ func.func @neg_abs_relu(%f32: tensor<4x8xf32>, %i32: tensor<4xi32>, %f64: tensor
 // CHECK: kiln.tanh %arg0 : tensor<4x8xf32>
 // CHECK: kiln.sigmoid %arg1 : tensor<3xf64>
 // CHECK: kiln.silu %arg0 : tensor<4x8xf32>
+// CHECK: kiln.softplus %arg1 : tensor<3xf64>
 func.func @transcendental(%f32: tensor<4x8xf32>, %f64: tensor<3xf64>,
                           %f16: tensor<2x2xf16>, %bf16: tensor<8xbf16>) {
   %0 = kiln.exp %f32 : tensor<4x8xf32>
@@ -91,6 +92,7 @@ func.func @transcendental(%f32: tensor<4x8xf32>, %f64: tensor<3xf64>,
   %4 = kiln.tanh %f32 : tensor<4x8xf32>
   %5 = kiln.sigmoid %f64 : tensor<3xf64>
   %6 = kiln.silu %f32 : tensor<4x8xf32>
+  %7 = kiln.softplus %f64 : tensor<3xf64>
   return
 }
 

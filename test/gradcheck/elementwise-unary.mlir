@@ -1,6 +1,6 @@
 // Op-level gradient checks: unary elementwise ops.
 //
-// neg abs exp log sqrt rsqrt tanh sigmoid silu relu erf cos sin, gelu (erf and tanh)
+// neg abs exp log sqrt rsqrt tanh sigmoid silu softplus relu erf cos sin, gelu (erf and tanh)
 // and cast (f32 -> f64 -> f32, f32 -> f16 / bf16 -> f32). The operand is
 // p[3,5,7] + broadcast(b[7]), so b's 7 coordinates are all checked (each sums 15
 // positions) and p is sampled.
@@ -22,6 +22,7 @@
 // RUN: kilnc %t/tanh.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/sigmoid.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/silu.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kilnc %t/softplus.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/relu.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/erf.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 // RUN: kilnc %t/cos.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
@@ -158,6 +159,19 @@ func.func @forward(%p: tensor<3x5x7xf32> {kiln.param = "p", kiln.init = {kind = 
   %bb = kiln.broadcast_in_dim %b, dims = [2] : tensor<7xf32> -> tensor<3x5x7xf32>
   %x = kiln.add %p, %bb : tensor<3x5x7xf32>
   %y = kiln.silu %x : tensor<3x5x7xf32>
+  %weighted = kiln.mul %y, %r : tensor<3x5x7xf32>
+  %loss = kiln.reduce_sum %weighted axes = [0, 1, 2] : tensor<3x5x7xf32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+//--- softplus.mlir
+// kiln.softplus of p + broadcast(b[7]) over [3,5,7].
+func.func @forward(%p: tensor<3x5x7xf32> {kiln.param = "p", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
+                   %b: tensor<7xf32> {kiln.param = "b", kiln.init = {kind = "normal", mean = 0.0 : f64, std = 1.0 : f64}},
+                   %r: tensor<3x5x7xf32> {kiln.input = "r"}) -> (tensor<f32> {kiln.output = "loss"}) {
+  %bb = kiln.broadcast_in_dim %b, dims = [2] : tensor<7xf32> -> tensor<3x5x7xf32>
+  %x = kiln.add %p, %bb : tensor<3x5x7xf32>
+  %y = kiln.softplus %x : tensor<3x5x7xf32>
   %weighted = kiln.mul %y, %r : tensor<3x5x7xf32>
   %loss = kiln.reduce_sum %weighted axes = [0, 1, 2] : tensor<3x5x7xf32> -> tensor<f32>
   return %loss : tensor<f32>

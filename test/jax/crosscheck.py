@@ -281,7 +281,15 @@ def gelu_erf(x):
     return 0.5 * x * (1.0 + jax.lax.erf(x / math.sqrt(2.0)))
 
 
-def make_mlp(names, shapes):
+HIDDEN_ACTIVATIONS = {
+    "relu": lambda h: jnp.maximum(h, 0.0),
+    "softplus": jax.nn.softplus,
+    "silu": jax.nn.silu,
+}
+
+
+def make_mlp(names, shapes, activation="relu"):
+    act = HIDDEN_ACTIVATIONS[activation]
     layers = []
     for n in names:
         if n.endswith(".weight"):
@@ -303,7 +311,7 @@ def make_mlp(names, shapes):
         for k, (w, b) in enumerate(layers):
             h = dense(h, params[w], params[b] if b else None)
             if k + 1 < len(layers):
-                h = jnp.maximum(h, 0.0)
+                h = act(h)
         return mean_cross_entropy(h, labels)
 
     def bind(inputs):
@@ -680,6 +688,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--batch", type=int)
+    ap.add_argument("--mlp-activation", choices=sorted(HIDDEN_ACTIVATIONS), default="relu",
+                    help="the MLP path's hidden activation (the model's own must match)")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seed", type=int)
@@ -754,7 +764,7 @@ def main():
     elif all(n.endswith(".linear.weight") or n.endswith(".linear.bias") or
              n in ("linear.weight", "linear.bias") for n in names):
         family = "mlp"
-        loss_fn, bind = make_mlp(names, shapes)
+        loss_fn, bind = make_mlp(names, shapes, args.mlp_activation)
         if len(input_names) != 2:
             raise CheckError("mlp path: expected inputs (x, labels), got %s" % input_names)
     else:

@@ -270,6 +270,9 @@ KILN_UNARY_GRAD(ErfOp, return h.mul(g, h.scale(h.exp(h.neg(h.mul(x, x))), 2.0 / 
 KILN_UNARY_GRAD(CosOp, return h.neg(h.mul(g, h.sin(x)));)
 // d sin x = g cos x
 KILN_UNARY_GRAD(SinOp, return h.mul(g, h.cos(x));)
+
+// d softplus x = g sigmoid(x)
+KILN_UNARY_GRAD(SoftplusOp, return h.mul(g, h.b.create<SigmoidOp>(h.loc, x));)
 #undef KILN_UNARY_GRAD
 
 // erf:  d = Phi(x) + x phi(x),  Phi = (1 + erf(x/sqrt2))/2, phi = e^(-x^2/2)/sqrt(2 pi)
@@ -504,6 +507,7 @@ KILN_ELEMENTWISE_RULES(ReluOp, Linearity::None, kActivation)
 KILN_ELEMENTWISE_RULES(ErfOp, Linearity::None, kActivation)
 KILN_ELEMENTWISE_RULES(CosOp, Linearity::None, kActivation)
 KILN_ELEMENTWISE_RULES(SinOp, Linearity::None, kActivation)
+KILN_ELEMENTWISE_RULES(SoftplusOp, Linearity::None, kActivation)
 KILN_ELEMENTWISE_RULES(GeluOp, Linearity::None, kActivation)
 KILN_ELEMENTWISE_RULES(AddOp, Linearity::Sum, kElementwise)
 KILN_ELEMENTWISE_RULES(SubOp, Linearity::Sum, kElementwise)
@@ -668,6 +672,22 @@ const Entry kEntries[] = {
                s.b.create<math::ExpOp>(s.loc, s.b.create<arith::NegFOp>(s.loc, s.a[0]))));
      }},
     // max(x, 0); NaN stays NaN (arith.maximumf)
+    // max(x, 0) + log1p(e^-|x|): no overflow for large x, and e^x to full
+    // precision for very negative x (PyTorch's softplus with beta = 1 and no
+    // threshold).
+    {"kiln.softplus", 1,
+     [](double x, double) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); },
+     [](C c) {
+       return fmt::format("(fmax{0}({1}, {2}) + log1p{0}(exp{0}(-fabs{0}({1}))))", c.suffix(),
+                          c.a[0], c.lit(0.0));
+     },
+     [](S s) -> Value {
+       Value e = s.b.create<math::ExpOp>(
+           s.loc, s.b.create<arith::NegFOp>(s.loc, s.b.create<math::AbsFOp>(s.loc, s.a[0])));
+       return s.b.create<arith::AddFOp>(s.loc,
+                                        s.b.create<arith::MaximumFOp>(s.loc, s.a[0], s.f(0.0)),
+                                        s.b.create<math::Log1pOp>(s.loc, e));
+     }},
     {"kiln.relu", 1, [](double x, double) { return (x != x || x > 0) ? x : 0.0; },
      [](C c) {
        return c.isFloat ? fmt::format("(({0} != {0} || {0} > {1}) ? {0} : {1})", c.a[0], c.lit(0.0))

@@ -106,7 +106,7 @@ TEST(ElementwiseTable, InterpreterAgreesWithEveryEntry) {
   mlir::MLIRContext ctx;
   ctx.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
   std::vector<double> vs = values(rng, 300);
-  ASSERT_EQ(table::entries().size(), 22u); // a new entry: add its edge cases here too
+  ASSERT_EQ(table::entries().size(), 23u); // a new entry: add its known values below too
   for (const table::Entry &e : table::entries()) {
     SCOPED_TRACE(e.name);
     // Unary: every value. Binary: every pair of edge cases, then random pairs.
@@ -165,6 +165,10 @@ TEST(ElementwiseTable, UnaryEntriesAtKnownValues) {
       {"kiln.sigmoid", 1.0, s1},         {"kiln.silu", 0.0, 0.0},
       {"kiln.silu", 1.0, s1},            {"kiln.silu", -2.0, -2.0 / (1.0 + std::exp(2.0))},
       {"kiln.relu", -1.0, 0.0},          {"kiln.relu", 2.0, 2.0},
+      // softplus: log 2 at 0; x + e^-x far right; e^x far left (where the
+      // naive log(1 + e^x) would round to 0 or overflow).
+      {"kiln.softplus", 0.0, std::log(2.0)},
+      {"kiln.softplus", 800.0, 800.0},   {"kiln.softplus", -40.0, std::exp(-40.0)},
       {"kiln.cos", 0.0, 1.0},            {"kiln.sin", 0.0, 0.0},
       {"kiln.erf", 0.0, 0.0},            {"kiln.gelu(erf)", 0.0, 0.0},
       {"kiln.gelu(erf)", 1.0, 0.5 * (1.0 + std::erf(1.0 / std::sqrt(2.0)))},
