@@ -1,7 +1,7 @@
 //===- Codegen.cpp - From the training program to kernels, a plan, code --===//
 //
 // The driver of compiler/Codegen.h: kernel formation (Kernels.cpp), steps
-// and the buffer plan (Plan.cpp), CPU lowering (cpu/Lowering.cpp).
+// and the buffer plan (plan/), CPU lowering (cpu/Lowering.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Codegen.h"

@@ -3,7 +3,7 @@
 // Internal to compiler/: the state compileProgram() (Codegen.cpp) builds
 // while it turns the functions of a training program into kernels, steps and
 // a buffer plan. Kernels.cpp forms the kernel funcs from kiln.fusion groups
-// (makeKernel, row pieces); Plan.cpp forms the steps, assigns buffers and
+// (makeKernel, row pieces); plan/ forms the steps, assigns buffers and
 // prints the plan; cpu/Lowering.cpp lowers the kernel module to LLVM.
 //
 //===----------------------------------------------------------------------===//
@@ -91,7 +91,7 @@ private:
                                   int64_t rows,
                                   llvm::SmallVectorImpl<std::pair<unsigned, unsigned>> &ties);
 
-  // Steps and the buffer plan (Plan.cpp).
+  // Steps and the buffer plan (compiler/plan/).
   mlir::Value root(mlir::Value v);
   void matchLtEpilogue(FusionOp fusion, MatmulOp mm, llvm::ArrayRef<mlir::Operation *> epi,
                        llvm::ArrayRef<mlir::Value> outs, VStep &s);

@@ -351,7 +351,7 @@ void addProgram(ModelSummary &s, ModuleOp module) {
     if (auto p = step.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttr)) {
       int64_t n = t.getNumElements();
       // A ZeRO-sharded parameter counts whole, a tensor-parallel one (with
-      // a dim) by its local block (zeroMemory() in Plan.cpp).
+      // a dim) by its local block (zeroMemory() in compiler/plan/Buffers.cpp).
       if (auto shard = step.getArgAttrOfType<DictionaryAttr>(i, "kiln.shard"))
         if (auto shape = shard.getAs<DenseI64ArrayAttr>("shape");
             shape && !shard.contains("dim")) {
