@@ -29,7 +29,7 @@ FailureOr<CompiledProgram> compileProgram(ModuleOp module,
   ctx->appendDialectRegistry(registry);
   ctx->loadDialect<bufferization::BufferizationDialect, memref::MemRefDialect,
                    arith::ArithDialect>();
-  codegen::Generator gen(module, options.fusion, error);
+  codegen::Generator gen(module, options.fusion, error, options.printIRAfterAll);
   if (failed(gen.run()))
     return failure();
   CompiledProgram out;

@@ -69,6 +69,9 @@ struct CodegenOptions {
   /// Print the kernel module after every pass of the CPU lowering, to
   /// stderr (kilnc --print-kernel-ir-after-all).
   bool printKernelIRAfterAll = false;
+  /// Print the module after every pass of kernel formation (kiln-split-losses,
+  /// kiln-mark-forward, kiln-fuse), to stderr (kilnc --print-ir-after-all).
+  bool printIRAfterAll = false;
 };
 
 /// Needs a module on which buildTrainProgram() ran. Returns failure with

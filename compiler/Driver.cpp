@@ -494,7 +494,7 @@ uint64_t initSeed(mlir::ModuleOp module, std::optional<uint64_t> seed) {
 }
 
 Outcome buildTraining(mlir::ModuleOp module, const CompileOptions &options, bool gradOnly) {
-  if (mlir::succeeded(buildTrainProgram(module, gradOnly)))
+  if (mlir::succeeded(buildTrainProgram(module, gradOnly, options.printIRAfterAll)))
     return {};
   return {userError("cannot build the training program for '" + options.modelPath + "'"), true};
 }
@@ -576,6 +576,7 @@ CompileResult compile(mlir::ModuleOp module, const CompileOptions &options) {
   co.keepLLVMText = options.output == CompileOutput::LLVM;
   co.fusion = options.fusion;
   co.printKernelIRAfterAll = options.printKernelIRAfterAll;
+  co.printIRAfterAll = options.printIRAfterAll;
   std::string err;
   auto compiled = compileProgram(module, co, err);
   if (mlir::failed(compiled)) {

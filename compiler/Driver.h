@@ -96,6 +96,8 @@ struct CompileOptions {
   CompileOutput output = CompileOutput::Program;
   bool fusion = true;                 ///< false: one op per kernel
   bool printKernelIRAfterAll = false; ///< the CPU lowering, to stderr
+  /// The training pipeline and kernel formation, after every pass, to stderr.
+  bool printIRAfterAll = false;
   /// The artifact's targets as given ("cpu", "cuda", "cpu,cuda"; see
   /// parseTarget), and whether CUDA C++ is emitted.
   std::string target = "cpu";

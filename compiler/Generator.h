@@ -12,6 +12,7 @@
 
 #include "compiler/Codegen.h"
 #include "dialects/kiln/KilnOps.h"
+#include "passes/Fusion.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -64,7 +65,10 @@ struct VStep {
 
 class Generator {
 public:
-  Generator(mlir::ModuleOp module, bool fusion, std::string &error);
+  /// `printIRAfterAll`: print the module after every pass of kernel
+  /// formation, to stderr (kilnc --print-ir-after-all).
+  Generator(mlir::ModuleOp module, bool fusion, std::string &error,
+            bool printIRAfterAll = false);
 
   /// Compiles @train_step, @eval_step and @predict (those that exist).
   mlir::LogicalResult run();
@@ -102,10 +106,9 @@ private:
   static void exactDependencies(const program::Program &p, program::Function &f);
   mlir::LogicalResult assignBuffers(mlir::func::FuncOp fn, std::vector<VStep> &steps,
                                     mlir::func::ReturnOp ret);
-  /// @train_step's op computing the first micro-batch's loss (the end of
-  /// its forward pass), or null where the loss chain is not
-  /// kiln-train-step's.
-  mlir::Operation *forwardLoss(mlir::func::FuncOp fn);
+  /// Runs kernel formation (buildKernelFormationPipeline) on the module,
+  /// keeping what each function needs from before it.
+  mlir::LogicalResult formKernels();
 
   mlir::ModuleOp module_;
   mlir::MLIRContext *ctx_;
@@ -126,10 +129,20 @@ private:
   /// collective), set again after computeDependencies().
   std::vector<std::vector<int>> queues_;
   bool fusion_ = true;
+  bool printIRAfterAll_ = false;
+  /// What kernel formation leaves for each compiled function: the head
+  /// transposes its GEMMs read (foldedIn) or write (foldedOut) in place,
+  /// found before kiln-fuse, and its refused fusions.
+  struct FormedFunction {
+    llvm::DenseSet<mlir::Operation *> foldedIn, foldedOut;
+    std::vector<FusionRefusal> refusals;
+  };
+  std::map<std::string, FormedFunction> formed_;
   std::vector<Refusal> refusals_;
   /// Head transposes a GEMM reads (foldedIn) or writes (foldedOut) in place.
   llvm::DenseSet<mlir::Operation *> foldedIn_, foldedOut_;
-  /// For the function being compiled: whether forwardLoss() was found; the
+  /// For the function being compiled: whether it has kiln-mark-forward's
+  /// marks; the
   /// step results that are forward values; the steps that compute anything
   /// else (backward, the optimizer, the other micro-batches).
   bool hasForward_ = false;

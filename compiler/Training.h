@@ -22,7 +22,10 @@
 namespace kiln {
 
 /// Adds @init, @grad, @train_step, @eval_step, @predict; simplifies.
-mlir::LogicalResult buildTrainProgram(mlir::ModuleOp module, bool gradOnly = false);
+/// `printAfterAll`: print the module after every pass, to stderr (kilnc
+/// --print-ir-after-all).
+mlir::LogicalResult buildTrainProgram(mlir::ModuleOp module, bool gradOnly = false,
+                                      bool printAfterAll = false);
 
 /// Rewrites every f32 tensor in `fn` (arguments, results, constants) to f64,
 /// so that the whole program, gradients included, is evaluated in float64:

@@ -1198,8 +1198,16 @@ LogicalResult fuseFunction(func::FuncOp fn, const FusionOptions &options,
 namespace {
 struct KilnFusePass : impl::KilnFusePassBase<KilnFusePass> {
   using KilnFusePassBase::KilnFusePassBase;
+  KilnFusePass(const FusionOptions &o, ArrayRef<std::string> fns,
+               FusionRefusalsByFunction *collect)
+      : base_(o), collect_(collect) {
+    disable = !o.enabled;
+    gemmEpilogues = o.gemmEpilogues;
+    duplicateCheap = o.duplicateCheap;
+    functions = SmallVector<std::string>(fns);
+  }
   void runOnOperation() override {
-    FusionOptions o;
+    FusionOptions o = base_;
     o.enabled = !disable;
     o.gemmEpilogues = gemmEpilogues;
     o.duplicateCheap = duplicateCheap;
@@ -1207,13 +1215,26 @@ struct KilnFusePass : impl::KilnFusePassBase<KilnFusePass> {
       if (!functions.empty() && !llvm::is_contained(functions, fn.getSymName().str()))
         continue;
       std::vector<FusionRefusal> refusals;
-      if (failed(fuseFunction(fn, o, remarks ? &refusals : nullptr)))
+      if (failed(fuseFunction(fn, o, remarks || collect_ ? &refusals : nullptr)))
         return signalPassFailure();
-      for (const FusionRefusal &r : refusals)
-        emitRemark(r.where) << "not fused with " << r.producer << ": " << r.rule;
+      if (remarks)
+        for (const FusionRefusal &r : refusals)
+          emitRemark(r.where) << "not fused with " << r.producer << ": " << r.rule;
+      if (collect_)
+        (*collect_)[fn.getSymName().str()] = std::move(refusals);
     }
   }
+
+private:
+  FusionOptions base_;
+  FusionRefusalsByFunction *collect_ = nullptr;
 };
 } // namespace
+
+std::unique_ptr<Pass> createKilnFusePass(const FusionOptions &options,
+                                         ArrayRef<std::string> functions,
+                                         FusionRefusalsByFunction *refusals) {
+  return std::make_unique<KilnFusePass>(options, functions, refusals);
+}
 
 } // namespace kiln

@@ -33,8 +33,11 @@
 #define KILN_PASSES_FUSION_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,15 @@ struct FusionRefusal {
   std::string rule; ///< "rule-name: explanation"
   mlir::Location where; ///< the consumer's location (for remarks)
 };
+
+/// The refused edges of each function kiln-fuse ran on, by function name.
+using FusionRefusalsByFunction = std::map<std::string, std::vector<FusionRefusal>>;
+
+/// kiln-fuse with `options` on `functions` (all when empty), recording each
+/// function's refused edges into `refusals` when given (the fusion report).
+std::unique_ptr<mlir::Pass> createKilnFusePass(const FusionOptions &options,
+                                               llvm::ArrayRef<std::string> functions,
+                                               FusionRefusalsByFunction *refusals);
 
 /// Groups the ops of `fn` into kiln.fusion ops and re-sorts the body. With
 /// fusion disabled every op gets a fusion of its own. Appends refused edges

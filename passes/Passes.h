@@ -20,6 +20,10 @@ namespace kiln {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
+/// The unit attribute kiln-mark-forward puts on every op of @train_step's
+/// first forward pass; the plan reads and removes it (compiler/plan/).
+inline constexpr llvm::StringLiteral kForwardMarkAttr = "kiln.plan.forward";
+
 /// Tags kiln-train-step puts on @train_step when the module's mesh has a
 /// `dp` axis of size > 1, for kiln-data-parallel (docs/parallel.md): the op
 /// whose result is a parameter's accumulated local gradient (its name), the

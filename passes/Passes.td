@@ -309,6 +309,43 @@ def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnSplitLossesPass : Pass<"kiln-split-losses", "mlir::ModuleOp"> {
+  let summary = "Split a mean or summed cross_entropy into per-row losses and one reduction";
+  let description = [{
+    Kernel formation's first step: `cross_entropy(reduction = mean|sum)` is
+    a row reduction (one loss per position) followed by a reduction over
+    every row, two kernel forms, so it becomes two ops: a
+    `cross_entropy(reduction = none)` and a `reduce_mean` or `reduce_sum`
+    over all its dimensions (each keeps the op's `kiln.stage`).
+
+    Before:
+    ```mlir
+    %l = kiln.cross_entropy %z, %t reduction = mean : tensor<8x5xf32>, tensor<8xi32> -> tensor<f32>
+    ```
+    After:
+    ```mlir
+    %p = kiln.cross_entropy %z, %t reduction = none : tensor<8x5xf32>, tensor<8xi32> -> tensor<8xf32>
+    %l = kiln.reduce_mean %p axes = [0] : tensor<8xf32> -> tensor<f32>
+    ```
+  }];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Functions to rewrite (default: all)">,
+  ];
+}
+
+def KilnMarkForwardPass : Pass<"kiln-mark-forward", "mlir::ModuleOp"> {
+  let summary = "Mark the ops of @train_step's first forward pass";
+  let description = [{
+    Finds the loss of the first micro-batch in @train_step (through the
+    data-parallel scalar exchange, the 1/K scale and the chain or tree of
+    micro-batch sums) and marks every op it depends on with the unit
+    attribute `kiln.plan.forward`. kiln-fuse keeps the mark on the ops it
+    moves into kernels; the plan reads it to report the activations the
+    forward pass keeps for the backward (kilnc --emit=plan), and removes it.
+  }];
+}
+
 def KilnFusePass : Pass<"kiln-fuse", "mlir::ModuleOp"> {
   let summary = "Group each function's ops into kiln.fusion kernels";
   let description = [{

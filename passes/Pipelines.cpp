@@ -116,7 +116,28 @@ void registerCpuKernelLoweringInterfaces(DialectRegistry &registry) {
   tensor::registerBufferizableOpInterfaceExternalModels(registry);
 }
 
+llvm::ArrayRef<std::string> compiledFunctions() {
+  static const std::string names[] = {"train_step", "eval_step", "predict"};
+  return names;
+}
+
+void buildKernelFormationPipeline(OpPassManager &pm, bool fusion,
+                                  FusionRefusalsByFunction *refusals) {
+  KilnSplitLossesPassOptions split;
+  split.functions = compiledFunctions();
+  pm.addPass(createKilnSplitLossesPass(split));
+  pm.addPass(createKilnMarkForwardPass());
+  FusionOptions fuse;
+  fuse.enabled = fusion;
+  pm.addPass(createKilnFusePass(fuse, compiledFunctions(), refusals));
+}
+
 namespace {
+struct KernelFormationOptions : PassPipelineOptions<KernelFormationOptions> {
+  Option<bool> noFusion{*this, "no-fusion", llvm::cl::desc("One op per kernel (kilnc --no-fusion)"),
+                        llvm::cl::init(false)};
+};
+
 struct TrainPipelineOptions : PassPipelineOptions<TrainPipelineOptions> {
   Option<bool> gradOnly{*this, "grad-only",
                         llvm::cl::desc("Build @grad only (kilnc --gradcheck)"),
@@ -130,6 +151,12 @@ void registerKilnPipelines() {
       "kiln-mixed-precision, kiln-train-step, kiln-data-parallel, canonicalize, cse: @forward to the training program (kilnc)",
       [](OpPassManager &pm, const TrainPipelineOptions &o) {
         buildTrainProgramPipeline(pm, o.gradOnly);
+      });
+  PassPipelineRegistration<KernelFormationOptions>(
+      "kiln-kernel-formation",
+      "kiln-split-losses, kiln-mark-forward, kiln-fuse: the training program to kernels (kilnc's code generation)",
+      [](OpPassManager &pm, const KernelFormationOptions &o) {
+        buildKernelFormationPipeline(pm, !o.noFusion);
       });
   PassPipelineRegistration<>(
       "kiln-cpu-kernel-lowering",

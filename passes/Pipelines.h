@@ -6,13 +6,16 @@
 //                           code generation; compiler/Training.cpp)
 //   kiln-cpu-kernel-lowering  the kernel module (kiln on memrefs) -> the LLVM
 //                           dialect (compiler/cpu/Lowering.cpp)
-// Fusion (kiln-fuse) is not a pipeline of its own: code generation calls
-// fuseFunction (passes/Fusion.h) per function, to keep each function's
-// refused fusions for the fusion report.
+//   kiln-kernel-formation   the training program -> kernels: kiln-split-losses,
+//                           kiln-mark-forward, kiln-fuse on @train_step,
+//                           @eval_step and @predict (code generation,
+//                           compiler/plan/Generator.cpp)
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_PASSES_PIPELINES_H
 #define KILN_PASSES_PIPELINES_H
+
+#include "passes/Fusion.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
@@ -21,6 +24,15 @@ namespace kiln {
 
 /// kiln-train-step (with `grad-only`), canonicalize, cse.
 void buildTrainProgramPipeline(mlir::OpPassManager &pm, bool gradOnly = false);
+
+/// kiln-split-losses, kiln-mark-forward and kiln-fuse (one op per kernel
+/// without `fusion`) on the functions code generation compiles; each
+/// function's refused fusions go to `refusals` when given.
+void buildKernelFormationPipeline(mlir::OpPassManager &pm, bool fusion,
+                                  FusionRefusalsByFunction *refusals = nullptr);
+
+/// The functions of the training program code generation compiles, in order.
+llvm::ArrayRef<std::string> compiledFunctions();
 
 /// kiln-lower-to-linalg, elementwise fusion inside kernels, one-shot
 /// bufferization, loops, polynomial math and the conversions to the LLVM
@@ -32,7 +44,7 @@ void buildCpuKernelLoweringPipeline(mlir::OpPassManager &pm);
 /// the CPU kernel lowering bufferizes.
 void registerCpuKernelLoweringInterfaces(mlir::DialectRegistry &registry);
 
-/// Registers both pipelines with the pass registry (kiln-opt).
+/// Registers the pipelines with the pass registry (kiln-opt).
 void registerKilnPipelines();
 
 } // namespace kiln

@@ -13,6 +13,9 @@
 #include "dialects/kiln/Sharding.h"
 #include "dialects/kiln/TrainSettings.h"
 #include "passes/Fusion.h"
+#include "passes/Pipelines.h"
+
+#include "mlir/Pass/PassManager.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -41,14 +44,48 @@ using program::Step;
 namespace codegen {
 
 
-Generator::Generator(ModuleOp module, bool fusion, std::string &error)
-    : module_(module), ctx_(module.getContext()), error_(error), fusion_(fusion) {
+Generator::Generator(ModuleOp module, bool fusion, std::string &error, bool printIRAfterAll)
+    : module_(module), ctx_(module.getContext()), error_(error), fusion_(fusion),
+      printIRAfterAll_(printIRAfterAll) {
   kernels_ = ModuleOp::create(UnknownLoc::get(ctx_));
   neutral_ = ModuleOp::create(UnknownLoc::get(ctx_));
 }
 
+LogicalResult Generator::formKernels() {
+  if (fusion_)
+    for (const std::string &name : compiledFunctions())
+      if (auto fn = module_.lookupSymbol<func::FuncOp>(name))
+        findFoldedTransposes(fn.getBody().front(), formed_[name].foldedIn,
+                             formed_[name].foldedOut);
+  std::string diags;
+  ScopedDiagnosticHandler handler(ctx_, [&](Diagnostic &d) {
+    llvm::raw_string_ostream os(diags);
+    os << d << "\n";
+    return success();
+  });
+  PassManager pm(ctx_);
+  if (printIRAfterAll_) {
+    ctx_->disableMultithreading(); // IR printing needs it
+    pm.enableIRPrinting(/*shouldPrintBeforePass=*/nullptr,
+                        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+                        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
+                        /*printAfterOnlyOnFailure=*/false, llvm::errs());
+  }
+  FusionRefusalsByFunction refusals;
+  buildKernelFormationPipeline(pm, fusion_, &refusals);
+  if (failed(pm.run(module_))) {
+    error_ = "kernel formation (kiln-split-losses, kiln-mark-forward, kiln-fuse) failed:\n" + diags;
+    return failure();
+  }
+  for (auto &[name, r] : refusals)
+    formed_[name].refusals = std::move(r);
+  return success();
+}
+
 LogicalResult Generator::run() {
-  for (const char *name : {"train_step", "eval_step", "predict"}) {
+  if (failed(formKernels()))
+    return failure();
+  for (const std::string &name : compiledFunctions()) {
     auto fn = module_.lookupSymbol<func::FuncOp>(name);
     if (!fn)
       continue;

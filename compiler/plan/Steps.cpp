@@ -2,8 +2,8 @@
 //
 // compileFunction: the steps of one function in program order (a kernel, a
 // library GEMM with its epilogue, a collective, a pipeline transfer), and
-// the first micro-batch's forward ops (forwardLoss) for the activation
-// report.
+// the first micro-batch's forward ops (kiln-mark-forward's marks) for the
+// activation report.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Generator.h"
@@ -13,6 +13,7 @@
 #include "dialects/kiln/Sharding.h"
 #include "dialects/kiln/TrainSettings.h"
 #include "passes/Fusion.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -261,70 +262,14 @@ LogicalResult Generator::pipelineSteps(Operation *op, std::vector<VStep> &steps)
 LogicalResult Generator::compileFunction(func::FuncOp fn) {
   alias_.clear();
   Block &block = fn.getBody().front();
-  // The GEMM prologue/epilogue decisions: head transposes folded into GEMMs
-  // (kiln-fuse leaves them outside every kernel).
-  if (fusion_)
-    findFoldedTransposes(block, foldedIn_, foldedOut_);
-  else
-    foldedIn_.clear(), foldedOut_.clear();
-  // cross_entropy(mean|sum) is a row reduction (per position) followed by
-  // one over every row: two kernel forms, so two ops.
-  SmallVector<CrossEntropyOp> losses;
-  fn.walk([&](CrossEntropyOp ce) {
-    if (ce.getReduction() != LossReduction::none)
-      losses.push_back(ce);
-  });
-  for (CrossEntropyOp ce : losses) {
-    OpBuilder b(ce);
-    auto targets = cast<RankedTensorType>(ce.getTargets().getType());
-    auto perType = RankedTensorType::get(
-        targets.getShape(), cast<RankedTensorType>(ce.getLogits().getType()).getElementType());
-    Value per = b.create<CrossEntropyOp>(ce.getLoc(), perType, ce.getLogits(), ce.getTargets(),
-                                         LossReduction::none);
-    if (Attribute st = ce->getAttr(kStageAttr))
-      per.getDefiningOp()->setAttr(kStageAttr, st);
-    SmallVector<int64_t> all;
-    for (int64_t d = 0; d < perType.getRank(); ++d)
-      all.push_back(d);
-    Value total;
-    if (ce.getReduction() == LossReduction::mean)
-      total = b.create<ReduceMeanOp>(ce.getLoc(), ce.getType(), per,
-                                     b.getDenseI64ArrayAttr(all), UnitAttr());
-    else
-      total = b.create<ReduceSumOp>(ce.getLoc(), ce.getType(), per,
-                                    b.getDenseI64ArrayAttr(all), UnitAttr());
-    if (Attribute st = ce->getAttr(kStageAttr))
-      total.getDefiningOp()->setAttr(kStageAttr, st);
-    ce.replaceAllUsesWith(total);
-    ce.erase();
-  }
-  // The first micro-batch's forward pass: the ops its loss depends on,
-  // found again after fusion by a mark that no kernel keeps.
-  constexpr llvm::StringLiteral kForwardMark = "kiln.plan.forward";
-  hasForward_ = false;
-  forwardValues_.clear();
-  otherSteps_.clear();
-  if (Operation *loss = fn.getSymName() == "train_step" ? forwardLoss(fn) : nullptr) {
-    hasForward_ = true;
-    SmallVector<Operation *> work{loss};
-    while (!work.empty()) {
-      Operation *op = work.pop_back_val();
-      if (op->hasAttr(kForwardMark))
-        continue;
-      op->setAttr(kForwardMark, UnitAttr::get(ctx_));
-      for (Value v : op->getOperands())
-        if (Operation *d = v.getDefiningOp(); d && d->getBlock() == &block)
-          work.push_back(d);
-    }
-  }
-  FusionOptions fo;
-  fo.enabled = fusion_;
-  std::vector<FusionRefusal> refusals;
-  if (failed(fuseFunction(fn, fo, &refusals))) {
-    error_ = "kiln-fuse failed on @" + fn.getSymName().str();
-    return failure();
-  }
-  for (FusionRefusal &r : refusals) {
+  // Kernel formation (kiln-split-losses, kiln-mark-forward, kiln-fuse) ran
+  // in Generator::run: the GEMM prologue/epilogue decisions made before it
+  // (head transposes folded into GEMMs, which kiln-fuse leaves outside every
+  // kernel) and the refused fusions are kept per function.
+  const FormedFunction &formed = formed_[fn.getSymName().str()];
+  foldedIn_ = formed.foldedIn;
+  foldedOut_ = formed.foldedOut;
+  for (const FusionRefusal &r : formed.refusals) {
     Refusal out;
     out.function = fn.getSymName().str();
     out.producer = r.producer;
@@ -334,15 +279,18 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     out.rule = r.rule;
     refusals_.push_back(std::move(out));
   }
-
+  // The first micro-batch's forward pass (kiln-mark-forward's marks, which
+  // kiln-fuse keeps on the ops it moves into kernels).
+  forwardValues_.clear();
+  otherSteps_.clear();
   llvm::DenseSet<Operation *> forwardOps;
-  if (hasForward_)
-    fn.walk([&](Operation *op) {
-      if (op->hasAttr(kForwardMark)) {
-        op->removeAttr(kForwardMark);
-        forwardOps.insert(op);
-      }
-    });
+  fn.walk([&](Operation *op) {
+    if (op->hasAttr(kForwardMarkAttr)) {
+      op->removeAttr(kForwardMarkAttr);
+      forwardOps.insert(op);
+    }
+  });
+  hasForward_ = !forwardOps.empty();
   // After the steps are made: which results are forward values, which
   // steps compute something else.
   auto classify = [&](Operation &op) {
@@ -602,70 +550,6 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
 /// l0 + l1 + ... (or a pairwise tree) of the micro-batches' losses
 /// (docs/training.md): l0's op
 /// (null where the chain is not that).
-Operation *Generator::forwardLoss(func::FuncOp fn) {
-  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
-  Value v;
-  for (unsigned i = 0; i < fn.getNumResults(); ++i)
-    if (auto o = fn.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttr))
-      if (o.getValue() == "loss")
-        v = ret.getOperand(i);
-  if (!v)
-    return nullptr;
-  TrainSettings train(module_);
-  int64_t k = train.gradAccum();
-  bool deterministic = train.deterministicDevices();
-  bool mesh = getMesh(module_).axisSize("dp") > 1;
-  if (mesh) {
-    // The scalars in one all_reduce (kiln-data-parallel): [cast] [div by N]
-    // reshape(slice(all_reduce(concat(reshape([cast] loss), ...)))).
-    Value w = v;
-    if (auto c = w.getDefiningOp<CastOp>())
-      w = c.getOperand();
-    if (auto d = w.getDefiningOp<DivOp>())
-      w = d.getLhs();
-    auto r = w.getDefiningOp<ReshapeOp>();
-    auto sl = r ? r.getOperand().getDefiningOp<SliceOp>() : SliceOp();
-    auto all = sl ? sl.getOperand().getDefiningOp<AllReduceOp>() : AllReduceOp();
-    auto cc = all ? all->getOperand(0).getDefiningOp<ConcatOp>() : ConcatOp();
-    if (cc && !cc->getOperands().empty()) {
-      v = cc->getOperand(0);
-      if (auto r0 = v.getDefiningOp<ReshapeOp>())
-        v = r0.getOperand();
-      if (auto c0 = v.getDefiningOp<CastOp>())
-        v = c0.getOperand();
-    } else {
-      auto ar = v.getDefiningOp<AllReduceOp>();
-      if (!ar)
-        return nullptr;
-      v = ar->getOperand(0);
-    }
-  }
-  // (1/K) * ...: folded away where K = 1.
-  auto one = [](Value c) {
-    auto cst = c.getDefiningOp<ConstantOp>();
-    auto d = cst ? dyn_cast<DenseFPElementsAttr>(cst.getValue()) : DenseFPElementsAttr();
-    return d && d.isSplat() && d.getSplatValue<APFloat>().isExactlyValue(1.0);
-  };
-  if (k > 1 || mesh) {
-    auto mul = v.getDefiningOp<MulOp>();
-    if (mul && (k > 1 || one(mul.getRhs())))
-      v = mul.getLhs();
-    else if (k > 1)
-      return nullptr;
-  }
-  // The first micro-batch's loss: the left operand of each add, down a
-  // chain of k - 1 adds or (deterministic = "devices") a pairwise tree of
-  // log2(k) levels, whose leaves may be casts to float32.
-  for (int64_t i = 1; i < k; ++i) {
-    auto add = v.getDefiningOp<AddOp>();
-    if (!add)
-      break;
-    v = add.getLhs();
-  }
-  if (auto c = v.getDefiningOp<CastOp>(); c && deterministic)
-    v = c.getOperand();
-  return v.getDefiningOp();
-}
 
 
 } // namespace codegen

@@ -239,6 +239,13 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << name << "' is a unit attribute";
     return success();
   }
+  // Kernel formation (passes/KernelFormation.cpp): an op of @train_step's
+  // first forward pass.
+  if (name == "kiln.plan.forward") {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' is a unit attribute";
+    return success();
+  }
   if (name == "kiln.bucket") {
     if (!isa<IntegerAttr>(attr.getValue()))
       return op->emitError() << "'kiln.bucket' must be an integer";

@@ -118,6 +118,12 @@ cl::opt<bool> printKernelIR(
     cl::desc("Print the CPU kernel module after every pass of its lowering (kiln -> linalg -> "
              "bufferized memrefs -> loops -> LLVM dialect) to stderr"),
     cl::init(false), cl::cat(kilncCategory));
+cl::opt<bool> printIR(
+    "print-ir-after-all",
+    cl::desc("Print the module after every pass of the training pipeline (kiln-train-step, "
+             "the parallel passes, ...) and of kernel formation (kiln-split-losses, "
+             "kiln-mark-forward, kiln-fuse) to stderr"),
+    cl::init(false), cl::cat(kilncCategory));
 cl::opt<std::string> gpuCost(
     "gpu-cost", cl::value_desc("DEVICE"),
     cl::desc("With --target=cuda: print the GPU cost model's prediction of one train step on "
@@ -369,6 +375,7 @@ kiln::CompileOptions compileOptions(const std::string &sourceText) {
   given(co.seed, seedOpt);
   co.fusion = !noFusion;
   co.printKernelIRAfterAll = printKernelIR;
+  co.printIRAfterAll = printIR;
   co.omitZeroInitializers = omitZeroInitializers;
   co.target = target;
   if (!cudaArchs.empty())
