@@ -1,6 +1,8 @@
 //===- Planner.cpp - kilnc --parallel=auto: choose pp x dp x tp -----------===//
 #include "compiler/planner/Planner.h"
 
+#include "runtime/core/Files.h"
+
 #include "compiler/Codegen.h"
 #include "compiler/Driver.h"
 #include "compiler/Training.h"
@@ -706,9 +708,26 @@ Status chooseLayout(mlir::ModuleOp module, Options &options,
                                          : llvm::sys::path::stem(options.modelPath).str();
   Machine machine;
   std::string err;
+  if (machineSpec && !options.machineFile.empty())
+    return Status::error("--planner-machine and --machine both give the machine: use one");
   if (machineSpec) {
     if (!parseMachine(*machineSpec, int(options.devices), machine, err))
       return Status::error(err);
+  } else if (!options.machineFile.empty()) {
+    std::string text;
+    if (!readFile(options.machineFile, text))
+      return Status::error("--machine: cannot read " + options.machineFile +
+                           "; write it with kiln-run devices --calibrate --devices " +
+                           std::to_string(options.devices) + " -o " + options.machineFile);
+    if (!parseMachineFile(text, options.machineFile, machine, err))
+      return Status::error("--machine: " + err);
+    if (machine.devices != int(options.devices))
+      return Status::error(fmt::format(
+          "--machine: {} was measured for {} devices, and this plan is for {}: the "
+          "communication constants depend on the count; run kiln-run devices --calibrate "
+          "--devices {} -o {}",
+          options.machineFile, machine.devices, options.devices, options.devices,
+          options.machineFile));
   } else if (!probe.measure) {
     return Status::error("--parallel=auto cannot measure this machine here (no measurements "
                          "given): give its constants with --planner-machine");

@@ -119,6 +119,9 @@ struct Options {
   /// (docs/parallel.md "The planner").
   double margin = 0.10;
   std::string modelName, modelPath;
+  /// A machine file (kiln-run devices --calibrate) to read instead of
+  /// measuring the machine (kilnc --machine).
+  std::string machineFile;
 };
 
 struct Result {

@@ -65,6 +65,17 @@ inline std::string gemmShapeKey(const program::GemmParams &g) {
                      g.rhsBatched ? "B" : "-");
 }
 
+/// The machine file `kiln-run devices --calibrate` writes and `kilnc
+/// --parallel=auto --machine FILE` reads: a first line "kiln-machine 1",
+/// then `key = value` lines (devices, cores, gflops, gbps, latency-us,
+/// busbw-gbps: machine totals; calibration and comm-calibration: quoted
+/// text), `#` comments.
+std::string machineFileText(const Machine &m);
+/// Reads a machine file (`path` names it in messages: "path:line: why").
+/// The GEMM shapes are not in it: the planner times them (measured = true).
+bool parseMachineFile(const std::string &text, const std::string &path, Machine &m,
+                      std::string &error);
+
 } // namespace kiln::planner
 
 #endif // KILN_RUNTIME_CORE_MACHINE_H

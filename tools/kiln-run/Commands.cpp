@@ -8,6 +8,7 @@
 #include "tools/kiln-run/Commands.h"
 
 #include "runtime/core/Cpus.h"
+#include "runtime/core/Machine.h"
 #include "runtime/train/Check.h"
 #include "runtime/train/Devices.h"
 #include "runtime/train/Evaluate.h"
@@ -32,6 +33,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <sys/stat.h>
@@ -880,13 +882,69 @@ int checkCommand(const std::vector<std::string> &args) {
 }
 
 int devicesCommand(const std::vector<std::string> &args) {
-  if (!args.empty()) {
-    fmt::print(stderr, "kiln-run: error: devices takes no arguments\n");
+  bool calibrate = false;
+  int devices = 1;
+  std::string out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    bool hasValue = i + 1 < args.size();
+    if (a == "--calibrate") {
+      calibrate = true;
+    } else if (a == "--devices" && hasValue) {
+      char *end = nullptr;
+      long n = std::strtol(args[++i].c_str(), &end, 10);
+      if (*end || n < 1 || n > 1024) {
+        fmt::print(stderr, "kiln-run: error: --devices takes a count from 1 to 1024, got '{}'\n",
+                   args[i]);
+        return 1;
+      }
+      devices = int(n);
+    } else if (a == "-o" && hasValue) {
+      out = args[++i];
+    } else {
+      fmt::print(stderr,
+                 "kiln-run: error: devices takes [--calibrate [--devices N] [-o FILE]], got "
+                 "'{}'\n",
+                 a);
+      return 1;
+    }
+  }
+  if (!calibrate && (devices != 1 || !out.empty())) {
+    fmt::print(stderr, "kiln-run: error: --devices and -o go with --calibrate\n");
     return 1;
   }
-  fmt::print("backends in this kiln-run: {}\n", train::availableDevices());
-  for (const std::string &line : train::describeGpus())
-    fmt::print("{}\n", line);
+  if (!calibrate) {
+    fmt::print("backends in this kiln-run: {}\n", train::availableDevices());
+    for (const std::string &line : train::describeGpus())
+      fmt::print("{}\n", line);
+    return 0;
+  }
+  // The machine as the planner sees it, measured once for N in-process
+  // devices (kilnc --parallel=auto --machine FILE reads it).
+  planner::Machine m;
+  std::string error;
+  if (!train::measureMachine(devices, m, error)) {
+    fmt::print(stderr, "kiln-run: error: cannot measure this machine: {}\n", error);
+    return 1;
+  }
+  std::string text = planner::machineFileText(m);
+  if (out.empty() || out == "-") {
+    fmt::print("{}", text);
+    return 0;
+  }
+  std::string tmp = out + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "w");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = f && std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fmt::print(stderr, "kiln-run: error: cannot write {}: {}\n", out, std::strerror(errno));
+    return 1;
+  }
+  fmt::print("kiln-run: wrote {}: {} devices, {} cores, {:.1f} GFLOP/s, {:.1f} GB/s, all_reduce "
+             "{:.1f} us + {:.2f} GB/s bus\n",
+             out, m.devices, m.cores, m.machineFlops / 1e9, m.machineBandwidth / 1e9,
+             m.commLatency * 1e6, m.commBusBandwidth / 1e9);
   return 0;
 }
 

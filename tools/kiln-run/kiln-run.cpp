@@ -133,8 +133,11 @@ const char *kUsage =
     "      devices from the same state (inputs copied from the reference, outputs\n"
     "      poisoned with NaN first) and compare every output: relative error to\n"
     "      the tensor's largest value at most T (default 1e-4), integers exact.\n"
-    "  kiln-run devices\n"
-    "      The backends of this kiln-run and the GPUs of this machine.\n"
+    "  kiln-run devices [--calibrate [--devices N] [-o FILE]]\n"
+    "      The backends of this kiln-run and the GPUs of this machine. With\n"
+    "      --calibrate: measure the machine for N in-process devices (GEMM and\n"
+    "      copy rates, all_reduce latency and bandwidth) and write it for\n"
+    "      kilnc --parallel=auto --machine FILE (to stdout without -o).\n"
     "  kiln-run --help\n"
     "\n"
     "Exit codes: 0 success, 1 user error, 2 internal error.\n";

@@ -264,6 +264,11 @@ cl::opt<double> plannerMargin(
         "chosen over a smaller one only when predicted faster per row by more "
         "than this fraction (default 0.10)"),
     cl::init(0.10), cl::cat(kilncCategory));
+cl::opt<std::string> machineFile(
+    "machine", cl::value_desc("FILE"),
+    cl::desc("With --parallel=auto: the machine as kiln-run devices --calibrate --devices N "
+             "measured it, instead of measuring it now (the GEMM shapes are still timed)"),
+    cl::init(""), cl::cat(kilncCategory));
 cl::opt<std::string> plannerMachine(
     "planner-machine",
     cl::desc(
@@ -419,6 +424,7 @@ std::optional<int> planLayout(mlir::ModuleOp module, std::string &diagnostics) {
   po.margin = plannerMargin;
   po.fusion = !noFusion;
   po.modelPath = inputFile;
+  po.machineFile = machineFile;
   std::optional<std::string> machine;
   given(machine, plannerMachine);
   // The machine measured by the runtime (runtime/train/Calibrate.h).
@@ -578,9 +584,12 @@ int main(int argc, char **argv) {
   mlir::OwningOpRef<mlir::ModuleOp> module = std::move(loaded.module);
   // The planner: choose the layout, then compile it as if its flags had
   // been given.
-  if (parallelOpt.getNumOccurrences())
+  if (parallelOpt.getNumOccurrences()) {
     if (std::optional<int> exit = planLayout(*module, mlirDiags.text))
       return *exit;
+  } else if (machineFile.getNumOccurrences()) {
+    return userError("--machine FILE goes with --parallel=auto (the planner reads it)");
+  }
 
   if (precisionReport.getNumOccurrences()) {
     if (!precisionReport.empty() && precisionReport != "text" && precisionReport != "json")
