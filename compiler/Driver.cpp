@@ -154,14 +154,14 @@ Status checkLayout(const mlir::NamedAttrList &t) {
   int64_t n = std::max<int64_t>(1, get("devices"));
   int64_t tp = std::max<int64_t>(1, get("tp"));
   int64_t pp = std::max<int64_t>(1, get("pp"));
-  if (n % tp != 0)
+  if (!train_rules::tpDividesDevices(n, tp))
     return userError("--tp " + std::to_string(tp) + " must divide the device count " +
                      std::to_string(n) + " (--devices counts all devices: dp = devices / tp)");
-  if (n % (tp * pp) != 0)
+  if (!train_rules::ppTpDivideDevices(n, pp, tp))
     return userError("--devices " + std::to_string(n) + " is not a multiple of pp x tp = " +
                      std::to_string(pp) + " x " + std::to_string(tp) +
                      " (--devices counts all devices: dp = devices / (pp x tp))");
-  if (get("zero") > 0 && n / (tp * pp) <= 1)
+  if (!train_rules::zeroHasReplicas(get("zero"), n, pp, tp))
     return userError("--zero " + std::to_string(get("zero")) +
                      " shards optimizer state over data-parallel devices; it needs "
                      "--devices N (or devices = N in the train section) with N > 1" +
@@ -176,7 +176,7 @@ Status applyPrecision(mlir::ModuleOp module, const CompileOptions &o, mlir::Name
   mlir::Builder b(context);
   if (o.precision) {
     const std::string &p = *o.precision;
-    if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
+    if (!train_rules::isPrecision(p))
       return userError("--precision=" + p + ": use fp32, tf32, bf16 or fp16");
     t.set("precision", b.getStringAttr(p));
     // The model's loss scale may be too large for fp16 (docs/training.md
@@ -197,7 +197,7 @@ Status applyPrecision(mlir::ModuleOp module, const CompileOptions &o, mlir::Name
       }
   }
   if (o.precisionMode) {
-    if (*o.precisionMode != "kiln" && *o.precisionMode != "autocast")
+    if (!train_rules::isPrecisionMode(*o.precisionMode))
       return userError("--precision-mode=" + *o.precisionMode + ": use kiln or autocast");
     t.set("precision_mode", b.getStringAttr(*o.precisionMode));
   }

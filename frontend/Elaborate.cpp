@@ -11,6 +11,7 @@
 #include "frontend/elaborate/Elaborator.h"
 
 #include "dialects/kiln/Sharding.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -226,7 +227,7 @@ OwningOpRef<ModuleOp> Elaborator::run() {
     mod->setAttr("kiln.stages_placed", b_.getI64IntegerAttr(chunks));
   }
   int64_t devices = trainAttrs_.get("devices") ? intSetting("devices") : tp * pp;
-  if (pp > 1 && devices % (tp * pp) != 0)
+  if (pp > 1 && !train_rules::ppTpDivideDevices(devices, pp, tp))
     fail(devicesLoc_ ? *devicesLoc_ : ast_.model->loc,
          "devices = " + std::to_string(devices) + " is not a multiple of pp x tp = " +
                               std::to_string(pp) + " x " + std::to_string(tp) +

@@ -329,12 +329,12 @@ struct KilnMixedPrecisionPass
       m = "kiln";
     if (p.empty() || p == "fp32" || p == "tf32")
       return; // nothing at all: fp32 programs are unchanged (tf32 is a GEMM mode)
-    if (p != "bf16" && p != "fp16") {
+    if (!train_rules::isPrecision(p)) {
       module.emitError() << "kiln-mixed-precision: precision '" << p
                          << "' is not fp32, tf32, bf16 or fp16";
       return signalPassFailure();
     }
-    if (m != "kiln" && m != "autocast") {
+    if (!train_rules::isPrecisionMode(m)) {
       module.emitError() << "kiln-mixed-precision: mode '" << m
                          << "' is not kiln or autocast";
       return signalPassFailure();

@@ -217,6 +217,13 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
   if (name == kTrainAttr || name == kDimsAttr) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitError() << "'" << name << "' must be a dictionary";
+    if (name == kTrainAttr) {
+      auto module = dyn_cast<ModuleOp>(op);
+      int64_t meshDevices =
+          module && module->hasAttr(kMeshAttr) ? getMesh(module).devices() : 0;
+      return verifyTrainSettings(cast<DictionaryAttr>(attr.getValue()), meshDevices,
+                                 [&] { return op->emitError() << "kiln.train: "; });
+    }
     return success();
   }
   if (name == kMeshAttr)
@@ -380,4 +387,35 @@ int64_t kiln::meshAxisSize(Operation *op, llvm::StringRef axis) {
   if (!module)
     return -1;
   return getMesh(module).axisSize(axis);
+}
+
+LogicalResult kiln::verifyTrainSettings(DictionaryAttr dict, int64_t meshDevices,
+                                        function_ref<InFlightDiagnostic()> emitError) {
+  using namespace train_rules;
+  TrainSettings t(dict);
+  if (t.has("precision") && !isPrecision(t.precision()))
+    return emitError() << "precision '" << t.precision() << "' is not fp32, tf32, bf16 or fp16";
+  if (t.has("precision_mode") && !isPrecisionMode(t.string("precision_mode")))
+    return emitError() << "precision_mode '" << t.string("precision_mode")
+                       << "' is not kiln or autocast";
+  if (t.has("pipeline") && !isPipeline(t.string("pipeline")))
+    return emitError() << "pipeline '" << t.string("pipeline")
+                       << "' is not 1f1b, gpipe or interleaved";
+  int64_t tp = std::max<int64_t>(1, t.integer("tp", 1));
+  int64_t pp = std::max<int64_t>(1, t.integer("pp", 1));
+  int64_t devices =
+      std::max<int64_t>(1, t.integer("devices", meshDevices > 0 ? meshDevices : tp * pp));
+  if (!tpDividesDevices(devices, tp))
+    return emitError() << "tp = " << tp << " must divide devices = " << devices;
+  if (!ppTpDivideDevices(devices, pp, tp))
+    return emitError() << "devices = " << devices << " is not a multiple of pp x tp = " << pp
+                       << " x " << tp;
+  if (!zeroHasReplicas(t.zero(), devices, pp, tp))
+    return emitError() << "zero = " << t.zero()
+                       << " shards optimizer state over data-parallel replicas, and devices / "
+                          "(pp x tp) = "
+                       << devices / (pp * tp);
+  if (!virtualStagesFitSchedule(t.has("virtual_stages"), t.string("pipeline")))
+    return emitError() << "virtual_stages needs pipeline = \"interleaved\"";
+  return success();
 }

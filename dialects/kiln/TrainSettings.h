@@ -16,6 +16,7 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -86,6 +87,45 @@ public:
 private:
   mlir::DictionaryAttr dict_;
 };
+
+/// The rules of a train configuration, each written once. The frontend
+/// (frontend/elaborate/Train.cpp, Elaborate.cpp: at the setting's line),
+/// kilnc's layout flags (compiler/Driver.cpp: in the flags' words) and the
+/// dialect's verifier of `kiln.train` (verifyTrainSettings: every rule, on
+/// every module, the planner's layouts included) all ask these.
+namespace train_rules {
+/// precision = fp32 | tf32 | bf16 | fp16.
+inline bool isPrecision(llvm::StringRef p) {
+  return p == "fp32" || p == "tf32" || p == "bf16" || p == "fp16";
+}
+/// precision_mode = kiln | autocast.
+inline bool isPrecisionMode(llvm::StringRef m) { return m == "kiln" || m == "autocast"; }
+/// pipeline = 1f1b | gpipe | interleaved.
+inline bool isPipeline(llvm::StringRef p) {
+  return p == "1f1b" || p == "gpipe" || p == "interleaved";
+}
+/// tp divides the device count (devices / tp replicas train data-parallel).
+inline bool tpDividesDevices(int64_t devices, int64_t tp) { return tp >= 1 && devices % tp == 0; }
+/// The devices are pp x tp x dp (pp x tp divides them).
+inline bool ppTpDivideDevices(int64_t devices, int64_t pp, int64_t tp) {
+  return pp >= 1 && tp >= 1 && devices % (pp * tp) == 0;
+}
+/// ZeRO shards over data-parallel replicas: with zero > 0 there are several.
+inline bool zeroHasReplicas(int64_t zero, int64_t devices, int64_t pp, int64_t tp) {
+  return zero <= 0 || devices / (pp * tp) > 1;
+}
+/// virtual_stages belongs to the interleaved schedule.
+inline bool virtualStagesFitSchedule(bool virtualStagesGiven, llvm::StringRef pipeline) {
+  return !virtualStagesGiven || pipeline == "interleaved";
+}
+} // namespace train_rules
+
+/// Every rule of train_rules on a `kiln.train` dictionary (the dialect's
+/// verifier calls it); the first broken one is reported through `emitError`
+/// in the train section's words. Without a `devices` setting the device
+/// count is `meshDevices` (the module's kiln.mesh; 0: none, then pp x tp).
+mlir::LogicalResult verifyTrainSettings(mlir::DictionaryAttr train, int64_t meshDevices,
+                                        llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
 
 } // namespace kiln
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/elaborate/Elaborator.h"
 #include "dialects/kiln/Precision.h"
+#include "dialects/kiln/TrainSettings.h"
 
 #include <cmath>
 #include <optional>
@@ -174,7 +175,7 @@ void Elaborator::evalTrain() {
       const Expr &e = *t.value;
       std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
                           ? e.text : "";
-      if (p != "gpipe" && p != "1f1b" && p != "interleaved")
+      if (!train_rules::isPipeline(p))
         fail(e.loc, "pipeline must be \"1f1b\", \"gpipe\" or \"interleaved\" (the "
                     "micro-batch schedule of each stage; interleaved: 1F1B over "
                     "virtual_stages model chunks per device)");
@@ -243,7 +244,7 @@ void Elaborator::evalTrain() {
       const Expr &e = *t.value;
       std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
                           ? e.text : "";
-      if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
+      if (!train_rules::isPrecision(p))
         fail(e.loc, "precision must be fp32, tf32, bf16 or fp16");
       precision = p;
       trainAttrs_.set(k, b_.getStringAttr(p));
@@ -426,13 +427,13 @@ void Elaborator::evalTrain() {
   if (micro && accum)
     trainAttrs_.set("grad_accum", b_.getI64IntegerAttr(micro->first));
   int64_t t = tp ? tp->first : 1;
-  if (tp && devices % t != 0)
+  if (tp && !train_rules::tpDividesDevices(devices, t))
     fail(tp->second, "tp = " + std::to_string(t) + " must divide devices = " +
                          std::to_string(devices) + " (devices / tp replicas train "
                          "data-parallel; set devices = " + std::to_string(t) +
                          " for tensor parallelism alone)");
   int64_t stages = pp ? pp->first : 1;
-  if (zero && zero->first > 0 && devices / (t * stages) <= 1)
+  if (zero && !train_rules::zeroHasReplicas(zero->first, devices, stages, t))
     fail(zero->second, "zero = " + std::to_string(zero->first) +
                            " shards optimizer state over data-parallel devices; "
                            "it needs devices = N with N > 1" +
@@ -444,7 +445,7 @@ void Elaborator::evalTrain() {
   if (scaleInit)
     if (std::string why = lossScaleInitError(precision, scaleInit->first); !why.empty())
       fail(scaleInit->second, why);
-  if (vstages && (!pipeline || pipeline->first != "interleaved"))
+  if (vstages && !train_rules::virtualStagesFitSchedule(true, pipeline ? pipeline->first : ""))
     fail(vstages->second, "virtual_stages is the interleaved schedule's model chunks per "
                           "device; set pipeline = \"interleaved\" too (or drop it)");
 }

@@ -2,9 +2,11 @@
 
 // Errors of the kiln-data-parallel pass.
 
-// ZeRO shards over dp: it needs a mesh with dp > 1.
+// ZeRO shards over dp: it needs a mesh with dp > 1 (a train section without
+// devices > 1 is refused before, by the dialect's verifier:
+// test/dialect/train-invalid.mlir).
 // expected-error @+1 {{kiln-data-parallel: zero = 1 needs a kiln.mesh with a dp axis of size > 1}}
-module attributes {kiln.train = {zero = 1 : i64}} {
+module attributes {kiln.train = {devices = 2 : i64, zero = 1 : i64}} {
   func.func @forward(%w: tensor<3xf32> {kiln.param = "w", kiln.init = {kind = "zeros"}},
                      %x: tensor<2x3xf32> {kiln.input = "x"}) -> (tensor<f32> {kiln.output = "loss"}) {
     %0 = kiln.broadcast_in_dim %w, dims = [1] : tensor<3xf32> -> tensor<2x3xf32>

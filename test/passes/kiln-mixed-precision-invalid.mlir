@@ -20,7 +20,9 @@ module attributes {kiln.train = {precision = "bf16"}} {
 
 // -----
 
-// expected-error @+1 {{kiln-mixed-precision: precision 'fp8' is not fp32, tf32, bf16 or fp16}}
+// The dialect verifies the train section's values (verifyTrainSettings)
+// before any pass runs.
+// expected-error @+1 {{kiln.train: precision 'fp8' is not fp32, tf32, bf16 or fp16}}
 module attributes {kiln.train = {precision = "fp8"}} {
   func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<4xf32> {kiln.output = "loss"}) {
     return %w : tensor<4xf32>
@@ -29,7 +31,7 @@ module attributes {kiln.train = {precision = "fp8"}} {
 
 // -----
 
-// expected-error @+1 {{kiln-mixed-precision: mode 'amp' is not kiln or autocast}}
+// expected-error @+1 {{kiln.train: precision_mode 'amp' is not kiln or autocast}}
 module attributes {kiln.train = {precision = "bf16", precision_mode = "amp"}} {
   func.func @forward(%w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<4xf32> {kiln.output = "loss"}) {
     return %w : tensor<4xf32>
