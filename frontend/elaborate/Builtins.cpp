@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/elaborate/Elaborator.h"
 
+#include "dialects/kiln/Elementwise.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -24,32 +26,39 @@ mlir::Value buildUnary(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x) {
   return b.create<OpT>(loc, x).getResult();
 }
 
-/// An elementwise function of one tensor (or one number): its name, its
-/// value on a number, the kiln op it builds, whether it takes integer
-/// tensors, and whether it can be a layer's activation. One row per
-/// function: the builtin, the activation list and the messages read it.
+/// An elementwise function of one tensor (or one number): its name, the
+/// kiln op it builds, whether it takes integer tensors, and whether it can
+/// be a layer's activation. One row per function: the builtin, the
+/// activation list and the messages read it; its value on a number is the
+/// op's scalar semantics (dialects/kiln/Elementwise.h), as the back ends'.
 struct UnaryFn {
   const char *name;
-  double (*number)(double);
   mlir::Value (*build)(mlir::OpBuilder &, mlir::Location, mlir::Value);
   bool integers;
   bool activation;
 };
 
 const UnaryFn kUnaryFns[] = {
-    {"sqrt", [](double v) { return std::sqrt(v); }, buildUnary<SqrtOp>, false, false},
-    {"rsqrt", [](double v) { return 1.0 / std::sqrt(v); }, buildUnary<RsqrtOp>, false, false},
-    {"exp", [](double v) { return std::exp(v); }, buildUnary<ExpOp>, false, false},
-    {"log", [](double v) { return std::log(v); }, buildUnary<LogOp>, false, false},
-    {"tanh", [](double v) { return std::tanh(v); }, buildUnary<TanhOp>, false, true},
-    {"abs", [](double v) { return std::fabs(v); }, buildUnary<AbsOp>, true, false},
-    {"sigmoid", [](double v) { return 1.0 / (1.0 + std::exp(-v)); }, buildUnary<SigmoidOp>,
-     false, true},
-    {"relu", [](double v) { return v > 0 ? v : 0; }, buildUnary<ReluOp>, true, true},
-    {"silu", [](double v) { return v / (1.0 + std::exp(-v)); }, buildUnary<SiluOp>, false, true},
-    {"softplus", [](double v) { return std::max(v, 0.0) + std::log1p(std::exp(-std::fabs(v))); },
-     buildUnary<SoftplusOp>, false, true},
+    {"sqrt", buildUnary<SqrtOp>, false, false},
+    {"rsqrt", buildUnary<RsqrtOp>, false, false},
+    {"exp", buildUnary<ExpOp>, false, false},
+    {"log", buildUnary<LogOp>, false, false},
+    {"tanh", buildUnary<TanhOp>, false, true},
+    {"abs", buildUnary<AbsOp>, true, false},
+    {"sigmoid", buildUnary<SigmoidOp>, false, true},
+    {"relu", buildUnary<ReluOp>, true, true},
+    {"silu", buildUnary<SiluOp>, false, true},
+    {"softplus", buildUnary<SoftplusOp>, false, true},
 };
+
+/// The value of function `name` on the number `v`, from the scalar table.
+double valueOn(llvm::StringRef name, double v) {
+  std::string op = ("kiln." + name).str();
+  for (const elementwise_table::Entry &e : elementwise_table::entries())
+    if (op == e.name)
+      return e.reference(v, 0.0);
+  return std::nan("");
+}
 
 const UnaryFn *findUnaryFn(llvm::StringRef name) {
   for (const UnaryFn &f : kUnaryFns)
@@ -77,7 +86,7 @@ Val Elaborator::unaryTensorFn(const std::string &fn, const Val &x,
   if (x.isNumber()) {
     if (fn == "abs" && x.kind == Val::Kind::Int && x.i != std::numeric_limits<int64_t>::min())
       return scalarInt(x.i < 0 ? -x.i : x.i, l);
-    double v = x.num(), r = f->number(v);
+    double v = x.num(), r = valueOn(fn, v);
     if (!std::isfinite(r))
       fail(l, fn + "(" + fmtDouble(v) + ") is not a finite number");
     return scalarFloat(r, l);
