@@ -28,13 +28,8 @@ namespace kiln {
 
 LogicalResult buildTrainProgram(ModuleOp module, bool gradOnly, bool printAfterAll) {
   PassManager pm(module.getContext());
-  if (printAfterAll) {
-    module.getContext()->disableMultithreading(); // IR printing needs it
-    pm.enableIRPrinting(/*shouldPrintBeforePass=*/nullptr,
-                        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-                        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
-                        /*printAfterOnlyOnFailure=*/false, llvm::errs());
-  }
+  if (printAfterAll)
+    printAfterEveryPass(pm);
   buildTrainProgramPipeline(pm, gradOnly);
   return pm.run(module);
 }

@@ -116,6 +116,14 @@ void registerCpuKernelLoweringInterfaces(DialectRegistry &registry) {
   tensor::registerBufferizableOpInterfaceExternalModels(registry);
 }
 
+void printAfterEveryPass(PassManager &pm) {
+  pm.getContext()->disableMultithreading(); // IR printing needs it
+  pm.enableIRPrinting(/*shouldPrintBeforePass=*/nullptr,
+                      /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+                      /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
+                      /*printAfterOnlyOnFailure=*/false, llvm::errs());
+}
+
 llvm::ArrayRef<std::string> compiledFunctions() {
   static const std::string names[] = {"train_step", "eval_step", "predict"};
   return names;

@@ -44,6 +44,11 @@ void buildCpuKernelLoweringPipeline(mlir::OpPassManager &pm);
 /// the CPU kernel lowering bufferizes.
 void registerCpuKernelLoweringInterfaces(mlir::DialectRegistry &registry);
 
+/// Prints the module after every pass of `pm` that changes it, to stderr
+/// (kilnc --print-ir-after-all, --print-kernel-ir-after-all); turns off the
+/// context's multithreading, which IR printing needs.
+void printAfterEveryPass(mlir::PassManager &pm);
+
 /// Registers the pipelines with the pass registry (kiln-opt).
 void registerKilnPipelines();
 

@@ -40,13 +40,8 @@ LogicalResult lowerKernels(ModuleOp kernels, bool printAfterAll, std::string &er
     return success();
   });
   PassManager pm(ctx);
-  if (printAfterAll) {
-    ctx->disableMultithreading(); // IR printing needs it
-    pm.enableIRPrinting(/*shouldPrintBeforePass=*/nullptr,
-                        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-                        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
-                        /*printAfterOnlyOnFailure=*/false, llvm::errs());
-  }
+  if (printAfterAll)
+    printAfterEveryPass(pm);
   buildCpuKernelLoweringPipeline(pm);
   if (failed(pm.run(kernels))) {
     error = "lowering the kernels to LLVM failed:\n" + diags;

@@ -64,13 +64,8 @@ LogicalResult Generator::formKernels() {
     return success();
   });
   PassManager pm(ctx_);
-  if (printIRAfterAll_) {
-    ctx_->disableMultithreading(); // IR printing needs it
-    pm.enableIRPrinting(/*shouldPrintBeforePass=*/nullptr,
-                        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-                        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/true,
-                        /*printAfterOnlyOnFailure=*/false, llvm::errs());
-  }
+  if (printIRAfterAll_)
+    printAfterEveryPass(pm);
   FusionRefusalsByFunction refusals;
   buildKernelFormationPipeline(pm, fusion_, &refusals);
   if (failed(pm.run(module_))) {
