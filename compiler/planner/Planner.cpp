@@ -335,12 +335,7 @@ bool parseMachine(const std::string &text, int devices, Machine &m,
             "busbw-gbps";
     return false;
   }
-  m.cores = std::max(1, int(v["cores"]));
-  m.machineFlops = v["gflops"] * 1e9;
-  m.machineBandwidth = v["gbps"] * 1e9;
-  shareMachine(m);
-  m.commLatency = v["latency-us"] * 1e-6;
-  m.commBusBandwidth = v["busbw-gbps"] * 1e9;
+  setMachineTotals(m, int(v["cores"]), v["gflops"], v["gbps"], v["latency-us"], v["busbw-gbps"]);
   m.calibration = "given by --planner-machine, not measured";
   m.commCalibration = "given by --planner-machine, not measured";
   return true;

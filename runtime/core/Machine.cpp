@@ -113,12 +113,8 @@ bool parseMachineFile(const std::string &text, const std::string &path, Machine 
     }
   m.measured = true;
   m.devices = int(numbers["devices"]);
-  m.cores = std::max(1, int(numbers["cores"]));
-  m.machineFlops = numbers["gflops"] * 1e9;
-  m.machineBandwidth = numbers["gbps"] * 1e9;
-  shareMachine(m);
-  m.commLatency = numbers["latency-us"] * 1e-6;
-  m.commBusBandwidth = numbers["busbw-gbps"] * 1e9;
+  setMachineTotals(m, int(numbers["cores"]), numbers["gflops"], numbers["gbps"],
+                   numbers["latency-us"], numbers["busbw-gbps"]);
   m.calibration = texts["calibration"] + " (from " + path + ")";
   m.commCalibration = texts["comm-calibration"] + " (from " + path + ")";
   return true;

@@ -55,6 +55,19 @@ inline void shareMachine(Machine &m) {
   m.deviceBandwidth = m.machineBandwidth * m.coreShare / double(m.cores);
 }
 
+/// The machine from its totals, in the units kilnc --planner-machine and the
+/// machine file write them: GFLOP/s, GB/s, microseconds, GB/s of bus
+/// bandwidth; each device's share follows (shareMachine).
+inline void setMachineTotals(Machine &m, int cores, double gflops, double gbps, double latencyUs,
+                             double busbwGbps) {
+  m.cores = std::max(1, cores);
+  m.machineFlops = gflops * 1e9;
+  m.machineBandwidth = gbps * 1e9;
+  shareMachine(m);
+  m.commLatency = latencyUs * 1e-6;
+  m.commBusBandwidth = busbwGbps * 1e9;
+}
+
 /// The key of a GEMM shape in Machine::gemmSeconds: its label and layouts.
 inline std::string gemmShapeKey(const program::GemmParams &g) {
   auto lay = [](const program::MatrixLayout &l) {
