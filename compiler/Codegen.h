@@ -57,6 +57,9 @@ struct CompiledProgram {
   std::string bitcode;                       ///< LLVM bitcode of every kernel
   std::string llvmIR;                        ///< textual IR, when asked for
   std::vector<Refusal> refusals;             ///< fusions not done
+  /// kiln-raise-attention's remarks (what was raised, or why not), one line
+  /// each, "file:line:col: ...".
+  std::vector<std::string> attentionRemarks;
   /// Per function name: its activation memory (@train_step only).
   std::map<std::string, ActivationMemory> activations;
 };
@@ -127,7 +130,8 @@ void printStageZeroMemory(const std::vector<ZeroMemory> &stages, llvm::raw_ostre
 /// bytes moved) and every fusion the pass refused, with its rule
 /// (kilnc --fusion-report).
 void printFusionReport(const program::Program &program,
-                       const std::vector<Refusal> &refusals, llvm::raw_ostream &os);
+                       const std::vector<Refusal> &refusals,
+                       const std::vector<std::string> &attentionRemarks, llvm::raw_ostream &os);
 
 } // namespace kiln
 

@@ -314,6 +314,14 @@ Status configure(mlir::ModuleOp module, const CompileOptions &options) {
       return s;
     module->setAttr(KilnDialect::kTrainAttr, t.getDictionary(context));
   }
+  // Fused attention: kiln-raise-attention reads it.
+  if (options.attention) {
+    if (!train_rules::isAttentionMode(*options.attention))
+      return userError("--attention=" + *options.attention + ": use fused or unfused");
+    mlir::NamedAttrList t = trainEntries(module);
+    t.set("attention", mlir::StringAttr::get(context, *options.attention));
+    module->setAttr(KilnDialect::kTrainAttr, t.getDictionary(context));
+  }
   if (mlir::failed(mlir::verify(module)))
     return Status::internal("the frontend built invalid IR for '" + options.modelPath +
                             "'; please report this with the model file.");
@@ -566,6 +574,20 @@ void prepareReference(mlir::ModuleOp module, const CompileOptions &options) {
 
 CompileResult compile(mlir::ModuleOp module, const CompileOptions &options) {
   CompileResult r;
+  // The CUDA back end has no attention kernel yet: its programs keep
+  // attention unfused, and asking for it fused is an error.
+  if (options.cuda && !module.lookupSymbol("train_step")) {
+    mlir::MLIRContext *context = module.getContext();
+    mlir::NamedAttrList t = trainEntries(module);
+    auto mode = mlir::dyn_cast_or_null<mlir::StringAttr>(t.get("attention"));
+    if (mode && mode.getValue() == "fused") {
+      r.status = userError("attention = fused: the CUDA back end has no fused attention "
+                           "kernel yet; compile for CUDA with --attention=unfused");
+      return r;
+    }
+    t.set("attention", mlir::StringAttr::get(context, "unfused"));
+    module->setAttr(KilnDialect::kTrainAttr, t.getDictionary(context));
+  }
   if (!module.lookupSymbol("train_step"))
     if (Outcome o = buildTraining(module, options); !o) {
       static_cast<Outcome &>(r) = o;

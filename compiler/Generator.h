@@ -58,6 +58,8 @@ struct VStep {
   /// A collective step: what it exchanges (its buffers are ins[0] and
   /// outs[0]); `overlap`: it carries kiln.overlap and runs on queue 1.
   program::Collective coll;
+  /// An attention step: the fused call (its buffers: ins then outs).
+  program::AttentionParams attention;
   bool overlap = false;
   /// The pipeline stage that runs the step (kiln.stage), or -1: every device.
   int stage = -1;
@@ -100,6 +102,9 @@ private:
   void matchLtEpilogue(FusionOp fusion, MatmulOp mm, llvm::ArrayRef<mlir::Operation *> epi,
                        llvm::ArrayRef<mlir::Value> outs, VStep &s);
   mlir::LogicalResult gemmStep(FusionOp fusion, MatmulOp mm, VStep &s);
+  /// A kernel of kind "attention": its one kiln.attention or
+  /// kiln.attention_grad as Step::Attention.
+  mlir::LogicalResult attentionStep(FusionOp fusion, mlir::Operation *op, VStep &s);
   mlir::LogicalResult pipelineSteps(mlir::Operation *op, std::vector<VStep> &steps);
   mlir::LogicalResult collectiveStep(mlir::Operation *op, VStep &s);
   mlir::LogicalResult compileFunction(mlir::func::FuncOp fn);

@@ -59,14 +59,23 @@ bool isElementwiseOp(Operation *op) {
              CastOp>(op);
 }
 
-bool isHeadTranspose(Operation *op) {
+namespace {
+/// A [0, 2, 1, 3] transpose of a rank-4 tensor of any float type.
+bool isAnyHeadTranspose(Operation *op) {
   auto t = dyn_cast_or_null<TransposeOp>(op);
   if (!t)
     return false;
   auto type = cast<RankedTensorType>(t.getType());
-  ArrayRef<int64_t> perm = t.getPermutation();
-  return type.getRank() == 4 && type.getElementType().isF32() &&
-         perm == ArrayRef<int64_t>{0, 2, 1, 3};
+  return type.getRank() == 4 && isa<FloatType>(type.getElementType()) &&
+         t.getPermutation() == ArrayRef<int64_t>{0, 2, 1, 3};
+}
+} // namespace
+
+// f32 only: the strided GEMMs are float32 (attention steps take any float
+// type, findFoldedTransposes).
+bool isHeadTranspose(Operation *op) {
+  return isAnyHeadTranspose(op) &&
+         cast<RankedTensorType>(op->getResult(0).getType()).getElementType().isF32();
 }
 
 bool isHeadMatmul(Operation *op) {
@@ -77,18 +86,52 @@ bool isHeadMatmul(Operation *op) {
          cast<RankedTensorType>(mm.getType()).getRank() == 4;
 }
 
+namespace {
+/// Whether `use` reads a [B, H, N, D] operand of kiln.attention or
+/// kiln.attention_grad that the step can read sequence-major: q, k, v (and
+/// the gradient's incoming grad).
+bool isAttentionHeadOperand(OpOperand &use) {
+  unsigned i = use.getOperandNumber();
+  if (isa<AttentionOp>(use.getOwner()))
+    return i < 3;
+  if (isa<AttentionGradOp>(use.getOwner()))
+    return i < 3 || i == 5;
+  return false;
+}
+} // namespace
+
 void findFoldedTransposes(Block &block, llvm::DenseSet<Operation *> &in,
                           llvm::DenseSet<Operation *> &out) {
   in.clear();
   out.clear();
   for (Operation &op : block) {
-    if (!isHeadTranspose(&op) || isCloneable(op.getOperand(0)))
+    if (!isAnyHeadTranspose(&op) || isCloneable(op.getOperand(0)))
       continue;
+    bool f32 = isHeadTranspose(&op);
     if (!op.getResult(0).use_empty() &&
-        llvm::all_of(op.getResult(0).getUsers(), [](Operation *u) { return isHeadMatmul(u); }))
+        llvm::all_of(op.getResult(0).getUses(), [&](OpOperand &u) {
+          return (f32 && isHeadMatmul(u.getOwner())) || isAttentionHeadOperand(u);
+        }))
       in.insert(&op);
   }
   for (Operation &op : block) {
+    if (isa<AttentionOp, AttentionGradOp>(op)) {
+      // A result read by one head transpose (and, for the forward's output,
+      // by attention_grad, which then reads it sequence-major too).
+      for (Value r : op.getResults()) {
+        Operation *t = nullptr;
+        bool ok = true;
+        for (OpOperand &u : r.getUses()) {
+          if (isAnyHeadTranspose(u.getOwner()) && !in.count(u.getOwner()) && !t)
+            t = u.getOwner();
+          else if (!(isa<AttentionGradOp>(u.getOwner()) && u.getOperandNumber() == 3))
+            ok = false;
+        }
+        if (t && ok)
+          out.insert(t);
+      }
+      continue;
+    }
     if (!isHeadMatmul(&op) || !op.getResult(0).hasOneUse())
       continue;
     Operation *user = *op.getResult(0).getUsers().begin();

@@ -177,6 +177,21 @@ private:
   }
 
   void retypeResults(Operation *op, Type to) {
+    // An op with several results whose types follow from its operands
+    // (kiln.attention's log-sum-exp stays f32): the types it infers.
+    SmallVector<Type, 2> inferred;
+    if (auto infer = dyn_cast<InferTypeOpInterface>(op); infer && op->getNumResults() > 1 &&
+        succeeded(infer.inferReturnTypes(op->getContext(), op->getLoc(), op->getOperands(),
+                                         op->getRawDictionaryAttrs(),
+                                         op->getPropertiesStorage(), op->getRegions(),
+                                         inferred))) {
+      for (auto [r, t] : llvm::zip(op->getResults(), inferred))
+        if (r.getType() != t) {
+          original_[r] = elementType(r);
+          r.setType(t);
+        }
+      return;
+    }
     for (Value r : op->getResults()) {
       Type e = elementType(r);
       if (!e || !e.isF32() || e == to)

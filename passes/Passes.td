@@ -309,6 +309,32 @@ def KilnLowerToLinalgPass : Pass<"kiln-lower-to-linalg", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnRaiseAttentionPass : Pass<"kiln-raise-attention", "mlir::ModuleOp"> {
+  let summary = "Raise attention written from primitives into kiln.attention";
+  let description = [{
+    Finds, in @forward (or every function with `functions`), the chain
+
+    ```
+    s = q kᵀ   [* c | / c]   [select(mask, s, -inf) | s + additive mask]
+    p = softmax(s) over the keys   [dropout(p)]   o = p v
+    ```
+
+    with q `[B, H, T, D]`, k `[B, H, S, D]` and v `[B, H, S, Dv]` (kᵀ as
+    `transpose_rhs` or a `[0, 1, 3, 2]` transpose), and replaces it by one
+    `kiln.attention` (the `attention` layer's expansion and a user's
+    hand-written attention alike). A `rows >= cols` iota mask becomes
+    `causal`. The intermediate scores and probabilities must have no other
+    use, and a float mask must not depend on an input or a parameter (it
+    gets no gradient). Each softmax over a rank-4 tensor gets a remark: what
+    was raised, or why not; they are kept on the module as
+    `kiln.attention_remarks` for the fusion report (kilnc --fusion-report).
+  }];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Functions to rewrite (default: forward)">,
+  ];
+}
+
 def KilnSplitLossesPass : Pass<"kiln-split-losses", "mlir::ModuleOp"> {
   let summary = "Split a mean or summed cross_entropy into per-row losses and one reduction";
   let description = [{

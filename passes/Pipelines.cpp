@@ -39,6 +39,9 @@ namespace kiln {
 void buildTrainProgramPipeline(OpPassManager &pm, bool gradOnly) {
   KilnTrainStepPassOptions options;
   options.gradOnly = gradOnly;
+  // Attention written from primitives as kiln.attention (train setting
+  // attention = fused, the default).
+  pm.addPass(createKilnRaiseAttentionPass());
   // Mixed precision on @forward (a no-op without precision = bf16|fp16).
   pm.addPass(createKilnMixedPrecisionPass());
   // Pipeline stages of @forward when kiln.mesh has pp > 1 (a no-op

@@ -406,6 +406,20 @@ private:
           map.map(d.getResult(), map.lookup(d.getOperand()));
           continue;
         }
+      // Fused attention's dropout off as well (and its seed no operand).
+      if (noDropout)
+        if (auto a = dyn_cast<AttentionOp>(op); a && a.getSeed()) {
+          auto c = b_.create<AttentionOp>(
+              a.getLoc(), map.lookup(a.getQuery()), map.lookup(a.getKey()),
+              map.lookup(a.getValue()), a.getMask() ? map.lookup(a.getMask()) : Value(),
+              Value(), a.getScaleAttr(), a.getCausalAttr(), b_.getF64FloatAttr(0.0),
+              a.getSaltAttr());
+          for (NamedAttribute attr : a->getDiscardableAttrs())
+            c->setAttr(attr.getName(), attr.getValue());
+          map.map(a.getResult(), c.getResult());
+          map.map(a.getLse(), c.getLse());
+          continue;
+        }
       b_.clone(op, map);
     }
     return {};

@@ -1,5 +1,6 @@
 //===- Interpreter.cpp - Reference interpreter for the kiln dialect -------===//
 #include "reference/Interpreter.h"
+#include "reference/Attention.h"
 
 #include "dialects/kiln/Elementwise.h"
 
@@ -331,6 +332,42 @@ private:
   bool transfer(TransferOp op);
   bool broadcastFromRoot(CollectiveBroadcastOp op);
   bool fusion(FusionOp op);
+
+  AttentionAttrs attentionAttrs(Value seed, APFloat scale, bool causal, APFloat dropout,
+                                uint64_t salt) {
+    AttentionAttrs a;
+    a.scale = scale.convertToDouble();
+    a.causal = causal;
+    a.dropout = dropout.convertToDouble();
+    a.seed = seed ? uint64_t(in(seed).i[0]) : 0;
+    a.salt = salt;
+    return a;
+  }
+  bool attention(AttentionOp op) {
+    Tensor out = like(op.getResult()), lse = like(op.getLse());
+    const Tensor *mask = op.getMask() ? &in(op.getMask()) : nullptr;
+    attentionForward(in(op.getQuery()), in(op.getKey()), in(op.getValue()), mask,
+                     attentionAttrs(op.getSeed(), op.getScale(), op.getCausal(),
+                                    op.getDropout(), uint64_t(op.getSalt())),
+                     out, lse);
+    set(op.getResult(), std::move(out));
+    set(op.getLse(), std::move(lse));
+    return true;
+  }
+  bool attentionGrad(AttentionGradOp op) {
+    Tensor dq = like(op.getQueryGrad()), dk = like(op.getKeyGrad()),
+           dv = like(op.getValueGrad());
+    const Tensor *mask = op.getMask() ? &in(op.getMask()) : nullptr;
+    attentionBackward(in(op.getQuery()), in(op.getKey()), in(op.getValue()), in(op.getOut()),
+                      in(op.getLse()), in(op.getGrad()), mask,
+                      attentionAttrs(op.getSeed(), op.getScale(), op.getCausal(),
+                                     op.getDropout(), uint64_t(op.getSalt())),
+                      dq, dk, dv);
+    set(op.getQueryGrad(), std::move(dq));
+    set(op.getKeyGrad(), std::move(dk));
+    set(op.getValueGrad(), std::move(dv));
+    return true;
+  }
 };
 
 struct AddF { double floats(double a, double b) const { return a + b; } int64_t ints(int64_t a, int64_t b) const { return int64_t(uint64_t(a) + uint64_t(b)); } };
@@ -458,6 +495,8 @@ bool Interpreter::eval(Operation *op) {
       .Case([&](TransferOp o) { return transfer(o); })
       .Case([&](CollectiveBroadcastOp o) { return broadcastFromRoot(o); })
       .Case([&](FusionOp o) { return fusion(o); })
+      .Case([&](AttentionOp o) { return attention(o); })
+      .Case([&](AttentionGradOp o) { return attentionGrad(o); })
       .Case([&](DropoutOp o) {
         const Tensor &x = in(o.getOperand());
         uint64_t seed = uint64_t(in(o.getSeed()).i[0]);

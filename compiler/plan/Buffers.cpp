@@ -295,6 +295,7 @@ LogicalResult Generator::assignBuffers(func::FuncOp fn, std::vector<VStep> &step
     st.gemm = s.gemm;
     st.loc = s.loc;
     st.collective = s.coll;
+    st.attention = s.attention;
     st.stage = s.stage;
     // Queue 1, the communication queue: gradient buckets (kiln.overlap) and
     // the pipeline's sends and receives, so that a stage computes its next

@@ -142,7 +142,7 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
                           st, per > 1 ? "s" : "", devs, bp.arenaBytes, mib(bp.arenaBytes), held,
                           bp.arenaBytes - held);
         for (const program::Function &f : p.functions) {
-          int kernels = 0, gemms = 0, copies = 0;
+          int kernels = 0, gemms = 0, copies = 0, attention = 0;
           std::map<std::string, int> coll;
           int64_t sent = 0, ncoll = 0;
           for (const program::Step &x : f.steps) {
@@ -154,6 +154,8 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
               ++gemms;
             else if (x.kind == Step::Copy)
               ++copies;
+            else if (x.kind == Step::Attention)
+              ++attention;
             else {
               ++coll[program::collectiveOpName(x.collective.op)], ++ncoll;
               if (x.collective.op == program::Collective::Op::Send)
@@ -163,9 +165,11 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
           std::string list;
           for (auto &[name, n] : coll)
             list += fmt::format("{}{} {}", list.empty() ? "" : ", ", name, n);
-          os << fmt::format("    @{}: {} kernels, {} gemms, {} copies, {} collectives ({}); "
+          os << fmt::format("    @{}: {} kernels, {} gemms, {}{} copies, {} collectives ({}); "
                             "{} bytes sent\n",
-                            f.name, kernels, gemms, copies, ncoll, list, sent);
+                            f.name, kernels, gemms,
+                            attention ? fmt::format("{} attention, ", attention) : "", copies,
+                            ncoll, list, sent);
         }
       }
     }
@@ -203,20 +207,22 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
   if (!tp.empty())
     os << "tensor-parallel buffers (each device holds its block):\n" << tp;
   for (const program::Function &f : p.functions) {
-    int64_t temps = 0, kernels = 0, gemms = 0, copies = 0, collectives = 0;
+    int64_t temps = 0, kernels = 0, gemms = 0, copies = 0, collectives = 0, attention = 0;
     for (const Step &s : f.steps)
       (s.kind == Step::Kernel       ? kernels
        : s.kind == Step::Gemm       ? gemms
        : s.kind == Step::Collective ? collectives
+       : s.kind == Step::Attention  ? attention
                                     : copies)++;
     std::set<int> ids;
     for (const Step &s : f.steps)
       for (int id : llvm::concat<const int>(s.args, s.epilogueArgs))
         if (p.buffers[id].role == Role::Temp && ids.insert(id).second)
           temps += p.buffers[id].bytes;
-    os << fmt::format("\n@{}: {} steps ({} kernels, {} gemms, {} copies{}); scratch "
+    os << fmt::format("\n@{}: {} steps ({} kernels, {} gemms, {}{} copies{}); scratch "
                       "peak {} bytes ({}); {} bytes of temporaries without reuse\n",
-                      f.name, f.steps.size(), kernels, gemms, copies,
+                      f.name, f.steps.size(), kernels, gemms,
+                      attention ? fmt::format("{} attention, ", attention) : "", copies,
                       collectives ? fmt::format(", {} collectives", collectives) : "",
                       f.scratchBytes, mib(f.scratchBytes), temps);
     if (collectives) {
@@ -263,6 +269,7 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
                                         ? fmt::format(" x{}", p.kernels[s.kernel].chunks)
                                         : "")
                          : s.kind == Step::Gemm ? "gemm"
+                         : s.kind == Step::Attention ? program::attentionLabel(s.attention)
                          : s.kind == Step::Collective
                              ? fmt::format("{}{} over {}",
                                            program::collectiveOpName(s.collective.op),
@@ -292,6 +299,7 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
           const Step &o = f.steps[over[j]];
           kernels += (j ? " " : "") + (o.kind == Step::Kernel ? p.kernels[o.kernel].symbol
                                        : o.kind == Step::Gemm ? std::string("gemm")
+                                       : o.kind == Step::Attention ? std::string("attention")
                                                               : fmt::format("step{}", over[j]));
         }
         if (over.size() > 4)
@@ -332,13 +340,14 @@ void printPlan(const program::Program &p, llvm::raw_ostream &os,
 }
 
 void printFusionReport(const program::Program &p, const std::vector<Refusal> &refusals,
-                       llvm::raw_ostream &os) {
+                       const std::vector<std::string> &attentionRemarks, llvm::raw_ostream &os) {
   const program::Function *f = p.function("train_step");
   if (!f)
     f = p.functions.empty() ? nullptr : &p.functions.front();
   if (!f)
     return;
-  int64_t kernels = 0, gemms = 0, epilogues = 0, copies = 0, flops = 0, bytes = 0, fused = 0;
+  int64_t kernels = 0, gemms = 0, epilogues = 0, copies = 0, flops = 0, bytes = 0, fused = 0,
+          attention = 0;
   std::map<std::string, int64_t> byKind;
   std::string lines;
   auto where = [&](const program::Kernel &k) {
@@ -406,6 +415,14 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
                            s.collective.bytes, s.loc);
       continue;
     }
+    if (s.kind == Step::Attention) {
+      ++attention;
+      int64_t fl = int64_t(program::attentionFlops(s.attention));
+      flops += fl;
+      lines += fmt::format("  {:4} {:<20} {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
+                           "attention", program::attentionLabel(s.attention), fl, m, s.loc);
+      continue;
+    }
     if (s.kind == Step::Copy) {
       ++copies;
       lines += fmt::format("  {:4} copy                 {:<40} {:>12} flops {:>10} bytes  ; {}\n", i,
@@ -428,13 +445,20 @@ void printFusionReport(const program::Program &p, const std::vector<Refusal> &re
   std::string by = bytes >= 1000000 ? fmt::format("{:.1f} MB", double(bytes) / 1e6)
                                     : fmt::format("{:.1f} kB", double(bytes) / 1e3);
   os << fmt::format("fusion report for @{}: {} kernels ({} fused from several ops), {} "
-                    "GEMMs ({} with a fused epilogue), {} copies; {} and {} of buffer "
+                    "GEMMs ({} with a fused epilogue), {}{} copies; {} and {} of buffer "
                     "traffic per call (estimates)\n",
-                    f->name, kernels, fused, gemms, epilogues, copies, fl, by);
+                    f->name, kernels, fused, gemms, epilogues,
+                    attention ? fmt::format("{} fused attention, ", attention) : "", copies, fl,
+                    by);
   os << "kernels by kind:";
   for (auto &[kind, n] : byKind)
     os << fmt::format(" {} {}", kind, n);
   os << "\n\n" << lines;
+  if (!attentionRemarks.empty()) {
+    os << "\nattention (kiln-raise-attention):\n";
+    for (const std::string &r : attentionRemarks)
+      os << "  " << r << "\n";
+  }
   std::map<std::string, int64_t> byRule;
   for (const Refusal &r : refusals)
     if (r.function == f->name)

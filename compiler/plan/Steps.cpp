@@ -175,6 +175,86 @@ LogicalResult Generator::gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
   return success();
 }
 
+LogicalResult Generator::attentionStep(FusionOp fusion, Operation *op, VStep &s) {
+  using A = program::AttentionParams;
+  A &a = s.attention;
+  Value q, k, v, mask;
+  double scale = 0, dropout = 0;
+  bool causal = false;
+  uint64_t salt = 0;
+  if (auto f = dyn_cast<AttentionOp>(op)) {
+    q = f.getQuery(), k = f.getKey(), v = f.getValue(), mask = f.getMask();
+    scale = f.getScale().convertToDouble(), dropout = f.getDropout().convertToDouble();
+    causal = f.getCausal(), salt = uint64_t(f.getSalt());
+  } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
+    q = g.getQuery(), k = g.getKey(), v = g.getValue(), mask = g.getMask();
+    scale = g.getScale().convertToDouble(), dropout = g.getDropout().convertToDouble();
+    causal = g.getCausal(), salt = uint64_t(g.getSalt());
+    a.backward = true;
+  } else {
+    return failure();
+  }
+  auto shape = [](Value x) { return cast<RankedTensorType>(x.getType()).getShape(); };
+  ArrayRef<int64_t> qs = shape(q), ks = shape(k), vs = shape(v);
+  a.batch = qs[0], a.heads = qs[1], a.queries = qs[2], a.headSize = qs[3];
+  a.kvHeads = ks[1], a.keys = ks[2], a.valueSize = vs[3];
+  a.causal = causal, a.scale = scale, a.dropout = dropout, a.salt = salt;
+  Value lse = a.backward ? op->getOperand(4) : op->getResult(1);
+  if (!toDType(cast<RankedTensorType>(q.getType()).getElementType(), a.dtype) ||
+      !toDType(cast<RankedTensorType>(lse.getType()).getElementType(), a.lseType))
+    return op->emitOpError("has no attention step for its element types");
+  if (mask) {
+    a.mask = cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1) ? A::Mask::Keep
+                                                                                 : A::Mask::Add;
+    if (shape(mask).size() == 4)
+      a.maskBatch = shape(mask)[0], a.maskHeads = shape(mask)[1];
+  }
+  s.kind = Step::Attention;
+  s.loc = locString(op->getLoc());
+  // Head transposes kiln-fuse folded (findFoldedTransposes): the step reads
+  // and writes those tensors sequence-major, [B, N, H, D].
+  auto foldedOutOf = [&](Value v) -> Operation * {
+    for (Operation *u : v.getUsers())
+      if (foldedOut_.count(u))
+        return u;
+    return nullptr;
+  };
+  const uint32_t inBits[] = {A::kQuery, A::kKey, A::kValue, A::kOut, 0, A::kGrad};
+  for (auto [i, x] : llvm::enumerate(op->getOperands())) {
+    auto arg = dyn_cast<BlockArgument>(x);
+    Value outer = arg ? fusion.getOperand(arg.getArgNumber()) : x;
+    Operation *def = outer.getDefiningOp();
+    uint32_t bit = i < 6 ? inBits[i] : 0;
+    if (bit && def && foldedIn_.count(def)) {
+      a.seqMajor |= bit;
+      outer = def->getOperand(0);
+    } else if (bit == A::kOut && a.backward) {
+      if (Operation *t = foldedOutOf(outer)) {
+        a.seqMajor |= bit;
+        outer = t->getResult(0);
+      }
+    }
+    s.ins.push_back(root(outer));
+  }
+  const uint32_t outBits[] = {a.backward ? A::kQueryGrad : A::kOut,
+                              a.backward ? A::kKeyGrad : 0u, a.backward ? A::kValueGrad : 0u};
+  auto yield = cast<YieldOp>(fusion.getBlock().getTerminator());
+  for (auto [ri, r] : llvm::enumerate(op->getResults()))
+    for (auto [i, y] : llvm::enumerate(yield.getValues()))
+      if (y == r) {
+        Value outer = fusion.getResult(i);
+        if (Operation *t = outBits[ri] ? foldedOutOf(outer) : nullptr) {
+          a.seqMajor |= outBits[ri];
+          outer = t->getResult(0);
+        }
+        s.outs.push_back(outer);
+        break;
+      }
+  if (s.outs.size() != op->getNumResults())
+    return op->emitOpError("has a result its kernel does not return");
+  return success();
+}
+
 /// A collective step: the op's operand and result, what moves and on which
 /// queue. `bytes` is what each device contributes (Program.h): the whole
 /// operand for every op here (an all_gather's operand is its own part).
@@ -462,6 +542,13 @@ LogicalResult Generator::compileFunction(func::FuncOp fn) {
     for (Operation *m : members)
       if (auto x = dyn_cast<MatmulOp>(m))
         mm = x;
+    if (fusion.getKind() == "attention") {
+      if (members.size() != 1 || failed(attentionStep(fusion, members.front(), s)))
+        return fail(&op, "an attention kernel must hold one kiln.attention or attention_grad");
+      s.stage = int(stageOf(&op));
+      steps.push_back(std::move(s));
+      continue;
+    }
     if (mm && (fusion.getKind() == "gemm_epilogue" || fusion.getKind() == "gemm")) {
       s.loc = locString(mm.getLoc());
       s.stage = int(stageOf(&op));

@@ -183,6 +183,14 @@ Replay replay(const program::Program &p, const program::Function &f, int stage,
       }
       break;
     }
+    case program::Step::Attention: {
+      // The products at the GEMM rate: the fused kernel's time is theirs.
+      int64_t flops = int64_t(program::attentionFlops(s.attention));
+      r.gemmFlops += flops;
+      d = double(flops) / m.deviceFlops;
+      r.gemmSeconds += d;
+      break;
+    }
     case program::Step::Kernel:
     case program::Step::Copy: {
       int64_t b = argBytes(p, s.args);

@@ -253,6 +253,16 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << name << "' is a unit attribute";
     return success();
   }
+  // kiln-raise-attention (passes/RaiseAttention.cpp): its remarks, for the
+  // fusion report.
+  if (name == "kiln.attention_remarks") {
+    auto list = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!list || !isa<ModuleOp>(op) ||
+        !llvm::all_of(list, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitError() << "'kiln.attention_remarks' must be an array of strings on the "
+                                "module";
+    return success();
+  }
   if (name == "kiln.bucket") {
     if (!isa<IntegerAttr>(attr.getValue()))
       return op->emitError() << "'kiln.bucket' must be an integer";
@@ -395,6 +405,8 @@ LogicalResult kiln::verifyTrainSettings(DictionaryAttr dict, int64_t meshDevices
   TrainSettings t(dict);
   if (t.has("precision") && !isPrecision(t.precision()))
     return emitError() << "precision '" << t.precision() << "' is not fp32, tf32, bf16 or fp16";
+  if (t.has("attention") && !isAttentionMode(t.string("attention")))
+    return emitError() << "attention '" << t.string("attention") << "' is not fused or unfused";
   if (t.has("precision_mode") && !isPrecisionMode(t.string("precision_mode")))
     return emitError() << "precision_mode '" << t.string("precision_mode")
                        << "' is not kiln or autocast";

@@ -26,11 +26,11 @@ using namespace kiln;
 
 LogicalResult FusionOp::verify() {
   static const char *kinds[] = {"elementwise", "row_reduction", "column_reduction",
-                                "gemm", "gemm_epilogue", "single"};
+                                "gemm", "gemm_epilogue", "single", "attention"};
   if (!llvm::is_contained(kinds, getKind()))
     return emitOpError() << "has unknown kind '" << getKind()
                          << "' (elementwise, row_reduction, column_reduction, "
-                            "gemm, gemm_epilogue or single)";
+                            "gemm, gemm_epilogue, single or attention)";
   Block &block = getBlock();
   if (block.getNumArguments() != getInputs().size())
     return emitOpError() << "has " << getInputs().size() << " inputs but its body takes "

@@ -702,6 +702,89 @@ def Kiln_DropoutOp : Kiln_ComputeOp<"dropout", [Pure, InferTypeOpAdaptor, Declar
 }
 
 //===----------------------------------------------------------------------===//
+// Fused attention (rules: dialects/kiln/ops/Attention.cpp)
+//===----------------------------------------------------------------------===//
+
+class Kiln_AttentionLikeOp<string mnemonic, list<Trait> traits = []>
+    : Kiln_ComputeOp<mnemonic, !listconcat(traits, [Pure, AttrSizedOperandSegments,
+        InferTypeOpAdaptor, DeclareOpInterfaceMethods<Kiln_CostOpInterface, ["estimateFlops"]>,
+        Kiln_FlopsPerElement<1>])> {
+  let hasVerifier = 1;
+}
+
+def Kiln_AttentionOp : Kiln_AttentionLikeOp<"attention",
+    [DeclareOpInterfaceMethods<Kiln_GradientOpInterface>]> {
+  let summary = "scaled dot-product attention without the T x S tensors";
+  let description = [{
+    `query` is `[B, H, T, D]`, `key` and `value` are `[B, Hk, S, D]` with `Hk`
+    dividing `H` (grouped-query attention: query head `h` reads key/value
+    head `h / (H / Hk)`). Per batch and head, with `s = scale * q kᵀ`:
+
+    - `causal`: positions `j > i` are dropped (`s = -inf`);
+    - `mask` (optional, `[T, S]` or `[B|1, H|1, T, S]`): `i1` keeps where
+      true (`-inf` elsewhere); a float mask is added to `s`;
+    - `p = softmax(s)` over `S`; `lse = logsumexp(s)` (the saved statistic);
+    - `dropout > 0` (with `seed`): `p` is dropped exactly as `kiln.dropout`
+      with the same `salt` drops a `[B, H, T, S]` tensor (element
+      `((b H + h) T + i) S + j`), so a raised model keeps its masks;
+    - `result = p v`, `[B, H, T, D]`.
+
+    A row with every position dropped gives 0 (and `lse = -inf`). `lse` is
+    `[B, H, T]` in the query's type, f32 when that is bf16 or f16. The
+    backward (`kiln.attention_grad`) recomputes `p` from `lse`: no `T x S`
+    tensor is kept between them. kiln-raise-attention forms it from
+    `softmax(q kᵀ * scale [+ mask]) v` written from primitives.
+
+    ```mlir
+    %o, %lse = kiln.attention %q, %k, %v scale = 1.250000e-01 causal : tensor<4x6x64x64xf32>, tensor<4x6x64x64xf32>, tensor<4x6x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$query, Kiln_FloatTensor:$key, Kiln_FloatTensor:$value,
+                       Optional<Kiln_Tensor>:$mask, Optional<Kiln_SeedTensor>:$seed,
+                       F64Attr:$scale, UnitAttr:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$salt);
+  let results = (outs Kiln_FloatTensor:$result, Kiln_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` `(` $mask^ `:` type($mask) `)`)?
+    (`seed` `(` $seed^ `:` type($seed) `)`)? `scale` `=` $scale (`causal` $causal^)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value)
+  }];
+}
+
+def Kiln_AttentionGradOp : Kiln_AttentionLikeOp<"attention_grad"> {
+  let summary = "the gradient of kiln.attention, recomputing its probabilities";
+  let description = [{
+    Given the forward's operands and attributes, its `result` and `lse`, and
+    the result's gradient `grad`, the gradients of query, key and value
+    (FlashAttention-2's backward: `Δ = rowsum(grad ∘ result)`, then per
+    tile `p = exp(s - lse)`, `dp = grad vᵀ` (dropped as the forward
+    dropped), `ds = p ∘ (dp - Δ)`, `dq = scale ds k`, `dk = scale dsᵀ q`,
+    `dv = pᵀ grad`; key and value gradients summed over the query heads of
+    a group). No float atomics: the result does not depend on how the work
+    is split.
+
+    ```mlir
+    %dq, %dk, %dv = kiln.attention_grad %q, %k, %v, %o, %lse, %g scale = 1.250000e-01 causal : tensor<4x6x64x64xf32>, tensor<4x6x64x64xf32>, tensor<4x6x64x64xf32>, tensor<4x6x64x64xf32>, tensor<4x6x64xf32>, tensor<4x6x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$query, Kiln_FloatTensor:$key, Kiln_FloatTensor:$value,
+                       Kiln_FloatTensor:$out, Kiln_FloatTensor:$lse, Kiln_FloatTensor:$grad,
+                       Optional<Kiln_Tensor>:$mask, Optional<Kiln_SeedTensor>:$seed,
+                       F64Attr:$scale, UnitAttr:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$salt);
+  let results = (outs Kiln_FloatTensor:$query_grad, Kiln_FloatTensor:$key_grad,
+                      Kiln_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $out `,` $lse `,` $grad
+    (`mask` `(` $mask^ `:` type($mask) `)`)? (`seed` `(` $seed^ `:` type($seed) `)`)?
+    `scale` `=` $scale (`causal` $causal^)? attr-dict `:` type($query) `,` type($key) `,`
+    type($value) `,` type($out) `,` type($lse) `,` type($grad)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // Kernel level: fusion groups
 //===----------------------------------------------------------------------===//
 

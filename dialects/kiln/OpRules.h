@@ -102,6 +102,7 @@ enum class PrecisionRule {
   Accumulate,      ///< "accumulate-fp32"
   Softmax,         ///< "softmax-fp32-stats"
   LayerNorm,       ///< "layer-norm-fp32-stats"
+  Attention,       ///< "attention-fp32-stats"
   LogSoftmax,      ///< "log-softmax-fp32"
   Loss,            ///< "loss-fp32"
   UserCast,        ///< "user-cast"

@@ -35,6 +35,7 @@ llvm::StringRef precisionRuleName(PrecisionRule r) {
   case PrecisionRule::Reduction: return "reduction-fp32";
   case PrecisionRule::Accumulate: return "accumulate-fp32";
   case PrecisionRule::Softmax: return "softmax-fp32-stats";
+  case PrecisionRule::Attention: return "attention-fp32-stats";
   case PrecisionRule::LayerNorm: return "layer-norm-fp32-stats";
   case PrecisionRule::LogSoftmax: return "log-softmax-fp32";
   case PrecisionRule::Loss: return "loss-fp32";

@@ -132,7 +132,7 @@ void Elaborator::evalTrain() {
   const double req = std::nan("");
   static const char *known =
       "batch, steps, epochs, last_batch, optimizer, schedule, precision, "
-      "precision_mode, fp32_layers, loss_scale, seed, grad_clip, "
+      "precision_mode, attention, fp32_layers, loss_scale, seed, grad_clip, "
       "grad_accum, recompute, eval_interval, eval_steps, log_interval, "
       "checkpoint_interval, data, val_data, devices, tp, pp, micro_batches, "
       "pipeline, virtual_stages, zero, bucket_mb, first_bucket_mb, grad_reduce, "
@@ -336,6 +336,13 @@ void Elaborator::evalTrain() {
                           ? e.text : "";
       if (p != "kiln" && p != "autocast")
         fail(e.loc, "precision_mode must be kiln or autocast");
+      trainAttrs_.set(k, b_.getStringAttr(p));
+    } else if (k == "attention") {
+      const Expr &e = *t.value;
+      std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
+                          ? e.text : "";
+      if (!train_rules::isAttentionMode(p))
+        fail(e.loc, "attention must be fused or unfused");
       trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "data" || k == "val_data") {
       Val v = eval(*t.value, paramEnv_);

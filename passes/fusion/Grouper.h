@@ -43,6 +43,7 @@ enum class Role {
   Reduction,   ///< reductions and the composite row ops
   Gemm,        ///< a library GEMM (float32 kiln.matmul)
   Single,      ///< has no fused form: a kernel of its own
+  Library,     ///< a library-style step of its own (kiln.attention, attention_grad)
   Alias,       ///< produces no code (optimization_barrier): shares its operand
   Folded,      ///< folded into a GEMM (head transposes)
   Collective,  ///< a collective (all_reduce, ...): a plan step between kernels
@@ -69,7 +70,7 @@ inline RowLocality rowInfo(Operation *op) {
 /// The transcendental functions (expensive to recompute).
 inline bool isExpensive(Operation *op) { return op->hasTrait<trait::Transcendental>(); }
 
-enum class Kind { Elementwise, Row, Column, Gemm, Single };
+enum class Kind { Elementwise, Row, Column, Gemm, Single, Library };
 
 inline const char *kindName(Kind k) {
   switch (k) {
@@ -78,6 +79,7 @@ inline const char *kindName(Kind k) {
   case Kind::Column: return "column_reduction";
   case Kind::Gemm: return "gemm_epilogue";
   case Kind::Single: return "single";
+  case Kind::Library: return "attention";
   }
   return "single";
 }

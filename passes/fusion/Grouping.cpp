@@ -90,6 +90,8 @@ Role Grouper::roleOf(Operation *op) {
     return Role::Collective; // communication, never code: fused with nothing
   if (op->getNumResults() == 1 && duplicable(op->getResult(0)))
     return Role::Skip;
+  if (isa<AttentionOp, AttentionGradOp>(op)) // the backend's fused attention
+    return Role::Library;
   if (auto mm = dyn_cast<MatmulOp>(op)) { // f32, f16, bf16: a library GEMM
     Type et = tensorType(mm.getResult()).getElementType();
     return et.isF32() || et.isF16() || et.isBF16() ? Role::Gemm : Role::Single;
@@ -163,9 +165,12 @@ std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t
       return groups_[o].closedBy;
 
   // Kind rules.
-  if (G.kind == Kind::Single)
+  if (G.kind == Kind::Single || G.kind == Kind::Library)
     return "producer-kind: " + G.members.front()->getName().getStringRef().str() +
            " has no fused kernel form";
+  if (role == Role::Library)
+    return "consumer-is-library: " + op->getName().getStringRef().str() +
+           " is a library step that reads whole buffers (its operands are materialised)";
   if (role == Role::Gemm)
     return "consumer-is-gemm: a library GEMM reads whole buffers (its operands are "
            "materialised)";
@@ -225,7 +230,8 @@ std::string Grouper::canJoin(int g, Operation *op, ArrayRef<int> others, int64_t
     return "";
   }
   for (int o : others) {
-    if (groups_[o].kind == Kind::Gemm || groups_[o].kind == Kind::Single)
+    if (groups_[o].kind == Kind::Gemm || groups_[o].kind == Kind::Single ||
+        groups_[o].kind == Kind::Library)
       return "producer-is-gemm: a GEMM's result is read whole";
     if (std::string why = canMerge(g, o); !why.empty())
       return why;
@@ -364,6 +370,8 @@ std::string Grouper::canMerge(int a, int b) {
              "and axes";
   if (A.kind == Kind::Gemm || B.kind == Kind::Gemm)
     return "producer-is-gemm: two GEMMs never share a kernel";
+  if (A.kind == Kind::Library || B.kind == Kind::Library)
+    return "producer-kind: a library step shares its kernel with nothing";
   return "";
 }
 
@@ -540,6 +548,7 @@ LogicalResult Grouper::run() {
       addTo(joined, &op, rows);
     } else {
       Kind kind = role == Role::Gemm          ? Kind::Gemm
+                  : role == Role::Library     ? Kind::Library
                   : role == Role::Elementwise ? Kind::Elementwise
                   : role == Role::Reduction   ? Kind::Row
                                               : Kind::Single;

@@ -60,7 +60,8 @@ LogicalResult Grouper::materialize() {
   auto needsBuffer = [&](Operation *user) {
     Role r = roles_.lookup(user);
     return isa<func::ReturnOp>(user) || r == Role::Alias || r == Role::Folded ||
-           r == Role::Collective || (r == Role::Gemm) || (isa<ReshapeOp>(user) && groupOf(user) < 0);
+           r == Role::Collective || r == Role::Gemm || r == Role::Library ||
+           (isa<ReshapeOp>(user) && groupOf(user) < 0);
   };
   llvm::SetVector<Value> toMaterialize;
   for (Operation &op : block_)
@@ -87,7 +88,7 @@ LogicalResult Grouper::materialize() {
       inputs.insert(v);
     };
     for (Operation *m : members) {
-      if (isa<MatmulOp>(m)) { // a library call reads buffers
+      if (isa<MatmulOp, AttentionOp, AttentionGradOp>(m)) { // a library call reads buffers
         for (Value v : m->getOperands())
           inputs.insert(v);
         continue;

@@ -473,28 +473,38 @@ LogicalResult Rewriter::run(int64_t &collectives) {
   // input the trainer fills (seed * T + coordinate: distinct per device and
   // step). Forward and backward share the mixed seed, so backward still
   // regenerates the forward's mask.
-  SmallVector<DropoutOp> splitDropouts;
-  body.walk([&](DropoutOp d) {
-    if (of(d.getOperand()).split())
-      splitDropouts.push_back(d);
+  // Fused attention with dropout draws its mask the same way: its seed
+  // operand is mixed alike (forward and gradient: the same mixed seed).
+  SmallVector<OpOperand *> splitDropouts;
+  body.walk([&](Operation *op) {
+    if (auto d = dyn_cast<DropoutOp>(op)) {
+      if (of(d.getOperand()).split())
+        splitDropouts.push_back(&d.getSeedMutable());
+    } else if (auto a = dyn_cast<AttentionOp>(op)) {
+      if (a.getSeed() && of(a.getQuery()).split())
+        splitDropouts.push_back(&a.getSeedMutable()[0]);
+    } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
+      if (g.getSeed() && of(g.getQuery()).split())
+        splitDropouts.push_back(&g.getSeedMutable()[0]);
+    }
   });
   if (!splitDropouts.empty()) {
     auto i64 = RankedTensorType::get({}, b_.getI64Type());
     Value coord = tpRank();
     llvm::DenseMap<Value, Value> mixed;
-    for (DropoutOp d : splitDropouts) {
-      Value seed = d.getSeed();
+    for (OpOperand *use : splitDropouts) {
+      Value seed = use->get();
       Value &m = mixed[seed];
       if (!m) {
         if (auto def = seed.getDefiningOp())
           b_.setInsertionPointAfter(def);
         else
           b_.setInsertionPointToStart(&body);
-        Location l = NameLoc::get(b_.getStringAttr("tp.dropout_seed"), d.getLoc());
+        Location l = NameLoc::get(b_.getStringAttr("tp.dropout_seed"), use->getOwner()->getLoc());
         Value t = b_.create<ConstantOp>(l, DenseElementsAttr::get(i64, b_.getI64IntegerAttr(n_)));
         m = b_.create<AddOp>(l, b_.create<MulOp>(l, seed, t), coord);
       }
-      d.getSeedMutable().assign(m);
+      use->set(m);
     }
   }
 

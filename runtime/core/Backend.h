@@ -77,8 +77,11 @@ public:
   /// model line and the FLOPs done (the profiler prints the rate).
   class GemmTimings {
   public:
+    /// A GEMM step, or an attention step (another library call) by its label.
     void add(const program::Step &s, double seconds, const char *op) {
-      std::string label = program::gemmLabel(s.gemm);
+      bool attention = s.kind == program::Step::Attention;
+      std::string label = attention ? program::attentionLabel(s.attention)
+                                    : program::gemmLabel(s.gemm);
       Timing &t = byShape_[label];
       if (!t.calls) {
         t.name = label;
@@ -87,7 +90,7 @@ public:
       }
       t.seconds += seconds;
       t.calls++;
-      t.flops += program::gemmFlops(s.gemm);
+      t.flops += attention ? program::attentionFlops(s.attention) : program::gemmFlops(s.gemm);
     }
     void appendTo(std::vector<Timing> &out) const {
       for (const auto &[label, t] : byShape_)

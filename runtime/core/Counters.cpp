@@ -98,6 +98,13 @@ Counters countPlan(const Program &p,
         ++c.copies;
         c.bytes += argBytes(p, s.args);
         break;
+      case Step::Attention:
+        ++c.attention;
+        c.flops += int64_t(attentionFlops(s.attention));
+        c.bytes += argBytes(p, s.args);
+        if (cudaLaunches)
+          c.cudaLaunches += 1;
+        break;
       case Step::Collective:
         ++c.collectives;
         c.collectiveBytes += s.collective.bytes;
@@ -132,6 +139,8 @@ std::string Counters::toJson() const {
               {"collective_bytes", c.collectiveBytes},
               {"peak_bytes", c.peakBytes},
               {"fused_ops", c.fusedOps}};
+    if (c.attention > 0) // absent in plans without fused attention
+      f["attention"] = c.attention;
     if (c.cudaLaunches >= 0) {
       f["cuda_launches"] = c.cudaLaunches;
       f["cuda_gemm_calls"] = c.cudaGemmCalls;

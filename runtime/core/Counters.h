@@ -32,6 +32,7 @@ struct FunctionCounters {
   /// Calls of generated kernels: kernel steps plus GEMM epilogue kernels.
   int64_t kernels = 0;
   int64_t gemms = 0;  ///< library matrix products
+  int64_t attention = 0; ///< fused attention steps (forward and backward)
   int64_t copies = 0; ///< copy steps (updates that could not be in place)
   /// FLOP estimate: Kernel::flops of every generated kernel call plus
   /// 2*batch*m*n*k per GEMM (program::gemmFlops).

@@ -62,6 +62,12 @@ void stepAccesses(const Program &p, const Step &s, std::vector<int> &reads,
     reads.push_back(s.args[0]);
     writes.push_back(s.args[1]);
     break;
+  case Step::Attention: {
+    size_t o = size_t(s.attention.firstOutput());
+    reads.insert(reads.end(), s.args.begin(), s.args.begin() + long(o));
+    writes.insert(writes.end(), s.args.begin() + long(o), s.args.end());
+    break;
+  }
   case Step::Collective:
     if (s.collective.op != Collective::Op::Recv)
       reads.push_back(s.args[0]);

@@ -13,7 +13,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 constexpr const char *kRoles[] = {"param", "state", "input", "output", "temp"};
-constexpr const char *kKinds[] = {"kernel", "gemm", "copy", "collective"};
+constexpr const char *kKinds[] = {"kernel", "gemm", "copy", "collective", "attention"};
 constexpr const char *kCollectiveOps[] = {"all_reduce", "reduce_scatter", "all_gather",
                                           "broadcast", "send", "recv"};
 constexpr const char *kReductions[] = {"none", "sum", "mean", "max", "min"};
@@ -160,6 +160,8 @@ std::string Program::toJson() const {
                      {"lhs_batched", s.gemm.lhsBatched},
                      {"rhs_batched", s.gemm.rhsBatched},
                      {"dtype", dtypeName(s.gemm.dtype)}};
+      if (s.kind == Step::Attention)
+        attentionToJson(s.attention, e["attention"]);
       if (s.kind == Step::Gemm && s.gemm.tf32) // absent (false) unless set
         e["gemm"]["tf32"] = true;
       if (s.kind == Step::Collective) {
@@ -836,6 +838,12 @@ Expected<Program> Program::parse(const std::string &text, const std::string &ori
                    !fits(s.args[2], gp.batch * gp.m * gp.n)) {
           return bad("a gemm step's buffers do not match its shape");
         }
+      } else if (kind == "attention") {
+        s.kind = Step::Attention;
+        if (std::string e = attentionFromJson(se.contains("attention") ? se["attention"] : json(),
+                                              s.args, p.buffers, s.attention);
+            !e.empty())
+          return bad(e);
       } else if (kind == "copy") {
         s.kind = Step::Copy;
         if (s.args.size() != 2 ||

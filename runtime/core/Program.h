@@ -26,6 +26,7 @@
 #ifndef KILN_RUNTIME_CORE_PROGRAM_H
 #define KILN_RUNTIME_CORE_PROGRAM_H
 
+#include "runtime/core/Attention.h"
 #include "runtime/core/ElementType.h"
 #include "runtime/core/Status.h"
 
@@ -182,7 +183,7 @@ const char *collectiveOpName(Collective::Op op); ///< "all_reduce", ...
 const char *reductionName(Collective::Reduction r); ///< "none", "sum", ...
 
 struct Step {
-  enum Kind { Kernel, Gemm, Copy, Collective } kind = Kernel;
+  enum Kind { Kernel, Gemm, Copy, Collective, Attention } kind = Kernel;
   int kernel = -1;       ///< index into Program::kernels (Kernel)
   std::vector<int> args; ///< buffer ids: inputs, then outputs
   GemmParams gemm;       ///< Gemm: args = {lhs, rhs, out}
@@ -195,6 +196,8 @@ struct Step {
   LtEpilogue lt;
   /// Collective: what is exchanged (args as Collective says).
   program::Collective collective;
+  /// Attention: the fused attention call (args as Attention.h says).
+  AttentionParams attention;
   std::string loc;       ///< model-file location, "file:line:col"
   /// The queue (stream) the step runs on, 0 .. Program::queues - 1. A
   /// single-queue backend runs every step in order on one queue.

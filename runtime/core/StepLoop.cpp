@@ -14,6 +14,13 @@
 
 namespace kiln {
 
+Status StepHooks::runAttention(const program::Step &s) {
+  return Status::error(fmt::format(
+      "this backend has no fused attention kernel for the plan's {} step ({}); compile "
+      "the model with kilnc --attention=unfused",
+      program::attentionLabel(s.attention), s.loc.empty() ? "?" : s.loc));
+}
+
 Status StepHooks::runCollective(const program::Step &s) {
   return Status::error(fmt::format(
       "this backend has no communicator: the plan's {} step exchanges data between "
@@ -152,6 +159,10 @@ void traceStep(const program::Program &p, const program::Function &f, size_t si,
     sp.name = program::gemmLabel(s.gemm);
     sp.flops = program::gemmFlops(s.gemm);
     sp.bytes = argBytes(p, s.args);
+  } else if (s.kind == program::Step::Attention) {
+    sp.name = program::attentionLabel(s.attention);
+    sp.flops = program::attentionFlops(s.attention);
+    sp.bytes = argBytes(p, s.args);
   } else if (s.kind == program::Step::Copy) {
     sp.name = "copy";
     sp.bytes = argBytes(p, s.args);
@@ -192,6 +203,9 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
   case program::Step::Copy:
     r = hooks.runCopy(s);
     break;
+  case program::Step::Attention:
+    r = hooks.runAttention(s);
+    break;
   case program::Step::Collective:
     r = hooks.runCollective(s);
     break;
@@ -212,6 +226,10 @@ Status runOne(const program::Program &p, const program::Function &f, size_t si,
       break;
     case program::Step::Gemm:
       profile->addGemm(s, *dt, hooks.gemmName());
+      traceStep(p, f, si, profile, Span::Gemm, start, *dt, false, thread);
+      break;
+    case program::Step::Attention: // a library call, profiled as GEMMs are
+      profile->addGemm(s, *dt, "attention");
       traceStep(p, f, si, profile, Span::Gemm, start, *dt, false, thread);
       break;
     case program::Step::Copy:

@@ -71,6 +71,9 @@ public:
   virtual Status runGemm(const program::Step &s, bool libraryEpilogue) = 0;
   /// Copies args[0] into args[1].
   virtual Status runCopy(const program::Step &s) = 0;
+  /// Runs a fused attention step (program::AttentionParams); the default
+  /// says the backend has no attention kernel.
+  virtual Status runAttention(const program::Step &s);
   /// Runs a collective step; the default says the backend cannot.
   virtual Status runCollective(const program::Step &s);
   /// Whether steps on queues other than 0 run concurrently with queue 0

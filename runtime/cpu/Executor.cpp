@@ -2,6 +2,7 @@
 #include "runtime/cpu/Executor.h"
 
 #include "runtime/core/Log.h"
+#include "runtime/cpu/Attention.h"
 #include "runtime/cpu/Blas.h"
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Split.h"
@@ -268,6 +269,28 @@ int Executor::gemmThreads(const MatmulShape &g, int64_t parts) const {
 
 Status Executor::runCopy(const program::Step &s) {
   std::memcpy(data(s.args[1]), data(s.args[0]), size_t(layout_->buffers[s.args[0]].bytes));
+  return Status::ok();
+}
+
+Status Executor::runAttention(const program::Step &s) {
+  std::vector<void *> args;
+  for (int id : s.args)
+    args.push_back(data(id));
+  const program::AttentionParams &a = s.attention;
+  uint64_t seed = 0;
+  if (a.seedArg() >= 0)
+    std::memcpy(&seed, args[size_t(a.seedArg())], sizeof seed);
+  RunParts run = [&](int64_t n, const std::function<void(int64_t)> &job) {
+    if (n == 1 || pool_->threads() == 1)
+      serialParts(n, job);
+    else
+      pool_->forEach(n, int(std::min<int64_t>(n, pool_->threads())), job);
+  };
+  Status r = a.backward ? attentionBackward(a, args, seed, run)
+                        : attentionForward(a, args, seed, run);
+  if (!r)
+    return Status::error(fmt::format("{} ({}): {}", program::attentionLabel(a),
+                                     s.loc.empty() ? "?" : s.loc, r.message()));
   return Status::ok();
 }
 

@@ -138,6 +138,7 @@ private:
   Status runKernel(int kernel, const std::vector<int> &args) override;
   Status runGemm(const program::Step &s, bool libraryEpilogue) override;
   Status runCopy(const program::Step &s) override;
+  Status runAttention(const program::Step &s) override;
   /// Threads to share a float32 GEMM's `parts` (runtime/cpu/Split.h).
   int gemmThreads(const program::GemmParams &g, int64_t parts) const;
   /// How bf16/f16 GEMM step `s` runs: its remembered choice, or measured

@@ -63,6 +63,8 @@ std::string describeStep(const Program &p, const Step &s) {
            (s.epilogue >= 0 ? " + kernel " + kernelName(p, s.epilogue) : "");
   case Step::Copy:
     return fmt::format("copy {} B", p.buffers[size_t(s.args[0])].bytes);
+  case Step::Attention:
+    return program::attentionLabel(s.attention);
   case Step::Collective:
     break;
   }

@@ -342,9 +342,11 @@ def main():
             for key in ("symbol", "ops", "flops", "bytes", "GFLOP/s", "GB/s"):
                 if key not in args:
                     bad(f"{where}: no args.{key}")
-        elif cat == "gemm":
-            if not e["name"].startswith("gemm ") or not args.get("shape"):
-                bad(f"{where}: a GEMM slice not named 'gemm SHAPE' or without args.shape")
+        elif cat == "gemm":  # library calls: GEMMs and fused attention steps
+            if not e["name"].startswith(("gemm ", "attention ", "attention_grad ")) or \
+                    not args.get("shape"):
+                bad(f"{where}: a GEMM slice not named 'gemm SHAPE' (or 'attention SHAPE', "
+                    f"'attention_grad SHAPE') or without args.shape")
             if not is_num(args.get("GFLOP/s")) or args["GFLOP/s"] < 0:
                 bad(f"{where}: no GFLOP/s")
         elif cat == "collective":

@@ -310,6 +310,12 @@ cl::opt<std::string> precisionModeOpt(
     cl::desc("kiln (default: Kiln's policy) or autocast (rounding points where "
              "PyTorch autocast puts them) for --precision bf16/fp16"),
     cl::value_desc("kiln|autocast"), cl::cat(kilncCategory));
+cl::opt<std::string> attentionOpt(
+    "attention",
+    cl::desc("fused (default: attention written from primitives becomes one kiln.attention "
+             "step, no T x T tensors) or unfused (overrides the train section's attention; "
+             "docs/training.md \"Fused attention\")"),
+    cl::value_desc("fused|unfused"), cl::cat(kilncCategory));
 
 cl::list<std::string> params(
     "param", cl::desc("Override a model parameter, e.g. --param layers=2"),
@@ -377,6 +383,7 @@ kiln::CompileOptions compileOptions(const std::string &sourceText) {
   layout.separateScalarReductions = separateScalarReductions;
   given(co.precision, precisionOpt);
   given(co.precisionMode, precisionModeOpt);
+  given(co.attention, attentionOpt);
   given(co.seed, seedOpt);
   co.fusion = !noFusion;
   co.printKernelIRAfterAll = printKernelIR;
@@ -484,7 +491,8 @@ int writeCompiled(kiln::CompileResult &compiled, mlir::ModuleOp module,
                             kiln::gpu::predict(p, f, compiled.cuda->kernels, *costDevice, o),
                             gpuCostTop);
   } else if (fusionReport)
-    kiln::printFusionReport(p, compiled.compiled->refusals, output->os());
+    kiln::printFusionReport(p, compiled.compiled->refusals, compiled.compiled->attentionRemarks,
+                            output->os());
   else if (emit == Emit::Plan)
     kiln::printPlan(p, output->os(), compiled.compiled->activations);
   else if (emit == Emit::Kernels)
