@@ -317,7 +317,7 @@ Status configure(mlir::ModuleOp module, const CompileOptions &options) {
   // Fused attention: kiln-raise-attention reads it.
   if (options.attention) {
     if (!train_rules::isAttentionMode(*options.attention))
-      return userError("--attention=" + *options.attention + ": use fused or unfused");
+      return userError("--attention=" + *options.attention + ": use auto, fused or unfused");
     mlir::NamedAttrList t = trainEntries(module);
     t.set("attention", mlir::StringAttr::get(context, *options.attention));
     module->setAttr(KilnDialect::kTrainAttr, t.getDictionary(context));

@@ -92,8 +92,9 @@ struct CompileOptions {
   LayoutOptions layout;
   std::optional<std::string> precision;     ///< fp32, tf32, bf16 or fp16
   std::optional<std::string> precisionMode; ///< kiln or autocast
-  /// --attention: fused (kiln-raise-attention forms kiln.attention; the
-  /// default) or unfused (attention stays the primitives it is written in).
+  /// --attention: auto (the default: kiln-raise-attention forms
+  /// kiln.attention over 128 keys or more), fused (every attention it
+  /// finds) or unfused (attention stays the primitives it is written in).
   std::optional<std::string> attention;
 
   CompileOutput output = CompileOutput::Program;

@@ -325,13 +325,19 @@ def KilnRaiseAttentionPass : Pass<"kiln-raise-attention", "mlir::ModuleOp"> {
     hand-written attention alike). A `rows >= cols` iota mask becomes
     `causal`. The intermediate scores and probabilities must have no other
     use, and a float mask must not depend on an input or a parameter (it
-    gets no gradient). Each softmax over a rank-4 tensor gets a remark: what
+    gets no gradient). The train setting `attention` decides: `fused` raises
+    every match, `unfused` none, `auto` (the default) those over at least
+    `min-keys` keys. Each softmax over a rank-4 tensor gets a remark: what
     was raised, or why not; they are kept on the module as
     `kiln.attention_remarks` for the fusion report (kilnc --fusion-report).
   }];
   let options = [
     ListOption<"functions", "functions", "std::string",
                "Functions to rewrite (default: forward)">,
+    Option<"minKeys", "min-keys", "int64_t", /*default=*/"128",
+           "attention = auto (the default): raise only attention over at least this "
+           "many keys (below it the unfused GEMMs and softmax kernel are faster on "
+           "the CPU); attention = fused raises every one, unfused none">,
   ];
 }
 

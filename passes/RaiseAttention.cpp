@@ -237,8 +237,10 @@ struct KilnRaiseAttentionPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (TrainSettings(module).string("attention") == "unfused")
+    std::string mode = TrainSettings(module).string("attention");
+    if (mode == "unfused")
       return;
+    int64_t threshold = mode == "fused" ? 0 : int64_t(minKeys);
     SmallVector<std::string> names(functions.begin(), functions.end());
     if (names.empty())
       names.push_back("forward");
@@ -260,6 +262,16 @@ struct KilnRaiseAttentionPass
         if (failed(m)) {
           remarks.push_back(StringAttr::get(
               module.getContext(), fmt::format("{}: attention not raised: {}", where, why)));
+          continue;
+        }
+        int64_t keys = typeOf(m->k).getDimSize(2);
+        if (keys < threshold) {
+          remarks.push_back(StringAttr::get(
+              module.getContext(),
+              fmt::format("{}: attention not raised: {} keys, fewer than {} (attention = auto: "
+                          "over few keys the unfused GEMMs and softmax kernel are faster on the "
+                          "CPU; attention = fused raises it anyway)",
+                          where, keys, threshold)));
           continue;
         }
         std::string error;

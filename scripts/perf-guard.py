@@ -31,7 +31,8 @@ DEFAULT_BASELINE = os.path.join("test", "perf", "baseline.json")
 # is the baseline's key and the diff's first column. Every example on the CPU
 # target (a new example has no baseline: the guard fails until --update),
 # then the data-parallel CPU GPT (plain and ZeRO-1), the tensor-parallel one
-# (tp = 2, and dp x tp = 2 x 2) and the GPU GPT's CUDA plan in fp32 and bf16
+# (tp = 2, and dp x tp = 2 x 2), the CPU GPT with fused attention, and the
+# GPU GPT's CUDA plan in fp32 and bf16
 # (its cuBLASLt calls counted as runtime/core/GemmPlan.h splits them).
 ACCUM_MLP = ["--param", "features=100", "--param", "hidden=1000", "--batch", "4"]
 CONFIGS = [(f"examples/{f}", f"examples/{f}", [])
@@ -47,6 +48,10 @@ CONFIGS += [
      "examples/shakespeare_char_cpu.kiln", ["--devices", "4", "--tp", "2"]),
     ("examples/shakespeare_char_cpu.kiln --pp 2 --micro-batches 4",
      "examples/shakespeare_char_cpu.kiln", ["--pp", "2", "--micro-batches", "4"]),
+    # Fused attention (attention = auto leaves the CPU GPT's 64 keys unfused;
+    # the GPU GPT, 256 keys, is fused on the CPU target): its plan pinned too.
+    ("examples/shakespeare_char_cpu.kiln --attention=fused",
+     "examples/shakespeare_char_cpu.kiln", ["--attention=fused"]),
     # Gradient accumulation in place: the 100-1000-1000-10 MLP with micro-batches
     # of 4 rows keeps the M = 1 arena plus the activations in flight (with
     # test/codegen/accumulate-memory.test), on one device and per schedule.

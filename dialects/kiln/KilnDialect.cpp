@@ -406,7 +406,7 @@ LogicalResult kiln::verifyTrainSettings(DictionaryAttr dict, int64_t meshDevices
   if (t.has("precision") && !isPrecision(t.precision()))
     return emitError() << "precision '" << t.precision() << "' is not fp32, tf32, bf16 or fp16";
   if (t.has("attention") && !isAttentionMode(t.string("attention")))
-    return emitError() << "attention '" << t.string("attention") << "' is not fused or unfused";
+    return emitError() << "attention '" << t.string("attention") << "' is not auto, fused or unfused";
   if (t.has("precision_mode") && !isPrecisionMode(t.string("precision_mode")))
     return emitError() << "precision_mode '" << t.string("precision_mode")
                        << "' is not kiln or autocast";

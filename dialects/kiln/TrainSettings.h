@@ -100,8 +100,10 @@ inline bool isPrecision(llvm::StringRef p) {
 }
 /// precision_mode = kiln | autocast.
 inline bool isPrecisionMode(llvm::StringRef m) { return m == "kiln" || m == "autocast"; }
-/// attention = fused | unfused (kiln-raise-attention; default fused).
-inline bool isAttentionMode(llvm::StringRef m) { return m == "fused" || m == "unfused"; }
+/// attention = auto | fused | unfused (kiln-raise-attention; default auto).
+inline bool isAttentionMode(llvm::StringRef m) {
+  return m == "auto" || m == "fused" || m == "unfused";
+}
 /// pipeline = 1f1b | gpipe | interleaved.
 inline bool isPipeline(llvm::StringRef p) {
   return p == "1f1b" || p == "gpipe" || p == "interleaved";

@@ -342,7 +342,7 @@ void Elaborator::evalTrain() {
       std::string p = e.kind == Expr::Kind::Name || e.kind == Expr::Kind::String
                           ? e.text : "";
       if (!train_rules::isAttentionMode(p))
-        fail(e.loc, "attention must be fused or unfused");
+        fail(e.loc, "attention must be auto, fused or unfused");
       trainAttrs_.set(k, b_.getStringAttr(p));
     } else if (k == "data" || k == "val_data") {
       Val v = eval(*t.value, paramEnv_);

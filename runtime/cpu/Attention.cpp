@@ -92,6 +92,58 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
     int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
+/// e^x in float32, written for the vectorizer: x = n ln2 + r with |r| <=
+/// ln2 / 2 (ln2 in two parts, Cody and Waite), e^r by its degree-6 Taylor
+/// polynomial (relative error below 2e-7, about 1.5 ulp), 2^n through the
+/// exponent bits. Below -87.3 (e^x under FLT_MIN; -inf, a dropped key) it
+/// is 0; NaN stays NaN. Scores minus their row maximum are never above 0.
+inline float fastExp(float x) {
+  const float log2e = 1.44269504f, ln2hi = 0.693359375f, ln2lo = -2.12194440e-4f;
+  float xc = std::min(std::max(x, -87.3f), 88.3f);
+  float n = std::floor(xc * log2e + 0.5f);
+  float r = xc - n * ln2hi - n * ln2lo;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  float y = p * scale;
+  return x != x ? x : x < -87.3f ? 0.0f : y;
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KILN_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KILN_ATTENTION_CLONES
+#endif
+
+/// r[j] = e^(r[j] - m) for a row of n scores; returns their sum (in order).
+KILN_ATTENTION_CLONES float expRow(float *r, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j)
+    r[j] = fastExp(r[j] - m);
+  float l = 0;
+  for (int64_t j = 0; j < n; ++j)
+    l += r[j];
+  return l;
+}
+
+/// The backward's row: p = e^(s - lse), ds = p (dp - delta), p kept in s
+/// (dropout: the keep factors, 0 or 1 / (1 - rate), in `keep`, or null).
+KILN_ATTENTION_CLONES void gradRow(float *s, float *dp, int64_t n, float lse, float delta,
+                                   const float *keep) {
+  for (int64_t j = 0; j < n; ++j) {
+    float p = fastExp(s[j] - lse);
+    float k = keep ? keep[j] : 1.0f;
+    dp[j] = p * (dp[j] * k - delta);
+    s[j] = p * k;
+  }
+}
+
 /// The scores' rules shared by both passes: causal, the mask, for rows
 /// [q0, q0 + bq) x keys [j0, j0 + bk) of (b, h), in place on `s` (row
 /// stride bk).
@@ -188,11 +240,7 @@ Status attentionForward(const AttentionParams &a, const std::vector<void *> &arg
           std::fill(r, r + bk, 0.0f);
           continue;
         }
-        float alpha = std::exp(mx[size_t(i)] - m), l = 0;
-        for (int64_t j = 0; j < bk; ++j) {
-          r[j] = std::exp(r[j] - m);
-          l += r[j];
-        }
+        float alpha = std::exp(mx[size_t(i)] - m), l = expRow(r, bk, m);
         sum[size_t(i)] = sum[size_t(i)] * alpha + l;
         mx[size_t(i)] = m;
         if (alpha != 1.0f)
@@ -238,7 +286,8 @@ Status attentionBackward(const AttentionParams &a, const std::vector<void *> &ar
   const float dropScale = a.dropout > 0 ? float(1.0 / (1.0 - a.dropout)) : 1.0f;
   run(B * Hk, [&](int64_t job) {
     int64_t b = job / Hk, kvh = job % Hk;
-    thread_local std::vector<float> tk, tv, tq, tg, to, sc, dp, dqAcc, dkAcc, dvAcc, delta;
+    thread_local std::vector<float> tk, tv, tq, tg, to, sc, dp, dqAcc, dkAcc, dvAcc, delta,
+        keeps;
     Rows K = widen(k, b, kvh, 0, S, tk);
     Rows V = widen(v, b, kvh, 0, S, tv);
     dkAcc.assign(size_t(S * D), 0.0f);
@@ -270,15 +319,20 @@ Status attentionBackward(const AttentionParams &a, const std::vector<void *> &ar
           maskScores(a, mask, b, h, q0, bq, j0, bk, s);
           gemm(false, true, bq, bk, Dv, 1.0f, G.p, G.ld, V.p + j0 * V.ld, V.ld, 0.0f, ds, bk);
           for (int64_t i = 0; i < bq; ++i) {
-            float li = L[i];
             float *pr = s + i * bk, *dr = ds + i * bk;
-            for (int64_t j = 0; j < bk; ++j) {
-              float p = li == kNegInf || pr[j] == kNegInf ? 0.0f : std::exp(pr[j] - li);
-              float keep =
-                  a.dropout > 0 ? keepFactor(a, seed, b, h, q0 + i, j0 + j, dropScale) : 1.0f;
-              dr[j] = p * (dr[j] * keep - delta[size_t(i)]);
-              pr[j] = p * keep;
+            if (L[i] == kNegInf) { // every key dropped: no probability, no gradient
+              std::fill(pr, pr + bk, 0.0f);
+              std::fill(dr, dr + bk, 0.0f);
+              continue;
             }
+            const float *keep = nullptr;
+            if (a.dropout > 0) {
+              keeps.resize(size_t(bk));
+              for (int64_t j = 0; j < bk; ++j)
+                keeps[size_t(j)] = keepFactor(a, seed, b, h, q0 + i, j0 + j, dropScale);
+              keep = keeps.data();
+            }
+            gradRow(pr, dr, bk, L[i], delta[size_t(i)], keep);
           }
           gemm(true, false, bk, Dv, bq, 1.0f, s, bk, G.p, G.ld, 1.0f, dvAcc.data() + j0 * Dv, Dv);
           gemm(true, false, bk, D, bq, float(a.scale), ds, bk, Q.p, Q.ld, 1.0f,

@@ -11,18 +11,18 @@
 // there (float64 central differences of an exact float64 program).
 //
 // RUN: split-file %s %t
-// RUN: kiln-opt %t/causal.mlir --kiln-raise-attention | FileCheck %s --check-prefix=RAISED
-// RUN: kilnc %t/causal.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
-// RUN: kiln-opt %t/unmasked-div.mlir --kiln-raise-attention | FileCheck %s --check-prefix=RAISED
-// RUN: kilnc %t/unmasked-div.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
-// RUN: kiln-opt %t/bool-mask.mlir --kiln-raise-attention | FileCheck %s --check-prefix=RAISED
-// RUN: kilnc %t/bool-mask.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
-// RUN: kiln-opt %t/additive-mask.mlir --kiln-raise-attention | FileCheck %s --check-prefix=RAISED
-// RUN: kilnc %t/additive-mask.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
-// RUN: kiln-opt %t/dropout.mlir --kiln-raise-attention | FileCheck %s --check-prefix=RAISED
-// RUN: kilnc %t/dropout.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
-// RUN: kilnc %t/grouped.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
-// RUN: kilnc %t/rectangle.mlir --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kiln-opt %t/causal.mlir --kiln-raise-attention=min-keys=0 | FileCheck %s --check-prefix=RAISED
+// RUN: kilnc %t/causal.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kiln-opt %t/unmasked-div.mlir --kiln-raise-attention=min-keys=0 | FileCheck %s --check-prefix=RAISED
+// RUN: kilnc %t/unmasked-div.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kiln-opt %t/bool-mask.mlir --kiln-raise-attention=min-keys=0 | FileCheck %s --check-prefix=RAISED
+// RUN: kilnc %t/bool-mask.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kiln-opt %t/additive-mask.mlir --kiln-raise-attention=min-keys=0 | FileCheck %s --check-prefix=RAISED
+// RUN: kilnc %t/additive-mask.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kiln-opt %t/dropout.mlir --kiln-raise-attention=min-keys=0 | FileCheck %s --check-prefix=RAISED
+// RUN: kilnc %t/dropout.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kilnc %t/grouped.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
+// RUN: kilnc %t/rectangle.mlir --attention=fused --gradcheck --gradcheck-tolerance 1e-6 | FileCheck %s
 
 // RAISED: kiln.attention_remarks = ["{{.*}}raised kiln.attention
 // RAISED-NOT: kiln.softmax

@@ -1,4 +1,4 @@
-// RUN: kiln-opt %s --split-input-file --kiln-raise-attention | FileCheck %s
+// RUN: kiln-opt %s --split-input-file --kiln-raise-attention=min-keys=0 | FileCheck %s
 
 // kiln-raise-attention: what it raises into kiln.attention, and the remark
 // it leaves for each rank-4 softmax it does not raise.

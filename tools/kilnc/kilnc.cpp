@@ -312,10 +312,10 @@ cl::opt<std::string> precisionModeOpt(
     cl::value_desc("kiln|autocast"), cl::cat(kilncCategory));
 cl::opt<std::string> attentionOpt(
     "attention",
-    cl::desc("fused (default: attention written from primitives becomes one kiln.attention "
-             "step, no T x T tensors) or unfused (overrides the train section's attention; "
-             "docs/training.md \"Fused attention\")"),
-    cl::value_desc("fused|unfused"), cl::cat(kilncCategory));
+    cl::desc("auto (default: attention over 128 keys or more becomes one kiln.attention "
+             "step, no T x T tensors), fused (every attention the compiler finds) or unfused "
+             "(overrides the train section's attention; docs/training.md \"Fused attention\")"),
+    cl::value_desc("auto|fused|unfused"), cl::cat(kilncCategory));
 
 cl::list<std::string> params(
     "param", cl::desc("Override a model parameter, e.g. --param layers=2"),
