@@ -202,15 +202,20 @@ TEST_P(AttentionKernel, MatchesReference) {
     kin[2].bytes = permute(in[2].bytes, es, c.B, c.Hk, c.S, c.Dv, true);
   if (c.seqMajor & P::kGrad)
     kin[3].bytes = permute(in[3].bytes, es, c.B, c.H, c.T, c.Dv, true);
-  Outputs o = runKernel(a, kin, c.mask != AttentionParams::Mask::None ? &mask : nullptr, seed, 1);
-  if (c.seqMajor & P::kOut)
-    o.out = permute(o.out, es, c.B, c.H, c.T, c.Dv, false);
-  if (c.seqMajor & P::kQueryGrad)
-    o.dq = permute(o.dq, es, c.B, c.H, c.T, c.D, false);
-  if (c.seqMajor & P::kKeyGrad)
-    o.dk = permute(o.dk, es, c.B, c.Hk, c.S, c.D, false);
-  if (c.seqMajor & P::kValueGrad)
-    o.dv = permute(o.dv, es, c.B, c.Hk, c.S, c.Dv, false);
+  // The kernel's outputs head-major again.
+  auto headMajor = [&](Outputs o) {
+    if (c.seqMajor & P::kOut)
+      o.out = permute(o.out, es, c.B, c.H, c.T, c.Dv, false);
+    if (c.seqMajor & P::kQueryGrad)
+      o.dq = permute(o.dq, es, c.B, c.H, c.T, c.D, false);
+    if (c.seqMajor & P::kKeyGrad)
+      o.dk = permute(o.dk, es, c.B, c.Hk, c.S, c.D, false);
+    if (c.seqMajor & P::kValueGrad)
+      o.dv = permute(o.dv, es, c.B, c.Hk, c.S, c.Dv, false);
+    return o;
+  };
+  Buf *maskBuf = c.mask != AttentionParams::Mask::None ? &mask : nullptr;
+  Outputs o = headMajor(runKernel(a, kin, maskBuf, seed, 1));
 
   interp::AttentionAttrs ra;
   ra.scale = a.scale, ra.causal = a.causal, ra.dropout = a.dropout, ra.seed = seed, ra.salt = 9;
@@ -239,15 +244,7 @@ TEST_P(AttentionKernel, MatchesReference) {
   EXPECT_LT(relErr(read(o.dv, c.dtype, dv.numel()), dv.f), gradTol) << "value gradient";
 
   // The same bits on 3 threads.
-  Outputs o3 = runKernel(a, kin, c.mask != AttentionParams::Mask::None ? &mask : nullptr, seed, 3);
-  if (c.seqMajor & P::kOut)
-    o3.out = permute(o3.out, es, c.B, c.H, c.T, c.Dv, false);
-  if (c.seqMajor & P::kQueryGrad)
-    o3.dq = permute(o3.dq, es, c.B, c.H, c.T, c.D, false);
-  if (c.seqMajor & P::kKeyGrad)
-    o3.dk = permute(o3.dk, es, c.B, c.Hk, c.S, c.D, false);
-  if (c.seqMajor & P::kValueGrad)
-    o3.dv = permute(o3.dv, es, c.B, c.Hk, c.S, c.Dv, false);
+  Outputs o3 = headMajor(runKernel(a, kin, maskBuf, seed, 3));
   EXPECT_EQ(o.out, o3.out);
   EXPECT_EQ(o.lse, o3.lse);
   EXPECT_EQ(o.dq, o3.dq);
