@@ -205,7 +205,8 @@ Status attentionForward(const AttentionParams &a, const std::vector<void *> &arg
   using P = AttentionParams;
   const int64_t B = a.batch, H = a.heads, T = a.queries, S = a.keys;
   const int64_t D = a.headSize, Dv = a.valueSize, group = H / a.kvHeads;
-  const int64_t qBlocks = (T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+  const int64_t Bq = attentionQueryBlock(a);
+  const int64_t qBlocks = (T + Bq - 1) / Bq;
   const View q = view(a, args[0], P::kQuery, false, false);
   const View k = view(a, args[1], P::kKey, true, false);
   const View v = view(a, args[2], P::kValue, true, true);
@@ -216,7 +217,7 @@ Status attentionForward(const AttentionParams &a, const std::vector<void *> &arg
   run(B * H * qBlocks, [&](int64_t job) {
     int64_t qb = job % qBlocks, bh = job / qBlocks, b = bh / H, h = bh % H;
     int64_t kvh = h / group;
-    int64_t q0 = qb * kAttentionQueryBlock, bq = std::min(kAttentionQueryBlock, T - q0);
+    int64_t q0 = qb * Bq, bq = std::min(Bq, T - q0);
     int64_t kEnd = a.causal ? std::min(S, q0 + bq) : S;
     thread_local std::vector<float> tq, tk, tv, sc, acc, mx, sum;
     Rows Q = widen(q, b, h, q0, bq, tq);
@@ -271,7 +272,7 @@ Status attentionBackward(const AttentionParams &a, const std::vector<void *> &ar
   using P = AttentionParams;
   const int64_t B = a.batch, H = a.heads, Hk = a.kvHeads, T = a.queries, S = a.keys;
   const int64_t D = a.headSize, Dv = a.valueSize, group = H / Hk;
-  const int64_t Bq = kAttentionQueryBlock;
+  const int64_t Bq = attentionQueryBlock(a);
   const View q = view(a, args[0], P::kQuery, false, false);
   const View k = view(a, args[1], P::kKey, true, false);
   const View v = view(a, args[2], P::kValue, true, true);

@@ -3,7 +3,7 @@
 // The CPU's kernels for Step::Attention (runtime/core/Attention.h), in
 // FlashAttention-2's scheme: no T x S tensor is stored.
 //
-//   forward   one job per (batch, head, block of 64 queries): per block of
+//   forward   one job per (batch, head, block of 64 queries, 32 causal): per block of
 //             keys, s = scale q kᵀ (a GEMM), the causal rule and the mask,
 //             an online softmax (running maximum and sum, the accumulator
 //             rescaled), dropout as kiln.dropout draws it, o += p v (a
@@ -39,8 +39,12 @@ Status attentionForward(const program::AttentionParams &a, const std::vector<voi
 Status attentionBackward(const program::AttentionParams &a, const std::vector<void *> &args,
                          uint64_t seed, const RunParts &run);
 
-/// Query rows per forward job.
-inline constexpr int64_t kAttentionQueryBlock = 64;
+/// Query rows per block (a forward job's): 32 when causal, so that the
+/// blocks on the diagonal compute fewer of the pairs the mask drops; 64
+/// otherwise.
+inline int64_t attentionQueryBlock(const program::AttentionParams &a) {
+  return a.causal ? 32 : 64;
+}
 
 } // namespace kiln::cpu
 
