@@ -37,7 +37,7 @@ FailureOr<CompiledProgram> compileProgram(ModuleOp module,
   out.kernels = gen.takeKernels();
   out.neutralKernels = gen.takeNeutralKernels();
   out.refusals = gen.takeRefusals();
-  if (auto remarks = module->getAttrOfType<ArrayAttr>("kiln.attention_remarks"))
+  if (auto remarks = module->getAttrOfType<ArrayAttr>(KilnDialect::kAttentionRemarksAttr))
     for (Attribute r : remarks)
       out.attentionRemarks.push_back(cast<StringAttr>(r).str());
   out.activations = gen.takeActivations();

@@ -245,7 +245,7 @@ struct KilnRaiseAttentionPass
     if (names.empty())
       names.push_back("forward");
     SmallVector<Attribute> remarks;
-    if (auto old = module->getAttrOfType<ArrayAttr>(kRemarksAttr))
+    if (auto old = module->getAttrOfType<ArrayAttr>(KilnDialect::kAttentionRemarksAttr))
       remarks.append(old.begin(), old.end());
     for (const std::string &name : names) {
       auto fn = module.lookupSymbol<func::FuncOp>(name);
@@ -287,10 +287,8 @@ struct KilnRaiseAttentionPass
       }
     }
     if (!remarks.empty())
-      module->setAttr(kRemarksAttr, ArrayAttr::get(module.getContext(), remarks));
+      module->setAttr(KilnDialect::kAttentionRemarksAttr, ArrayAttr::get(module.getContext(), remarks));
   }
-
-  static constexpr llvm::StringLiteral kRemarksAttr = "kiln.attention_remarks";
 
   /// Builds the op in place of p v; the chain's ops then have no use left.
   LogicalResult raise(Match &m, std::string &error) {

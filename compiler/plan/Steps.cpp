@@ -178,18 +178,19 @@ LogicalResult Generator::gemmStep(FusionOp fusion, MatmulOp mm, VStep &s) {
 LogicalResult Generator::attentionStep(FusionOp fusion, Operation *op, VStep &s) {
   using A = program::AttentionParams;
   A &a = s.attention;
-  Value q, k, v, mask;
-  double scale = 0, dropout = 0;
-  bool causal = false;
-  uint64_t salt = 0;
+  // Both ops: q, k, v first and the same attributes.
+  Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2), mask, lse;
+  auto attrs = [&](auto x) { // the typed getters (they know the defaults)
+    mask = x.getMask(), lse = x.getLse();
+    a.causal = x.getCausal();
+    a.scale = x.getScale().convertToDouble();
+    a.dropout = x.getDropout().convertToDouble();
+    a.salt = uint64_t(x.getSalt());
+  };
   if (auto f = dyn_cast<AttentionOp>(op)) {
-    q = f.getQuery(), k = f.getKey(), v = f.getValue(), mask = f.getMask();
-    scale = f.getScale().convertToDouble(), dropout = f.getDropout().convertToDouble();
-    causal = f.getCausal(), salt = uint64_t(f.getSalt());
+    attrs(f);
   } else if (auto g = dyn_cast<AttentionGradOp>(op)) {
-    q = g.getQuery(), k = g.getKey(), v = g.getValue(), mask = g.getMask();
-    scale = g.getScale().convertToDouble(), dropout = g.getDropout().convertToDouble();
-    causal = g.getCausal(), salt = uint64_t(g.getSalt());
+    attrs(g);
     a.backward = true;
   } else {
     return failure();
@@ -198,8 +199,6 @@ LogicalResult Generator::attentionStep(FusionOp fusion, Operation *op, VStep &s)
   ArrayRef<int64_t> qs = shape(q), ks = shape(k), vs = shape(v);
   a.batch = qs[0], a.heads = qs[1], a.queries = qs[2], a.headSize = qs[3];
   a.kvHeads = ks[1], a.keys = ks[2], a.valueSize = vs[3];
-  a.causal = causal, a.scale = scale, a.dropout = dropout, a.salt = salt;
-  Value lse = a.backward ? op->getOperand(4) : op->getResult(1);
   if (!toDType(cast<RankedTensorType>(q.getType()).getElementType(), a.dtype) ||
       !toDType(cast<RankedTensorType>(lse.getType()).getElementType(), a.lseType))
     return op->emitOpError("has no attention step for its element types");

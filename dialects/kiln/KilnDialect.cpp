@@ -255,7 +255,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
   }
   // kiln-raise-attention (passes/RaiseAttention.cpp): its remarks, for the
   // fusion report.
-  if (name == "kiln.attention_remarks") {
+  if (name == KilnDialect::kAttentionRemarksAttr) {
     auto list = dyn_cast<ArrayAttr>(attr.getValue());
     if (!list || !isa<ModuleOp>(op) ||
         !llvm::all_of(list, [](Attribute a) { return isa<StringAttr>(a); }))

@@ -47,6 +47,9 @@ def Kiln_Dialect : Dialect {
     /// bucket's and runs on the communication queue (queue 1), overlapping
     /// the rest of backward (docs/parallel.md).
     static constexpr ::llvm::StringLiteral kOverlapAttr = "kiln.overlap";
+    /// On the module: kiln-raise-attention's remarks, one string each (the
+    /// fusion report prints them).
+    static constexpr ::llvm::StringLiteral kAttentionRemarksAttr = "kiln.attention_remarks";
   }];
 }
 
